@@ -1,0 +1,28 @@
+"""Errors a user can cause, and the exit statuses the CLI maps them to."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit statuses of the `nagleprobe` command (documented in the README)."""
+
+    OK = 0  # analysed; with `check`: within budget
+    STALLS_FOUND = 1  # reserved for `check`: budget exceeded
+    USAGE = 2  # bad command line (click's own status)
+    BAD_CAPTURE = 3  # unreadable, corrupt, truncated-before-any-packet or unsupported capture
+    INTERNAL = 4  # a bug in nagleprobe
+
+
+class CaptureError(Exception):
+    """A capture that cannot be read; the message names the file, the problem and where."""
+
+    def __init__(self, path: str, problem: str, where: str | None = None) -> None:
+        self.path = path
+        self.problem = problem
+        self.where = where
+        text = f"{path}: {problem}"
+        if where:
+            text += f" ({where})"
+        super().__init__(text)
