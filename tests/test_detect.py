@@ -1,0 +1,188 @@
+"""detect: the evidence chain of DETECTION.md and every look-alike it must reject.
+
+Synthetic conversations (scripted columns); real captures are checked in test_samples.py.
+"""
+
+from columns import Conversation
+from nagleprobe.detect import detect
+from nagleprobe.flows import build_flows
+from nagleprobe.report import build_report
+from nagleprobe.read import CaptureInfo
+
+C, SV = "10.0.0.1:40000", "10.0.0.2:8000"
+
+
+def run(conv: Conversation):
+    f = build_flows(conv.columns())
+    det = detect(f)
+    info = CaptureInfo(path="synthetic", format="pcap", compressed=False, link_types=["EN10MB"],
+                       packets=len(f.seg["flow"]), warnings=[], skipped={})
+    return build_report(info, {}, f, det, 0)
+
+
+def echo_round(conv, t, delack=40.0, reaction=0.02, gap=0.1):
+    """write(head); write(body); read() against an echo server with a delayed ACK."""
+    conv.send("c", t, 6)                      # S1 head
+    conv.ack("s", t + delack)                 # late pure ACK
+    conv.send("c", t + delack + reaction, 7)  # S2 body, released by the ACK
+    conv.send("s", t + delack + reaction + gap, 13)  # echo
+    return t + delack + 1.0
+
+
+def test_write_write_read_against_delayed_ack_is_a_stall_owned_by_the_client():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    for _ in range(5):
+        t = echo_round(conv, t + 0.2)
+    r = run(conv)
+    assert r.stall_count == 5
+    st = r.to_dict()["stalls"][0]
+    assert st["sender"] == "client" and st["held_bytes"] == 7
+    assert st["frames"] == {"small": 4, "ack": 5, "released": 6}
+    assert abs(st["peer_ack_delay_ms"] - 39.95) < 0.1  # less the handshake's path to the server
+    assert st["confidence"] >= 0.9
+    fl = r.to_dict()["flows"][0]
+    assert fl["fix"]["side"] == "client" and fl["fix"]["endpoint"] == C
+    assert fl["fix"]["action"] == "coalesce-writes"
+    assert fl["endpoints"]["client"]["nagle"] == "on"
+    assert 39 < fl["endpoints"]["server"]["delayed_ack_ms"] < 41
+    assert abs(fl["stall_ms"] - 5 * 40.02) < 0.01
+
+
+def test_independent_small_messages_get_set_tcp_nodelay():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    for _ in range(4):  # one-way records, the receiver never answers
+        conv.send("c", t, 96)
+        conv.ack("s", t + 200)
+        conv.send("c", t + 200.05, 656)
+        conv.ack("s", t + 200.1)
+        t += 300
+    r = run(conv)
+    assert r.stall_count == 4
+    fix = r.to_dict()["flows"][0]["fix"]
+    assert fix["action"] == "set-tcp-nodelay" and "Windows-like" in fix["text"]
+
+
+def test_think_time_is_not_a_stall():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    for _ in range(5):
+        conv.send("c", t, 6)
+        conv.ack("s", t + 40)
+        conv.send("c", t + 100, 7)  # written 60 ms after the ACK arrived: not held
+        conv.ack("s", t + 140)
+        t += 200
+    assert run(conv).stall_count == 0
+
+
+def test_retransmission_timeout_is_not_a_stall():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 6)
+    conv.send("c", t + 201, 6, seq=conv.nxt["c"] - 6)  # S1 lost, resent after the RTO
+    conv.ack("s", t + 201.05)                            # ACKed at once
+    conv.send("c", t + 201.07, 7)
+    assert run(conv).stall_count == 0
+
+
+def test_resent_old_data_after_a_late_ack_is_not_a_stall():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 6)
+    conv.ack("s", t + 41)
+    conv.send("c", t + 41.02, 6, seq=conv.nxt["c"] - 6)  # old sequence space
+    assert run(conv).stall_count == 0
+
+
+def test_zero_window_wait_is_not_a_stall():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 6)
+    conv.ack("s", t + 1.05, win=0)   # ACKed at once, but the window is shut
+    conv.ack("s", t + 300, win=512)  # window update, same ACK number
+    conv.send("c", t + 300.02, 7)
+    assert run(conv).stall_count == 0
+
+
+def test_full_sized_segments_held_by_the_congestion_window_are_not_stalls():
+    conv = Conversation(C, SV, mss=1460)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 1460)
+    conv.ack("s", t + 41)
+    conv.send("c", t + 41.02, 1460)
+    assert run(conv).stall_count == 0
+
+
+def test_tcp_nodelay_sender_is_not_stalled_and_is_proven_nagle_off():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    for _ in range(3):
+        conv.send("c", t, 6)
+        conv.send("c", t + 0.01, 7)  # second small segment while the first is unacked
+        conv.ack("s", t + 40)
+        t += 100
+    r = run(conv)
+    assert r.stall_count == 0
+    assert r.to_dict()["flows"][0]["endpoints"]["client"]["nagle"] == "off"
+
+
+def test_receiver_that_acks_at_once_causes_no_stall():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    for _ in range(3):
+        conv.send("c", t, 6)
+        conv.ack("s", t + 0.03)
+        conv.send("c", t + 0.05, 7)
+        conv.send("s", t + 0.1, 13)
+        t += 10
+    r = run(conv)
+    assert r.stall_count == 0
+    assert r.to_dict()["flows"][0]["endpoints"]["server"]["quick_acks"] == 3
+
+
+def test_capture_near_the_server_allows_for_the_path_to_the_client():
+    # path: capture point to client and back 10 ms, to server ~0
+    conv = Conversation(C, SV)
+    conv.rows += [dict(t_ms=0, src=C, dst=SV, seq=1000, flags=0x02, mss=1460),
+                  dict(t_ms=0.05, src=SV, dst=C, seq=5000, ack=1001, flags=0x12, mss=1460),
+                  dict(t_ms=10.05, src=C, dst=SV, seq=1001, ack=5001, flags=0x10)]
+    conv.nxt = {"c": 1001, "s": 5001}
+    t = 20.0
+    conv.send("c", t, 6)          # arrives at the server
+    conv.ack("s", t + 40)         # server's delayed ACK leaves
+    conv.send("c", t + 50.1, 7)   # released at the client 5 ms later, seen here 10 ms later
+    r = run(conv)
+    assert r.to_dict()["flows"][0]["vantage"] == "server"
+    assert r.stall_count == 1
+    # the same release 30 ms after the ACK is think time, not a stall
+    conv.rows[-1]["t_ms"] = t + 70
+    assert run(conv).stall_count == 0
+
+
+def test_single_stall_has_lower_confidence_than_a_repeated_one():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    echo_round(conv, t + 0.2, delack=70.0)
+    st = run(conv).to_dict()["stalls"]
+    assert len(st) == 1 and st[0]["confidence"] == 0.6
+
+
+def test_small_tail_after_a_full_segment_is_not_held_on_linux():
+    # Minshall's rule: only an unacknowledged *small* segment holds the next small one
+    conv = Conversation(C, SV, mss=1460)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 1460)
+    conv.ack("s", t + 41)
+    conv.send("c", t + 41.02, 500)
+    assert run(conv).stall_count == 0
+
+
+def test_window_update_that_acknowledges_nothing_new_is_not_the_releasing_ack():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 6)
+    conv.ack("s", t + 1.05, win=3)   # ACKed at once, tiny window
+    conv.ack("s", t + 41, win=512)   # window opens 40 ms later, same ACK number
+    conv.send("c", t + 41.02, 7)
+    assert run(conv).stall_count == 0

@@ -1,0 +1,125 @@
+"""flows: connections, roles, relative sequence space, MSS and vantage (synthetic columns)."""
+
+import numpy as np
+
+from columns import A, S, Conversation, packets
+from nagleprobe.flows import build_flows, grouped_cummax
+
+C, SV = "10.0.0.1:40000", "10.0.0.2:8000"
+
+
+def test_one_connection_with_handshake_has_roles_from_the_handshake():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 10)
+    conv.ack("s", t + 2)
+    f = build_flows(conv.columns())
+    assert f.count == 1
+    assert f.flow["client"] == [C] and f.flow["server"] == [SV]
+    assert f.flow["roles"] == ["handshake"]
+    # relative numbers as Wireshark shows them: SYN is 0, first data byte is 1
+    assert list(f.seg["seq"]) == [0, 0, 1, 1, 1]
+    assert f.seg["dir"].tolist() == [0, 1, 0, 0, 1]
+    assert f.seg["ack"][-1] == 11
+
+
+def test_packets_out_of_time_order_are_sorted():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 10)
+    cols = conv.columns()
+    rev = {k: v[::-1].copy() for k, v in cols.items()}
+    f = build_flows(rev)
+    assert f.seg["frame"].tolist() == [1, 2, 3, 4]
+
+
+def test_port_reuse_with_a_new_syn_starts_a_new_flow():
+    a = Conversation(C, SV, isn_c=100)
+    t = a.handshake(0.0)
+    a.send("c", t + 1, 5)
+    b = Conversation(C, SV, isn_c=900000)
+    t2 = b.handshake(50.0)
+    b.send("c", t2 + 1, 7)
+    rows = a.rows + b.rows
+    for i, r in enumerate(rows, 1):
+        r["frame"] = i
+    f = build_flows(packets(rows))
+    assert f.count == 2
+    assert f.flow["packets"] == [4, 4]
+    assert f.flow["roles"] == ["handshake", "handshake"]
+
+
+def test_retransmitted_syn_does_not_split_the_flow():
+    conv = Conversation(C, SV)
+    conv.rows.append(dict(t_ms=0.0, src=C, dst=SV, seq=1000, flags=S, mss=1460))
+    conv.handshake(1000.0)
+    assert build_flows(conv.columns()).count == 1
+
+
+def test_sequence_wraparound_is_unwrapped():
+    conv = Conversation(C, SV, isn_c=(1 << 32) - 10)
+    t = conv.handshake(0.0)
+    for i in range(4):
+        conv.send("c", t + 1 + i, 8)
+    conv.ack("s", t + 10)
+    f = build_flows(conv.columns())
+    data = f.seg["payload"] > 0
+    assert f.seg["seq"][data].tolist() == [1, 9, 17, 25]
+    assert f.seg["ack"][-1] == 33
+    assert f.seg["new_data"][data].all() and not f.seg["retrans"].any()
+
+
+def test_retransmission_and_keepalive_are_recognised():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 10)
+    conv.send("c", t + 201, 10, seq=conv.nxt["c"] - 10)  # RTO retransmission
+    conv.ack("s", t + 202)
+    conv.send("c", t + 5000, 0, seq=conv.nxt["c"] - 1)  # keep-alive
+    f = build_flows(conv.columns())
+    assert f.seg["retrans"].tolist() == [False, False, False, False, True, False, False]
+    assert f.seg["keepalive"][-1]
+
+
+def test_without_handshake_roles_are_guessed_from_ports_and_mss_inferred():
+    conv = Conversation(C, SV)
+    conv.send("c", 0.0, 100)
+    conv.send("s", 0.2, 700)
+    conv.ack("c", 0.3)
+    f = build_flows(conv.columns())
+    assert f.flow["roles"] == ["guessed"]
+    assert f.flow["client"] == [C]
+    assert f.flow["mss_how"][0] == ["inferred", "inferred"]
+    assert f.flow["mss"][0] == [700, 700]
+    # RTT from data/ACK pairs: server acknowledged client data 0.2 ms later, client 0.1 ms
+    assert f.flow["rtt_how"] == ["data/ACK pairs"]
+    assert abs(f.flow["rtt_server_ms"][0] - 0.2) < 1e-9
+    assert abs(f.flow["rtt_client_ms"][0] - 0.1) < 1e-9
+
+
+def test_mss_from_syn_less_timestamp_option():
+    conv = Conversation(C, SV, mss=1460)
+    conv.handshake(0.0)
+    cols = conv.columns()
+    cols["has_ts"][:2] = 1
+    f = build_flows(cols)
+    assert f.flow["mss"][0] == [1448, 1448]
+
+
+def test_vantage_from_handshake_timing():
+    def vantage(syn_to_synack, synack_to_ack):
+        rows = [dict(t_ms=0, src=C, dst=SV, seq=1, flags=S, mss=1460),
+                dict(t_ms=syn_to_synack, src=SV, dst=C, seq=9, ack=2, flags=S | A, mss=1460),
+                dict(t_ms=syn_to_synack + synack_to_ack, src=C, dst=SV, seq=2, ack=10, flags=A)]
+        return build_flows(packets(rows)).flow["vantage"][0]
+
+    assert vantage(20.0, 0.05) == "client"
+    assert vantage(0.05, 20.0) == "server"
+    assert vantage(10.0, 10.0) == "middle"
+
+
+def test_grouped_cummax_restarts_per_group():
+    v = np.array([3, 1, 5, 2, 0, 4])
+    g = np.array([0, 0, 0, 1, 1, 1])
+    assert grouped_cummax(v, g).tolist() == [3, 3, 5, 2, 2, 4]
+    assert grouped_cummax(v, g, exclusive=True, floor=-1).tolist() == [-1, 3, 3, -1, 2, 2]
