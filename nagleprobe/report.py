@@ -89,6 +89,8 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
     stall_ns = np.bincount(key, weights=st["stall_ns"], minlength=nflows * 2)
     stall_n = np.bincount(key, minlength=nflows * 2)
     answered = np.bincount(key, weights=det.answered.astype(float), minlength=nflows * 2)
+    retrans = np.bincount(f.seg["flow"], weights=f.seg["retrans"], minlength=nflows)
+    keepalive = np.bincount(f.seg["flow"], weights=f.seg["keepalive"], minlength=nflows)
 
     flow_docs, endpoint_rows = [], []
     for i in range(nflows):
@@ -118,6 +120,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
             "vantage": fl["vantage"], "vantage_basis": fl["vantage_how"],
             "rtt_ms": _r(fl["rtt_ms"]), "rtt_client_ms": _r(fl["rtt_client_ms"]),
             "rtt_server_ms": _r(fl["rtt_server_ms"]), "packets": fl["packets"],
+            "retransmissions": int(retrans[i]), "keepalives_or_probes": int(keepalive[i]),
             "start_s": round((fl["first_ns"] - origin_ns) / 1e9, 6),
             "stalls": int(stall_n[2 * i] + stall_n[2 * i + 1]), "stall_ms": round(lost_ms, 3),
             "duration_s": round(duration, 6),
@@ -166,7 +169,8 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
 
 
 _FLOW_COLUMNS = ["id", "client", "server", "roles", "vantage", "vantage_basis", "rtt_ms",
-                 "rtt_client_ms", "rtt_server_ms", "packets", "start_s", "stalls", "stall_ms",
+                 "rtt_client_ms", "rtt_server_ms", "packets", "retransmissions",
+                 "keepalives_or_probes", "start_s", "stalls", "stall_ms",
                  "duration_s", "duration_without_stalls_s", "lost_share", "fix_side", "fix_action"]
 _STALL_COLUMNS = ["flow", "sender", "endpoint", "delay_ms", "held_bytes", "small_bytes",
                   "peer_ack_delay_ms", "reaction_ms", "small_frame", "ack_frame", "released_frame",
