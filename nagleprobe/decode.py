@@ -1,0 +1,449 @@
+"""Stage 2: decode the TCP/IP headers of a `RecordBatch` into columns.
+
+All per-packet work is numpy gathers over the batch's bytes: rows are grouped by link type,
+the network-layer offset is computed vectorised, then each header is gathered as a 2-D
+(rows x header bytes) block and read through big-endian views.  Only rare packets go through
+a Python loop: IPv6 packets with extension headers and packets whose TCP options are not in
+the usual "NOP NOP timestamp" layout (SYNs, mostly).
+
+Payload length always comes from the IP lengths, never from the captured length, so
+snaplen-truncated captures (`tcpdump -s 96`) decode fully.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+
+import numpy as np
+
+from .read import RecordBatch
+
+TCP_COLUMNS: dict[str, np.dtype] = {
+    "frame": np.dtype(np.int64),
+    "ts_ns": np.dtype(np.int64),
+    "ipver": np.dtype(np.uint8),
+    "src_hi": np.dtype(np.uint64),
+    "src_lo": np.dtype(np.uint64),
+    "dst_hi": np.dtype(np.uint64),
+    "dst_lo": np.dtype(np.uint64),
+    "sport": np.dtype(np.uint16),
+    "dport": np.dtype(np.uint16),
+    "seq": np.dtype(np.uint32),
+    "ack": np.dtype(np.uint32),
+    "flags": np.dtype(np.uint16),
+    "window": np.dtype(np.uint16),
+    "payload": np.dtype(np.int32),
+    "mss": np.dtype(np.int32),
+    "wscale": np.dtype(np.int16),
+    "sack_ok": np.dtype(np.uint8),
+    "tsval": np.dtype(np.uint32),
+    "has_ts": np.dtype(np.uint8),
+}
+
+FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
+
+ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
+VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
+MAX_VLAN_TAGS = 4
+V6_EXT = (0, 43, 60, 44, 51)
+V4_MAPPED = 0x0000FFFF00000000
+
+# network-layer classification codes (internal)
+_NOT_IP, _UNSUPPORTED, _TRUNC = 0, 1, 2
+_AR = {k: np.arange(k, dtype=np.int64) for k in (4, 12, 16, 20, 32, 40)}
+
+
+def format_address(ipver: int, hi: int, lo: int) -> str:
+    """'10.0.0.1' or '2001:db8::1' from the decoder's split 128-bit address."""
+    hi, lo = int(hi), int(lo)
+    if int(ipver) == 4:
+        return str(ipaddress.IPv4Address(lo & 0xFFFFFFFF))
+    return str(ipaddress.IPv6Address((hi << 64) | lo))
+
+
+def empty_columns() -> dict[str, np.ndarray]:
+    return {k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()}
+
+
+def _gather(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """(len(at), width) uint8 block of the bytes at each offset (caller checked bounds)."""
+    ar = _AR.get(width)
+    if ar is None:
+        ar = np.arange(width, dtype=np.int64)
+    return data[at[:, None] + ar]
+
+
+def _be16(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    return (data[at].astype(np.int64) << 8) | data[at + 1]
+
+
+class _Drops:
+    """Counts rows dropped by reason."""
+
+    def __init__(self, counter: collections.Counter) -> None:
+        self.c = counter
+
+    def add(self, reason: str, n: int) -> None:
+        if n:
+            self.c[reason] += int(n)
+
+
+# ---------------------------------------------------------------------- link layer
+def _link_layer(batch: RecordBatch, drops: _Drops) -> tuple[np.ndarray, np.ndarray]:
+    """Per record: absolute offset of the network header and its IP version (4/6, else 0)."""
+    n = len(batch.offset)
+    l3 = np.zeros(n, dtype=np.int64)
+    ver = np.zeros(n, dtype=np.int8)
+    lt = batch.linktype
+    if n and lt[0] == lt[-1] and (lt == lt[0]).all():
+        groups = [(int(lt[0]), None)]
+    else:
+        groups = [(int(u), np.nonzero(lt == u)[0]) for u in np.unique(lt)]
+    for ltype, rows in groups:
+        off = batch.offset if rows is None else batch.offset[rows]
+        cap = batch.caplen if rows is None else batch.caplen[rows]
+        res = _LINK.get(ltype)
+        if res is None:
+            drops.add("unsupported-link-type", len(off))
+            continue
+        g_l3, g_ver = res(batch.data, off, cap, drops)
+        if rows is None:
+            l3, ver = g_l3, g_ver
+        else:
+            l3[rows] = g_l3
+            ver[rows] = g_ver
+    return l3, ver
+
+
+def _classify_ethertype(et: np.ndarray, ok: np.ndarray, drops: _Drops) -> np.ndarray:
+    ver = np.where(et == ETH_IPV4, 4, np.where(et == ETH_IPV6, 6, 0)).astype(np.int8)
+    ver[~ok] = 0
+    drops.add("not-ip", int((ok & (ver == 0)).sum()))
+    return ver
+
+
+def _link_en10mb(data, off, cap, drops):
+    ok = cap >= 14
+    drops.add("truncated-headers", len(ok) - int(ok.sum()))
+    at = np.where(ok, off + 12, 0)  # never read beyond a short record
+    et = np.where(ok, _be16(data, at), 0)
+    hdr = np.full(len(off), 14, dtype=np.int64)
+    for _ in range(MAX_VLAN_TAGS):
+        tagged = ok & ((et == 0x8100) | (et == 0x88A8) | (et == 0x9100))
+        if not tagged.any():
+            break
+        t = np.nonzero(tagged)[0]
+        fits = cap[t] >= hdr[t] + 4
+        short = t[~fits]
+        if len(short):
+            drops.add("truncated-headers", len(short))
+            ok[short] = False
+            et[short] = 0
+        t = t[fits]
+        et[t] = _be16(data, off[t] + hdr[t] + 2)
+        hdr[t] += 4
+    return off + hdr, _classify_ethertype(et, ok, drops)
+
+
+def _link_sll(data, off, cap, drops):
+    ok = cap >= 16
+    drops.add("truncated-headers", len(ok) - int(ok.sum()))
+    et = np.where(ok, _be16(data, np.where(ok, off + 14, 0)), 0)
+    return off + 16, _classify_ethertype(et, ok, drops)
+
+
+def _link_sll2(data, off, cap, drops):
+    ok = cap >= 20
+    drops.add("truncated-headers", len(ok) - int(ok.sum()))
+    et = np.where(ok, _be16(data, np.where(ok, off, 0)), 0)
+    return off + 20, _classify_ethertype(et, ok, drops)
+
+
+def _link_raw(data, off, cap, drops):
+    ok = cap >= 1
+    drops.add("truncated-headers", len(ok) - int(ok.sum()))
+    nib = np.where(ok, data[np.where(ok, off, 0)] >> 4, 0)
+    ver = np.where(nib == 4, 4, np.where(nib == 6, 6, 0)).astype(np.int8)
+    drops.add("not-ip", int((ok & (ver == 0)).sum()))
+    ver[~ok] = 0
+    return off, ver
+
+
+def _link_fixed(v):
+    def f(data, off, cap, drops):
+        return off, np.full(len(off), v, dtype=np.int8)
+    return f
+
+
+def _family(fam: np.ndarray, ok: np.ndarray, drops: _Drops) -> np.ndarray:
+    ver = np.where(fam == 2, 4, np.where((fam == 24) | (fam == 28) | (fam == 30), 6, 0))
+    ver = ver.astype(np.int8)
+    ver[~ok] = 0
+    drops.add("not-ip", int((ok & (ver == 0)).sum()))
+    return ver
+
+
+def _link_null(data, off, cap, drops):
+    ok = cap >= 4
+    drops.add("truncated-headers", len(ok) - int(ok.sum()))
+    b = _gather(data, np.where(ok, off, 0), 4).astype(np.int64)
+    le = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
+    be = b[:, 3] | (b[:, 2] << 8) | (b[:, 1] << 16) | (b[:, 0] << 24)
+    fam = np.where(le <= 0xFFFF, le, be)  # written in the capturing host's byte order
+    return off + 4, _family(fam, ok, drops)
+
+
+def _link_loop(data, off, cap, drops):
+    ok = cap >= 4
+    drops.add("truncated-headers", len(ok) - int(ok.sum()))
+    b = _gather(data, np.where(ok, off, 0), 4).astype(np.int64)
+    fam = b[:, 3] | (b[:, 2] << 8) | (b[:, 1] << 16) | (b[:, 0] << 24)
+    return off + 4, _family(fam, ok, drops)
+
+
+_LINK = {
+    1: _link_en10mb, 113: _link_sll, 276: _link_sll2, 12: _link_raw, 101: _link_raw,
+    228: _link_fixed(4), 229: _link_fixed(6), 0: _link_null, 108: _link_loop,
+}
+
+
+# ---------------------------------------------------------------------- network layer
+def _ipv4(data, batch, rows, l3, drops):
+    """-> rows, l4, avail (bytes after the IP header per IP lengths), src_lo, dst_lo."""
+    end = batch.offset[rows] + batch.caplen[rows]
+    fits = l3 + 20 <= end
+    if not fits.all():
+        drops.add("truncated-headers", len(fits) - int(fits.sum()))
+        rows, l3, end = rows[fits], l3[fits], end[fits]
+    h = _gather(data, l3, 20)
+    ihl = (h[:, 0] & 0x0F).astype(np.int64) * 4
+    good = ((h[:, 0] >> 4) == 4) & (ihl >= 20)
+    h16 = h.view(">u2")
+    h32 = h.view(">u4")
+    tot = h16[:, 1].astype(np.int64)
+    notcp = h[:, 9] != 6
+    frag = (h16[:, 3] & 0x3FFF) != 0
+    tso = tot == 0
+    if tso.any():
+        wire = batch.wirelen[rows]
+        tot = np.where(tso, wire - (l3 - batch.offset[rows]), tot)
+    # order of reasons: bad version/ihl, truncated options, not tcp, fragment, bad lengths
+    bad1 = ~good
+    trunc = good & (l3 + ihl > end)
+    ok = good & ~trunc
+    nt = ok & notcp
+    ok &= ~notcp
+    fr = ok & frag
+    ok &= ~frag
+    bad2 = ok & (tot < ihl + 20)
+    ok &= ~bad2
+    if not ok.all():
+        drops.add("bad-header", int(bad1.sum()) + int(bad2.sum()))
+        drops.add("truncated-headers", int(trunc.sum()))
+        drops.add("not-tcp", int(nt.sum()))
+        drops.add("ip-fragment", int(fr.sum()))
+        sel = np.nonzero(ok)[0]
+        rows, l3, ihl, tot, h32 = rows[sel], l3[sel], ihl[sel], tot[sel], h32[sel]
+    src = h32[:, 3].astype(np.uint64) | np.uint64(V4_MAPPED)
+    dst = h32[:, 4].astype(np.uint64) | np.uint64(V4_MAPPED)
+    return rows, l3 + ihl, tot - ihl, src, dst
+
+
+def _ipv6(data, batch, rows, l3, drops):
+    """-> rows, l4, avail, src_hi, src_lo, dst_hi, dst_lo."""
+    end = batch.offset[rows] + batch.caplen[rows]
+    fits = l3 + 40 <= end
+    if not fits.all():
+        drops.add("truncated-headers", len(fits) - int(fits.sum()))
+        rows, l3, end = rows[fits], l3[fits], end[fits]
+    h = _gather(data, l3, 40)
+    good = (h[:, 0] >> 4) == 6
+    plen = h.view(">u2")[:, 2].astype(np.int64)
+    nh = h[:, 6]
+    jumbo = plen == 0
+    if jumbo.any():
+        plen = np.where(jumbo, batch.wirelen[rows] - (l3 - batch.offset[rows]) - 40, plen)
+    l4 = l3 + 40
+    avail = plen.copy()
+    ext = good & np.isin(nh, V6_EXT)
+    tcp = good & (nh == 6)
+    ok = tcp.copy()
+    drops.add("bad-header", int((~good).sum()))
+    if ext.any():
+        for i in np.nonzero(ext)[0]:
+            res = _walk_v6_ext(data, int(l3[i]), int(end[i]), int(nh[i]))
+            if isinstance(res, str):
+                drops.add(res, 1)
+            else:
+                ok[i] = True
+                l4[i] = l3[i] + 40 + res
+                avail[i] = plen[i] - res
+    drops.add("not-tcp", int((good & ~tcp & ~ext).sum()))
+    h64 = h.view(">u8")
+    if not ok.all():
+        sel = np.nonzero(ok)[0]
+        rows, l4, avail, h64 = rows[sel], l4[sel], avail[sel], h64[sel]
+    h64 = h64.astype(np.uint64)
+    return rows, l4, avail, h64[:, 1], h64[:, 2], h64[:, 3], h64[:, 4]
+
+
+def _walk_v6_ext(data: np.ndarray, l3: int, end: int, nh: int) -> int | str:
+    """Length of the extension headers before TCP, or a skip reason."""
+    b = data[l3 + 40:end].tobytes()
+    p = 0
+    while nh in V6_EXT:
+        if p + 8 > len(b):
+            return "truncated-headers"
+        if nh == 44:
+            fo = (b[p + 2] << 8) | b[p + 3]
+            if fo & 0xFFF9:  # offset != 0 or M set
+                return "ip-fragment"
+            ln = 8
+        elif nh == 51:
+            ln = (b[p + 1] + 2) * 4
+        else:
+            ln = (b[p + 1] + 1) * 8
+        nh = b[p]
+        p += ln
+    if nh != 6:
+        return "not-tcp"
+    return p
+
+
+# ---------------------------------------------------------------------- transport layer
+def _tcp_options(opts: bytes) -> tuple[int, int, int, int, int]:
+    """(mss, wscale, sack_ok, tsval, has_ts) from raw option bytes."""
+    mss, ws, sack, tsval, has_ts = -1, -1, 0, 0, 0
+    i, n = 0, len(opts)
+    while i < n:
+        kind = opts[i]
+        if kind == 0:
+            break
+        if kind == 1:
+            i += 1
+            continue
+        if i + 1 >= n:
+            break
+        ln = opts[i + 1]
+        if ln < 2 or i + ln > n:
+            break
+        if kind == 2 and ln == 4:
+            mss = (opts[i + 2] << 8) | opts[i + 3]
+        elif kind == 3 and ln == 3:
+            ws = opts[i + 2]
+        elif kind == 4 and ln == 2:
+            sack = 1
+        elif kind == 8 and ln == 10:
+            tsval = int.from_bytes(opts[i + 2:i + 6], "big")
+            has_ts = 1
+        i += ln
+    return mss, ws, sack, tsval, has_ts
+
+
+def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+    """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`."""
+    n = len(batch.offset)
+    if n == 0:
+        return empty_columns()
+    drops = _Drops(skipped)
+    data = batch.data
+    l3, ver = _link_layer(batch, drops)
+
+    r4 = np.nonzero(ver == 4)[0]
+    r6 = np.nonzero(ver == 6)[0]
+    if len(r6) == 0:
+        rows, l4, avail, slo, dlo = _ipv4(data, batch, r4, l3[r4], drops)
+        shi = dhi = np.zeros(len(rows), np.uint64)
+        ipver = np.full(len(rows), 4, np.uint8)
+    else:
+        a = _ipv4(data, batch, r4, l3[r4], drops)
+        b = _ipv6(data, batch, r6, l3[r6], drops)
+        rows = np.concatenate([a[0], b[0]])
+        order = np.argsort(rows, kind="stable")
+        rows = rows[order]
+        l4 = np.concatenate([a[1], b[1]])[order]
+        avail = np.concatenate([a[2], b[2]])[order]
+        z = np.zeros(len(a[0]), np.uint64)
+        shi = np.concatenate([z, b[3]])[order]
+        slo = np.concatenate([a[3], b[4]])[order]
+        dhi = np.concatenate([z, b[5]])[order]
+        dlo = np.concatenate([a[4], b[6]])[order]
+        ipver = np.concatenate([np.full(len(a[0]), 4, np.uint8),
+                                np.full(len(b[0]), 6, np.uint8)])[order]
+
+    # TCP fixed header
+    end = batch.offset[rows] + batch.caplen[rows]
+    fits = l4 + 20 <= end
+    if not fits.all():
+        drops.add("truncated-headers", len(fits) - int(fits.sum()))
+        sel = np.nonzero(fits)[0]
+        rows, l4, avail, end = rows[sel], l4[sel], avail[sel], end[sel]
+        shi, slo, dhi, dlo, ipver = shi[sel], slo[sel], dhi[sel], dlo[sel], ipver[sel]
+    t = _gather(data, l4, 20)
+    doff = (t[:, 12] >> 4).astype(np.int64) * 4
+    bad = doff < 20
+    trunc = ~bad & (l4 + doff > end)
+    bad2 = ~bad & ~trunc & (doff > avail)
+    ok = ~(bad | trunc | bad2)
+    if not ok.all():
+        drops.add("bad-header", int(bad.sum()) + int(bad2.sum()))
+        drops.add("truncated-headers", int(trunc.sum()))
+        sel = np.nonzero(ok)[0]
+        rows, l4, avail, t, doff = rows[sel], l4[sel], avail[sel], t[sel], doff[sel]
+        shi, slo, dhi, dlo, ipver = shi[sel], slo[sel], dhi[sel], dlo[sel], ipver[sel]
+    m = len(rows)
+    t16 = t.view(">u2")
+    t32 = t.view(">u4")
+    flags = ((t[:, 12].astype(np.uint16) & 1) << 8) | t[:, 13]
+
+    # TCP options
+    mss = np.full(m, -1, np.int32)
+    wscale = np.full(m, -1, np.int16)
+    sack_ok = np.zeros(m, np.uint8)
+    tsval = np.zeros(m, np.uint32)
+    has_ts = np.zeros(m, np.uint8)
+    withopt = np.nonzero(doff > 20)[0]
+    if len(withopt):
+        slow = np.zeros(m, bool)
+        slow[withopt] = True
+        big = withopt[doff[withopt] >= 32]
+        if len(big):
+            o = _gather(data, l4[big] + 20, 12)
+            nopnop = (o[:, 0] == 1) & (o[:, 1] == 1) & (o[:, 2] == 8) & (o[:, 3] == 10)
+            first = (o[:, 0] == 8) & (o[:, 1] == 10)
+            at4 = np.ascontiguousarray(o[:, 4:8]).view(">u4")[:, 0]  # NOP NOP TS
+            at2 = np.ascontiguousarray(o[:, 2:6]).view(">u4")[:, 0]  # TS first
+            hit = nopnop | first
+            hv = np.where(nopnop, at4, at2)
+            tsval[big[hit]] = hv[hit]
+            has_ts[big[hit]] = 1
+            slow[big[hit]] = False
+        slow |= (flags & SYN) != 0
+        slow &= doff > 20
+        for i in np.nonzero(slow)[0]:
+            a = int(l4[i])
+            mss[i], wscale[i], sack_ok[i], tsval[i], has_ts[i] = _tcp_options(
+                data[a + 20:a + int(doff[i])].tobytes())
+
+    return {
+        "frame": batch.frame[rows],
+        "ts_ns": batch.ts_ns[rows],
+        "ipver": ipver,
+        "src_hi": shi,
+        "src_lo": slo,
+        "dst_hi": dhi,
+        "dst_lo": dlo,
+        "sport": t16[:, 0].astype(np.uint16),
+        "dport": t16[:, 1].astype(np.uint16),
+        "seq": t32[:, 1].astype(np.uint32),
+        "ack": t32[:, 2].astype(np.uint32),
+        "flags": flags.astype(np.uint16),
+        "window": t16[:, 7].astype(np.uint16),
+        "payload": (avail - doff).astype(np.int32),
+        "mss": mss,
+        "wscale": wscale,
+        "sack_ok": sack_ok,
+        "tsval": tsval,
+        "has_ts": has_ts,
+    }
