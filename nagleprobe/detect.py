@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from .flows import ACK, FIN, RST, SYN, Flows
 
@@ -37,7 +38,8 @@ class Detection:
     stalls: dict[str, np.ndarray]
     # arrays indexed [flow * 2 + dir], dir 0 = client data (server ACKs), 1 = server data
     nagle_off_proofs: np.ndarray
-    late_ack_ms: list[list[float]]  # ACK delays of the receiver of that direction's data
+    late_acks: np.ndarray  # delayed ACKs the receiver of that direction's data sent
+    late_ack_median_ms: np.ndarray  # their median delay (NaN if none): the receiver's timer
     quick_acks: np.ndarray
     answered: np.ndarray  # per stall: the peer sent data right after S2
 
@@ -51,11 +53,10 @@ def detect(f: Flows) -> Detection:
     nflows = f.count
     key = fid * 2 + d
 
-    mss = np.array(f.flow["mss"], dtype=np.int64).reshape(-1) if nflows else np.zeros(0, np.int64)
-    rc = np.array([_ns(x) for x in f.flow["rtt_client_ms"]], dtype=np.int64)
-    rs = np.array([_ns(x) for x in f.flow["rtt_server_ms"]], dtype=np.int64)
-    # round trip from the capture point to the sender / receiver of each direction's data
-    rtt_to = np.stack([rc, rs], axis=1).reshape(-1) if nflows else np.zeros(0, np.int64)
+    mss = f.flow["mss"].reshape(-1)
+    # round trip from the capture point to the client / server (unknown counts as 0)
+    rtt_to = np.nan_to_num(np.stack([f.flow["rtt_client_ms"], f.flow["rtt_server_ms"]], axis=1)
+                           .reshape(-1) * 1e6).astype(np.int64)
     rtt_to_sender = rtt_to[key]  # key is flow*2+dir; dir 0 sender = client
     rtt_to_receiver = rtt_to[key ^ 1]
     mss_row = mss[key] if n else mss
@@ -134,16 +135,14 @@ def detect(f: Flows) -> Detection:
     data_key = key[lone_rows] ^ 1  # the direction whose data was acknowledged
     late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
     quick = delay_at <= QUICK_ACK_MS * 1e6
-    late_ms: list[list[float]] = [[] for _ in range(nflows * 2)]
-    for k, v in zip(data_key[late], delay_at[late]):
-        late_ms[k].append(v / 1e6)
+    late_n = np.bincount(data_key[late], minlength=nflows * 2)
+    late_median = np.full(nflows * 2, np.nan)
+    if late.any():
+        med = pd.Series(delay_at[late] / 1e6).groupby(data_key[late]).median()
+        late_median[med.index.to_numpy()] = med.to_numpy()
     quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
-    return Detection(stalls=stalls, nagle_off_proofs=proofs, late_ack_ms=late_ms,
-                     quick_acks=quick_acks, answered=answered)
-
-
-def _ns(ms: float | None) -> int:
-    return 0 if ms is None else int(round(ms * 1e6))
+    return Detection(stalls=stalls, nagle_off_proofs=proofs, late_acks=late_n,
+                     late_ack_median_ms=late_median, quick_acks=quick_acks, answered=answered)
 
 
 def _next_row(s: dict[str, np.ndarray], rows: np.ndarray, other: bool) -> np.ndarray:
@@ -168,19 +167,14 @@ def _next_row(s: dict[str, np.ndarray], rows: np.ndarray, other: bool) -> np.nda
 def _confidence(st: dict[str, np.ndarray]) -> np.ndarray:
     """Repetition with a stable delay, and a delay at a known timer, raise confidence."""
     m = len(st["flow"])
-    conf = np.full(m, 0.6)
     if not m:
-        return conf
+        return np.zeros(0)
     delay = st["ack_delay_ns"] / 1e6
-    key = st["flow"] * 2 + st["dir"]
-    for k in np.unique(key):
-        sel = key == k
-        if sel.sum() >= 3:
-            med = np.median(delay[sel])
-            stable = sel & (np.abs(delay - med) <= 0.25 * med)
-            conf[stable] = 0.9
+    g = pd.Series(delay).groupby(st["flow"] * 2 + st["dir"])
+    med = g.transform("median").to_numpy()
+    count = g.transform("size").to_numpy()
+    conf = np.where((count >= 3) & (np.abs(delay - med) <= 0.25 * med), 0.9, 0.6)
     near_timer = np.zeros(m, dtype=bool)
     for t in KNOWN_TIMERS_MS:
         near_timer |= np.abs(delay - t) <= 0.15 * t
-    conf[near_timer] += 0.05
-    return np.round(np.minimum(conf, 0.99), 2)
+    return np.round(np.minimum(conf + 0.05 * near_timer, 0.99), 2)

@@ -10,9 +10,10 @@ may be Python (flows are few compared with packets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from .decode import format_address
 
@@ -35,7 +36,7 @@ class Flows:
     """
 
     seg: dict[str, np.ndarray]
-    flow: dict[str, list]
+    flow: dict[str, np.ndarray]
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
 
     @property
@@ -49,6 +50,25 @@ class Flows:
 
 def _as_signed32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def _direction_order(fid: np.ndarray, d: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Rows reordered so each flow's client->server rows come first, then its server->client
+    rows, both in time order: argsort(fid * 2 + d, kind="stable") in O(n) for flow-sorted rows."""
+    n = len(fid)
+    idx = np.arange(n)
+    is1 = (d == 1).astype(np.int64)
+    ones_before = np.cumsum(is1) - is1  # direction-1 rows before each row
+    base1 = ones_before[starts][fid]  # ...before the row's flow
+    rank1 = ones_before - base1
+    rank0 = (idx - starts[fid]) - rank1
+    size = np.diff(np.r_[starts, n])
+    n0 = size - (np.r_[ones_before[starts[1:]], ones_before[-1] + is1[-1]] - ones_before[starts]
+                 if n else 0)
+    dest = starts[fid] + np.where(d == 0, rank0, n0[fid] + rank1)
+    out = np.empty(n, dtype=np.int64)
+    out[dest] = idx
+    return out
 
 
 def _group_starts(group: np.ndarray) -> np.ndarray:
@@ -100,8 +120,25 @@ def grouped_cummax(values: np.ndarray, group: np.ndarray, exclusive: bool = Fals
     return acc
 
 
+class _Sorted:
+    """Decoded columns seen through a row order: whole columns are gathered (once) only
+    when asked for; `at` gathers just a few rows (flow starts, SYNs)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray) -> None:
+        self.cols, self.order, self.cache = cols, order, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.cache:
+            self.cache[name] = self.cols[name][self.order]
+        return self.cache[name]
+
+    def at(self, name: str, rows: np.ndarray) -> np.ndarray:
+        return self.cols[name][self.order[rows]]
+
+
 def _tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Id of each packet's unordered 4-tuple, and whether it travels from the 'lower' endpoint."""
+    """Id of each packet's unordered 4-tuple, numbered by first appearance in record order,
+    and whether the packet travels from the 'lower' endpoint."""
     a = (c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64))
     b = (c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64))
     # a < b lexicographically on (hi, lo, port)
@@ -115,19 +152,24 @@ def _tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         for col in cols:
             h = (h ^ col) * np.uint64(0x9E3779B97F4A7C15)
             h ^= h >> np.uint64(29)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    if not all(np.array_equal(col, col[first][inv]) for col in cols):  # hash collision: exact path
-        rec = np.rec.fromarrays(cols)
-        _, inv = np.unique(rec, return_inverse=True)
-    return inv.astype(np.int64), a_low
+    ids = pd.factorize(h)[0].astype(np.int64)  # numbered by first appearance
+    first = np.flatnonzero(ids > np.maximum.accumulate(np.r_[-1, ids[:-1]])) if len(ids) else ids
+    if not all(np.array_equal(col, col[first][ids]) for col in cols):  # hash collision: exact path
+        ids = pd.MultiIndex.from_arrays(cols).factorize()[0].astype(np.int64)
+    return ids, a_low
 
 
-def build_flows(c: dict[str, np.ndarray]) -> Flows:
+def build_flows(cols: dict[str, np.ndarray]) -> Flows:
     """Group decoded TCP packets into connections and classify every segment."""
-    n = len(c["frame"])
-    tup, from_low = _tuple_ids(c)
-    order = np.lexsort((c["frame"], c["ts_ns"], tup))
-    c = {k: v[order] for k, v in c.items()}
+    n = len(cols["frame"])
+    ts = cols["ts_ns"]
+    # time order (records need not be in time order: -i any, merged files); ties keep file order
+    if n and not np.all(ts[1:] >= ts[:-1]):
+        t_order = np.argsort(ts, kind="stable")
+        cols = {k: v[t_order] for k, v in cols.items()}
+    tup, from_low = _tuple_ids(cols)
+    order = np.argsort(tup, kind="stable")  # rows grouped by 4-tuple, in time order within
+    c = _Sorted(cols, order)
     tup, from_low = tup[order], from_low[order]
     flags = c["flags"].astype(np.int64)
     syn_only = (flags & (SYN | ACK)) == SYN
@@ -137,27 +179,27 @@ def build_flows(c: dict[str, np.ndarray]) -> Flows:
     prev_syn = _ffill_index(syn_only, tup, inclusive=False)
     tuple_first = np.r_[True, tup[1:] != tup[:-1]] if n else np.zeros(0, bool)
     new_conn = tuple_first | (syn_only & ((prev_syn < 0) | (seq != seq[np.maximum(prev_syn, 0)])))
-    conn = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
-
-    # Number flows by their first packet's time, keep rows grouped by flow.
+    fid = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
     starts = np.flatnonzero(new_conn)
-    first_order = np.lexsort((c["frame"][starts], c["ts_ns"][starts]))
-    rank = np.empty(len(starts), dtype=np.int64)
-    rank[first_order] = np.arange(len(starts))
-    fid = rank[conn] if n else conn
-    order2 = np.argsort(fid, kind="stable")
-    c = {k: v[order2] for k, v in c.items()}
-    fid, from_low, flags, syn_only = fid[order2], from_low[order2], flags[order2], syn_only[order2]
-    starts = _group_starts(fid)
+    if len(starts) > (tup[-1] + 1 if n else 0):
+        # a reused 4-tuple: renumber its later connections by their first packet's time
+        first_order = np.lexsort((c.at("frame", starts), c.at("ts_ns", starts)))
+        rank = np.empty(len(starts), dtype=np.int64)
+        rank[first_order] = np.arange(len(starts))
+        regroup = np.argsort(rank[fid], kind="stable")
+        order, fid = order[regroup], rank[fid][regroup]
+        from_low, flags, syn_only = from_low[regroup], flags[regroup], syn_only[regroup]
+        c = _Sorted(cols, order)
+        starts = _group_starts(fid)
     nflows = len(starts)
     ends = np.r_[starts[1:], n].astype(np.int64)
 
-    roles = _roles(c, fid, starts, ends, from_low, flags)
-    client_is_low, roles_how = roles
+    client_is_low, handshake = _roles(c, fid, starts, from_low, flags)
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server
     dgroup = fid * 2 + d
+    by_dir = _direction_order(fid, d, starts)  # each direction's rows in time order
 
-    seg = _sequence_space(c, fid, d, dgroup, flags, syn_only, nflows)
+    seg = _sequence_space(c, by_dir, dgroup, flags, nflows)
     seg["flow"] = fid
     seg["dir"] = d
     seg["frame"] = c["frame"]
@@ -165,39 +207,29 @@ def build_flows(c: dict[str, np.ndarray]) -> Flows:
     seg["payload"] = c["payload"].astype(np.int64)
     seg["flags"] = c["flags"]
     seg["window"] = c["window"]
-    seg.update(_row_links(seg, nflows))
+    seg.update(_row_links(seg, by_dir))
 
-    flow = _flow_facts(c, seg, starts, ends, client_is_low, roles_how, syn_only, flags)
+    flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
     return Flows(seg=seg, flow=flow, starts=starts)
 
 
-def _roles(c, fid, starts, ends, from_low, flags):
-    """Which endpoint is the client (per flow), and how we know."""
+def _roles(c, fid, starts, from_low, flags):
+    """Which endpoint is the client (per flow), and whether the handshake says so."""
     nflows = len(starts)
-    client_is_low = np.zeros(nflows, dtype=bool)
-    how = ["guessed"] * nflows
-    syn = (flags & (SYN | ACK)) == SYN
-    synack = (flags & (SYN | ACK)) == (SYN | ACK)
-    first_syn = _first_in_flow(syn, fid, nflows)
-    first_synack = _first_in_flow(synack, fid, nflows)
-    for i in range(nflows):
-        if first_syn[i] >= 0:
-            client_is_low[i] = from_low[first_syn[i]]
-            how[i] = "handshake"
-        elif first_synack[i] >= 0:
-            client_is_low[i] = not from_low[first_synack[i]]
-            how[i] = "handshake"
-        else:
-            r = starts[i]
-            low_port = c["sport"][r] if from_low[r] else c["dport"][r]
-            high_port = c["dport"][r] if from_low[r] else c["sport"][r]
-            if (low_port < EPHEMERAL_FROM) != (high_port < EPHEMERAL_FROM):
-                client_is_low[i] = low_port >= EPHEMERAL_FROM  # the ephemeral port is the client
-            elif low_port != high_port:
-                client_is_low[i] = low_port > high_port  # the higher port is the client
-            else:
-                client_is_low[i] = bool(from_low[r])  # first sender is the client
-    return client_is_low, how
+    first_syn = _first_in_flow((flags & (SYN | ACK)) == SYN, fid, nflows)
+    first_synack = _first_in_flow((flags & (SYN | ACK)) == (SYN | ACK), fid, nflows)
+    # no handshake: the ephemeral port is the client's, else the higher port, else the first sender
+    sport, dport = c.at("sport", starts), c.at("dport", starts)
+    low_port = np.where(from_low[starts], sport, dport).astype(np.int64)
+    high_port = np.where(from_low[starts], dport, sport).astype(np.int64)
+    one_ephemeral = (low_port >= EPHEMERAL_FROM) != (high_port >= EPHEMERAL_FROM)
+    guess = np.where(one_ephemeral, low_port >= EPHEMERAL_FROM,
+                     np.where(low_port != high_port, low_port > high_port, from_low[starts]))
+    client_is_low = np.where(first_syn >= 0, from_low[np.maximum(first_syn, 0)],
+                             np.where(first_synack >= 0, ~from_low[np.maximum(first_synack, 0)],
+                                      guess))
+    handshake = (first_syn >= 0) | (first_synack >= 0)
+    return client_is_low.astype(bool), handshake
 
 
 def _first_in_flow(mask: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray:
@@ -208,11 +240,9 @@ def _first_in_flow(mask: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray
     return out
 
 
-def _sequence_space(c, fid, d, dgroup, flags, syn_only, nflows) -> dict[str, np.ndarray]:
+def _sequence_space(c, by_dir, dgroup, flags, nflows) -> dict[str, np.ndarray]:
     """Relative, unwrapped seq/ack per direction, and segment classification."""
-    n = len(fid)
-    # Rows of one direction in time order: a stable sort of the flow-sorted rows by dgroup.
-    by_dir = np.argsort(dgroup, kind="stable")
+    n = len(dgroup)
     g = dgroup[by_dir]
     raw_seq = c["seq"][by_dir].astype(np.int64)
     gstart = np.r_[True, g[1:] != g[:-1]] if n else np.zeros(0, bool)
@@ -265,18 +295,17 @@ def _sequence_space(c, fid, d, dgroup, flags, syn_only, nflows) -> dict[str, np.
             "new_data": new_data, "retrans": retrans, "keepalive": keepalive}
 
 
-def _row_links(seg: dict[str, np.ndarray], nflows: int) -> dict[str, np.ndarray]:
+def _row_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
     """Per-row pointers the detector follows, all within the row's flow (-1 if none).
 
     ack_max: highest ACK this direction had sent up to and including the row.
     prev_same / prev_other: the last row of the same / other direction before this row.
     prev_data / prev_other_data: the same for rows carrying payload.
-    acked_by: for new data, the first row of the other direction acknowledging all of it.
+    acked_by: for new sequence space, the first row of the other direction acknowledging all of it.
     """
     n = len(seg["flow"])
     fid, d = seg["flow"], seg["dir"]
     dgroup = fid * 2 + d
-    by_dir = np.argsort(dgroup, kind="stable")
     ack_max = np.empty(n, dtype=np.int64)
     ack_max[by_dir] = grouped_cummax(seg["ack"][by_dir], dgroup[by_dir], floor=-1)
     last = [_ffill_index(d == k, fid, inclusive=False) for k in (0, 1)]
@@ -286,7 +315,7 @@ def _row_links(seg: dict[str, np.ndarray], nflows: int) -> dict[str, np.ndarray]
     # first row of the other direction whose running ACK covers the data's end:
     # search the (group, ack_max) keys, which increase along by_dir order
     acked_by = np.full(n, -1, dtype=np.int64)
-    rows = np.flatnonzero(seg["new_data"])
+    rows = np.flatnonzero(seg["end"] > seg["sent_before"])  # new sequence space, SYN/FIN too
     if len(rows) and n:
         span = int(max(ack_max.max(), seg["end"].max())) + 2
         keys = dgroup[by_dir].astype(np.int64) * span + (ack_max[by_dir] + 1)
@@ -304,138 +333,101 @@ def _row_links(seg: dict[str, np.ndarray], nflows: int) -> dict[str, np.ndarray]
             "prev_other_data": np.where(other, last_data[0], last_data[1])}
 
 
-def _flow_facts(c, seg, starts, ends, client_is_low, roles_how, syn_only, flags) -> dict[str, list]:
-    """Per-flow endpoints, MSS, window scale, handshake RTTs and vantage."""
+def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, np.ndarray]:
+    """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays)."""
     nflows = len(starts)
-    fid, d = seg["flow"], seg["dir"]
-    ts = seg["ts_ns"]
-    synack = (flags & (SYN | ACK)) == (SYN | ACK)
-    first_syn = _first_in_flow(syn_only, fid, nflows)
-    first_synack = _first_in_flow(synack, fid, nflows)
-    payload = seg["payload"]
-
-    # Largest payload per flow and direction, and options announced in SYNs.
+    fid, d, ts = seg["flow"], seg["dir"], seg["ts_ns"]
     key = fid * 2 + d
-    maxpay = np.zeros(nflows * 2, dtype=np.int64)
-    np.maximum.at(maxpay, key, payload)
+    out: dict[str, np.ndarray] = {}
+
+    # endpoints: the first row's source is the client iff that row goes client -> server
+    r = starts
+    to_server = d[r] == 0
+    for side, mine in (("client", to_server), ("server", ~to_server)):
+        pick = {k: np.where(mine, c.at(f"src_{k}", r), c.at(f"dst_{k}", r)) for k in ("hi", "lo")}
+        port = np.where(mine, c.at("sport", r), c.at("dport", r)).astype(np.int64)
+        addr = _format_addresses(c.at("ipver", r), pick["hi"], pick["lo"])
+        out[f"{side}_addr"] = addr
+        out[f"{side}_port"] = port
+        out[side] = np.array([f"[{a}]:{p}" if ":" in a else f"{a}:{p}"
+                              for a, p in zip(addr.tolist(), port.tolist())], dtype=object)
+    out["roles"] = np.where(handshake, "handshake", "guessed").astype(object)
+    out["packets"] = np.bincount(fid, minlength=nflows).astype(np.int64)
+    out["first_ns"] = ts[starts]
+    out["last_ns"] = ts[ends - 1]
+
+    # options announced in each direction's first SYN; largest payload per direction
     syn_rows = np.flatnonzero((flags & SYN) != 0)
-    mss_opt = np.full(nflows * 2, -1, dtype=np.int64)
-    wscale = np.full(nflows * 2, -1, dtype=np.int64)
-    syn_ts = np.zeros(nflows * 2, dtype=bool)
-    for r in syn_rows[::-1]:  # first SYN of each direction wins
-        k = key[r]
-        mss_opt[k] = c["mss"][r]
-        wscale[k] = c["wscale"][r]
-        syn_ts[k] = bool(c["has_ts"][r])
-    pkts = np.bincount(fid, minlength=nflows)
-    # fastest data -> ACK turnaround per direction: the round trip from the capture point
-    # to the receiver of that data (delayed ACKs only make it longer, so the minimum is best)
-    paired = np.flatnonzero(seg["acked_by"] >= 0)
-    turn = np.full(nflows * 2, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(turn, key[paired], ts[seg["acked_by"][paired]] - ts[paired])
+    first_syn_of = np.full(nflows * 2, -1, dtype=np.int64)
+    first_syn_of[key[syn_rows[::-1]]] = syn_rows[::-1]
+    has = first_syn_of >= 0
+    fs = np.maximum(first_syn_of, 0)
+    mss_opt = np.where(has, c.at("mss", fs), -1).astype(np.int64)
+    wscale = np.where(has, c.at("wscale", fs), -1).astype(np.int64)
+    syn_ts = has & (c.at("has_ts", fs) != 0)
+    maxpay = np.zeros(nflows * 2, dtype=np.int64)
+    np.maximum.at(maxpay, key, seg["payload"])
 
-    out: dict[str, list] = {k: [] for k in (
-        "client", "server", "client_addr", "server_addr", "client_port", "server_port",
-        "roles", "packets", "first_ns", "last_ns", "mss", "mss_how", "wscale",
-        "rtt_client_ms", "rtt_server_ms", "rtt_ms", "rtt_how", "vantage", "vantage_how")}
-    for i in range(nflows):
-        r = int(starts[i])
-        # the row's source is the client iff dir == 0
-        if d[r] == 0:
-            cli = (c["ipver"][r], c["src_hi"][r], c["src_lo"][r], c["sport"][r])
-            srv = (c["ipver"][r], c["dst_hi"][r], c["dst_lo"][r], c["dport"][r])
-        else:
-            cli = (c["ipver"][r], c["dst_hi"][r], c["dst_lo"][r], c["dport"][r])
-            srv = (c["ipver"][r], c["src_hi"][r], c["src_lo"][r], c["sport"][r])
-        ca, sa = format_address(int(cli[0]), int(cli[1]), int(cli[2])), format_address(
-            int(srv[0]), int(srv[1]), int(srv[2]))
-        out["client_addr"].append(ca)
-        out["server_addr"].append(sa)
-        out["client_port"].append(int(cli[3]))
-        out["server_port"].append(int(srv[3]))
-        out["client"].append(_endpoint(ca, int(cli[3])))
-        out["server"].append(_endpoint(sa, int(srv[3])))
-        out["roles"].append(roles_how[i])
-        out["packets"].append(int(pkts[i]))
-        out["first_ns"].append(int(ts[r]))
-        out["last_ns"].append(int(ts[int(ends[i]) - 1]))
+    # send MSS of each direction: what the peer announced, less 12 bytes of timestamps;
+    # without it, the largest segment seen in the flow (never below 536)
+    both_ts = (syn_ts[0::2] & syn_ts[1::2]).repeat(2)
+    peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
+    observed = np.maximum(maxpay[0::2], maxpay[1::2]).repeat(2)
+    mss = np.where(peer_mss > 0, peer_mss - 12 * both_ts, np.maximum(observed, DEFAULT_MSS_FLOOR))
+    out["mss"] = mss.reshape(-1, 2)
+    out["mss_how"] = np.where(peer_mss > 0, "syn", "inferred").astype(object).reshape(-1, 2)
+    ws = wscale.reshape(-1, 2)
+    both_syn = (first_syn_of.reshape(-1, 2) >= 0).all(axis=1)
+    out["wscale"] = np.where((ws >= 0).all(axis=1)[:, None], ws,
+                             np.where(both_syn[:, None], 0, -1))
 
-        # send MSS per direction: what the peer announced, less 12 bytes of timestamps
-        mss, how = [], []
-        both_ts = syn_ts[2 * i] and syn_ts[2 * i + 1]
-        observed = int(max(maxpay[2 * i], maxpay[2 * i + 1]))
-        for k in (0, 1):
-            peer_mss = mss_opt[2 * i + (1 - k)]
-            if peer_mss > 0:
-                eff = int(peer_mss) - (12 if both_ts else 0)
-                mss.append(eff)
-                how.append("syn")
-            else:
-                mss.append(max(observed, DEFAULT_MSS_FLOOR))
-                how.append("inferred")
-        out["mss"].append(mss)
-        out["mss_how"].append(how)
-        out["wscale"].append([int(wscale[2 * i]), int(wscale[2 * i + 1])]
-                             if wscale[2 * i] >= 0 and wscale[2 * i + 1] >= 0
-                             else ([0, 0] if first_syn[i] >= 0 and first_synack[i] >= 0 else [-1, -1]))
+    # round trips from the capture point: SYN -> SYN/ACK is to the server and back,
+    # SYN/ACK -> the client's ACK of it is to the client and back
+    nan = np.full(nflows, np.nan)
+    sa = _first_in_flow((flags & (SYN | ACK)) == (SYN | ACK), fid, nflows)
+    last_syn = _ffill_index(syn_only, fid, inclusive=True)
+    sa0 = np.maximum(sa, 0)
+    syn_before = np.where(sa >= 0, last_syn[sa0], -1)
+    rs = np.where(syn_before >= 0, (ts[sa0] - ts[np.maximum(syn_before, 0)]) / 1e6, nan)
+    hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
+    rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
+    # otherwise the fastest data -> ACK turnaround per direction (delayed ACKs only add)
+    paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
+    turn = np.full(nflows * 2, np.inf)
+    np.minimum.at(turn, key[paired], (ts[seg["acked_by"][paired]] - ts[paired]) / 1e6)
+    turn[np.isinf(turn)] = np.nan
+    from_hs = ~np.isnan(rc) & ~np.isnan(rs)
+    rc = np.where(from_hs, rc, turn[1::2])
+    rs = np.where(from_hs, rs, turn[0::2])
+    out["rtt_client_ms"], out["rtt_server_ms"], out["rtt_ms"] = rc, rs, rc + rs
+    out["rtt_how"] = np.where(from_hs, "handshake",
+                              np.where(~np.isnan(rc + rs), "data/ACK pairs", "none")).astype(object)
 
-        rc, rs, rhow = _handshake_rtt(seg, first_syn[i], first_synack[i], ends[i])
-        if rc is None or rs is None:
-            nomax = np.iinfo(np.int64).max
-            pair_s = turn[2 * i] / 1e6 if turn[2 * i] != nomax else None
-            pair_c = turn[2 * i + 1] / 1e6 if turn[2 * i + 1] != nomax else None
-            rc = rc if rc is not None else pair_c
-            rs = rs if rs is not None else pair_s
-            rhow = "data/ACK pairs" if rc is not None or rs is not None else None
-        out["rtt_client_ms"].append(rc)
-        out["rtt_server_ms"].append(rs)
-        out["rtt_how"].append(rhow)
-        out["rtt_ms"].append(rc + rs if rc is not None and rs is not None else None)
-        v, vhow = _vantage(rc, rs, rhow)
-        out["vantage"].append(v)
-        out["vantage_how"].append(vhow)
+    total = rc + rs
+    near_c = rc <= np.maximum(NEAR_MS, 0.1 * total)
+    near_s = rs <= np.maximum(NEAR_MS, 0.1 * total)
+    out["vantage"] = np.select([np.isnan(total), near_c, near_s], ["unknown", "client", "server"],
+                               "middle").astype(object)
+    out["both_near"] = near_c & near_s
     return out
 
 
-def _vantage(rc: float | None, rs: float | None, how: str | None) -> tuple[str, str]:
-    """Where the capture was taken, from the round trips to each side, and why we think so."""
-    if rc is None or rs is None:
-        return "unknown", "no handshake and no data/ACK pairs in both directions"
-    total = rc + rs
-    near_c = rc <= max(NEAR_MS, 0.1 * total)
-    near_s = rs <= max(NEAR_MS, 0.1 * total)
-    basis = f"{how}: capture point to client and back {rc:.3f} ms, to server and back {rs:.3f} ms"
-    if near_c and near_s:
-        return "client", basis + " (both ends at the capture point: same host or loopback)"
-    if near_c:
-        return "client", basis
-    if near_s:
-        return "server", basis
-    return "middle", basis
+def vantage_basis(rtt_how: str, rc: float, rs: float, both_near: bool) -> str:
+    """Why we think the capture was taken where `vantage` says (for the report)."""
+    if rtt_how == "none":
+        return "no handshake and no data/ACK pairs in both directions"
+    text = (f"{rtt_how}: capture point to client and back {rc:.3f} ms, "
+            f"to server and back {rs:.3f} ms")
+    if both_near:
+        text += " (both ends at the capture point: same host or loopback)"
+    return text
 
 
-def _endpoint(addr: str, port: int) -> str:
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
-
-
-def _handshake_rtt(seg, syn_row: int, synack_row: int, end: int):
-    """Round trips capture point -> client -> capture point, and -> server -> back, in ms."""
-    if syn_row < 0 or synack_row < 0 or synack_row < syn_row:
-        return None, None, None
-    ts = seg["ts_ns"]
-    # the SYN/ACK answers the last SYN transmission before it
-    last_syn = syn_row
-    flow = seg["flow"][syn_row]
-    r = syn_row + 1
-    while r < synack_row:
-        if seg["dir"][r] == 0 and (seg["flags"][r] & (SYN | ACK)) == SYN and seg["flow"][r] == flow:
-            last_syn = r
-        r += 1
-    rtt_server = (ts[synack_row] - ts[last_syn]) / 1e6
-    want = seg["end"][synack_row]
-    r = synack_row + 1
-    while r < end:
-        if seg["dir"][r] == 0 and seg["ack"][r] >= want:
-            return (ts[r] - ts[synack_row]) / 1e6, rtt_server, "handshake"
-        r += 1
-    return None, rtt_server, None
+def _format_addresses(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Text of each address, formatting each distinct address once."""
+    if not len(ver):
+        return np.zeros(0, dtype=object)
+    keys = np.stack([ver.astype(np.uint64), hi, lo], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    text = np.array([format_address(int(v), int(h), int(l)) for v, h, l in uniq], dtype=object)
+    return text[inv.reshape(-1)]

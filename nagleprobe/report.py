@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .detect import Detection
-from .flows import Flows
+from .flows import Flows, vantage_basis
 from .read import CaptureInfo
 
 SIDES = ("client", "server")
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
+TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
+TEXT_LISTED_FLOWS = 50  # further flows listed one per line
 
 
 def timer_name(ms: float | None) -> str:
@@ -34,44 +36,76 @@ def timer_name(ms: float | None) -> str:
 class Report:
     """Everything nagleprobe found in one capture.
 
-    `capture`: how the file was read. `flows`, `stalls`, `endpoints`: pandas DataFrames
-    (one row per flow, per stall, per flow endpoint). `to_dict()` is the JSON document.
+    `capture`: how the file was read (a dict). `flows`, `stalls`, `endpoints`: pandas
+    DataFrames, one row per flow, per stall and per flow endpoint (columns in the README).
+    `to_dict()` is the JSON document.
     """
 
     capture: dict[str, Any]
     flows: pd.DataFrame
     stalls: pd.DataFrame
     endpoints: pd.DataFrame
-    _flow_docs: list[dict[str, Any]] = field(repr=False, default_factory=list)
-    _stall_docs: list[dict[str, Any]] = field(repr=False, default_factory=list)
 
     @property
     def stall_count(self) -> int:
-        return len(self._stall_docs)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The documented JSON document (see README, "JSON output")."""
-        return {"capture": self.capture, "summary": self.summary(), "flows": self._flow_docs,
-                "stalls": self._stall_docs}
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return len(self.stalls)
 
     def summary(self) -> dict[str, Any]:
-        stalled = [f for f in self._flow_docs if f["stalls"]]
-        return {"stalls": self.stall_count, "flows": len(self._flow_docs),
-                "flows_with_stalls": len(stalled),
-                "stall_ms": round(sum(f["stall_ms"] for f in stalled), 3)}
+        return {"stalls": len(self.stalls), "flows": len(self.flows),
+                "flows_with_stalls": int((self.flows["stalls"] > 0).sum()),
+                "stall_ms": round(float(self.flows["stall_ms"].sum()), 3)}
 
     def verdict(self) -> str:
         """One sentence: are stalls present, where, and what they cost."""
         s = self.summary()
+        flows = f"TCP flow{'' if s['flows'] == 1 else 's'}"
         if not s["stalls"]:
-            return (f"No Nagle/delayed-ACK stalls found in {s['flows']} TCP flow"
-                    f"{'' if s['flows'] == 1 else 's'}.")
+            return f"No Nagle/delayed-ACK stalls found in {s['flows']} {flows}."
         return (f"Nagle/delayed-ACK stalls found: {s['stalls']} stall"
                 f"{'' if s['stalls'] == 1 else 's'} in {s['flows_with_stalls']} of {s['flows']} "
-                f"TCP flow{'' if s['flows'] == 1 else 's'}, costing {s['stall_ms']:.1f} ms.")
+                f"{flows}, costing {s['stall_ms']:.1f} ms.")
+
+    def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
+        """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
+        fl = self.flows if ids is None else self.flows.iloc[ids]
+        sel = fl["id"].to_numpy()
+        ep = self.endpoints.iloc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
+        eps = _records(ep.drop(columns=["flow", "side"]))
+        docs = []
+        for j, rec in enumerate(_records(fl)):
+            fix = {k: rec.pop(f"fix_{k}") for k in _FIX_FIELDS}
+            rec["endpoints"] = {"client": eps[2 * j], "server": eps[2 * j + 1]}
+            rec["fix"] = fix if fix["side"] is not None else None
+            docs.append(rec)
+        return docs
+
+    def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
+        """Stalls as JSON objects (all, or one flow's), frames and times nested."""
+        st = self.stalls if flow is None else self.stalls[self.stalls["flow"] == flow]
+        docs = []
+        for rec in _records(st):
+            conf = rec.pop("confidence")
+            rec["frames"] = {k: rec.pop(f"{k}_frame") for k in _STALL_POINTS}
+            rec["times"] = {k: rec.pop(f"{k}_s") for k in _STALL_POINTS}
+            rec["confidence"] = conf
+            docs.append(rec)
+        return docs
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON document (see README, "JSON output")."""
+        return {"capture": self.capture, "summary": self.summary(), "flows": self.flow_docs(),
+                "stalls": self.stall_docs()}
+
+    def to_json(self) -> str:
+        """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
+        writes the flat stall rows, and the nesting of frames/times is spliced into the text."""
+        head = json.dumps({"capture": self.capture, "summary": self.summary(),
+                           "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
+        flat = self.stalls[[c for c in self.stalls.columns if c != "confidence"] + ["confidence"]]
+        rows = flat.to_json(orient="records", double_precision=6) if len(flat) else "[]"
+        for old, new in _STALL_SPLICE:
+            rows = rows.replace(old, new)
+        return head[:-1] + ',"stalls":' + rows + "}"
 
     def to_text(self) -> str:
         return render_text(self)
@@ -80,114 +114,124 @@ class Report:
         return self.to_text()
 
 
+_FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
+_STALL_POINTS = ("small", "ack", "released")
+# flat stall columns -> the nested "frames" and "times" objects of the JSON contract
+_STALL_SPLICE = [('"small_frame":', '"frames":{"small":'), (',"ack_frame":', ',"ack":'),
+                 (',"released_frame":', ',"released":'), (',"small_s":', '},"times":{"small":'),
+                 (',"ack_s":', ',"ack":'), (',"released_s":', ',"released":'),
+                 (',"confidence":', '},"confidence":')]
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain Python dicts (Python scalars; NaN and NA as None, i.e. JSON null)."""
+    cols = []
+    for name in df.columns:
+        col = df[name]
+        if not isinstance(col.dtype, np.dtype):  # pandas extension types (Int64 with NA)
+            cols.append([None if x is pd.NA else x for x in col.astype(object).tolist()])
+        elif col.dtype.kind == "f":
+            v = col.to_numpy()
+            cols.append([None if x != x else x for x in v.tolist()])
+        elif col.dtype.kind in "iub":
+            cols.append(col.to_numpy().tolist())
+        else:
+            cols.append([None if x is pd.NA else x for x in col.tolist()])
+    names = list(df.columns)
+    return [dict(zip(names, row)) for row in zip(*cols)] if names else []
+
+
 def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Detection,
                  origin_ns: int) -> Report:
-    """Assemble the tables and documents from the pipeline's stages."""
-    st = det.stalls
+    """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
+    st, fl = det.stalls, f.flow
     nflows = f.count
     key = st["flow"] * 2 + st["dir"]
-    stall_ns = np.bincount(key, weights=st["stall_ns"], minlength=nflows * 2)
-    stall_n = np.bincount(key, minlength=nflows * 2)
-    answered = np.bincount(key, weights=det.answered.astype(float), minlength=nflows * 2)
+    stall_ns = np.bincount(key, weights=st["stall_ns"], minlength=nflows * 2).reshape(-1, 2)
+    stall_n = np.bincount(key, minlength=nflows * 2).reshape(-1, 2)
+    answered = np.bincount(key, weights=det.answered, minlength=nflows * 2).reshape(-1, 2)
+
+    # endpoints: the delayed ACKs of an endpoint are measured on the data it received
+    proofs = det.nagle_off_proofs.reshape(-1, 2)
+    nagle = np.where(stall_n > 0, "on", np.where(proofs > 0, "off", "unknown"))
+    recv = lambda a: a.reshape(-1, 2)[:, ::-1]  # noqa: E731  per endpoint, from the peer's data
+    endpoints = pd.DataFrame({
+        "flow": np.arange(nflows).repeat(2),
+        "side": np.tile(np.array(SIDES, dtype=object), nflows),
+        "endpoint": np.stack([fl["client"], fl["server"]], axis=1).reshape(-1),
+        "nagle": nagle.reshape(-1),
+        "nagle_off_evidence": proofs.reshape(-1),
+        "delayed_ack_ms": np.round(recv(det.late_ack_median_ms).reshape(-1), 1),
+        "delayed_acks": recv(det.late_acks).reshape(-1),
+        "quick_acks": recv(det.quick_acks).reshape(-1),
+        "mss": fl["mss"].reshape(-1),
+        "mss_from": fl["mss_how"].reshape(-1),
+        "window_scale": pd.array(np.where(fl["wscale"] >= 0, fl["wscale"], -1).reshape(-1),
+                                 dtype="Int64"),
+    })
+    endpoints.loc[endpoints["window_scale"] < 0, "window_scale"] = pd.NA
+
+    duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
+    lost_ms = stall_ns.sum(axis=1) / 1e6
     retrans = np.bincount(f.seg["flow"], weights=f.seg["retrans"], minlength=nflows)
     keepalive = np.bincount(f.seg["flow"], weights=f.seg["keepalive"], minlength=nflows)
+    flows = pd.DataFrame({
+        "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
+        "roles": fl["roles"], "vantage": fl["vantage"],
+        "vantage_basis": [vantage_basis(h, c, s, b) for h, c, s, b in zip(
+            fl["rtt_how"], fl["rtt_client_ms"], fl["rtt_server_ms"], fl["both_near"])],
+        "rtt_ms": np.round(fl["rtt_ms"], 3), "rtt_client_ms": np.round(fl["rtt_client_ms"], 3),
+        "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"],
+        "retransmissions": retrans.astype(np.int64),
+        "keepalives_or_probes": keepalive.astype(np.int64),
+        "start_s": np.round((fl["first_ns"] - origin_ns) / 1e9, 6),
+        "stalls": stall_n.sum(axis=1), "stall_ms": np.round(lost_ms, 3),
+        "duration_s": np.round(duration, 6),
+        "duration_without_stalls_s": np.round(np.maximum(duration - lost_ms / 1e3, 0.0), 6),
+        "lost_share": np.round(np.divide(lost_ms / 1e3, duration, out=np.zeros(nflows),
+                                         where=duration > 0), 4),
+    })
+    fixes = {k: np.full(nflows, None, dtype=object)
+             for k in ("side", "endpoint", "action", "alternative", "text")}
+    timers = endpoints["delayed_ack_ms"].to_numpy().reshape(-1, 2)
+    for i in np.flatnonzero(stall_n.sum(axis=1)):
+        k = 0 if stall_ns[i, 0] >= stall_ns[i, 1] else 1
+        timer = timers[i, 1 - k]
+        fix = _fix(k, flows.at[i, SIDES[k]], None if np.isnan(timer) else float(timer),
+                   int(stall_n[i, k]), stall_ns[i, k] / 1e6,
+                   answered[i, k] * 2 >= stall_n[i, k])
+        for name, v in fix.items():
+            fixes[name][i] = v
+    for name, v in fixes.items():
+        flows[f"fix_{name}"] = v
 
-    flow_docs, endpoint_rows = [], []
-    for i in range(nflows):
-        fl = {k: v[i] for k, v in f.flow.items()}
-        eps = {}
-        for k, side in enumerate(SIDES):
-            # delayed ACKs of this endpoint are measured on the data it received
-            late = det.late_ack_ms[2 * i + (1 - k)]
-            delack = round(float(np.median(late)), 1) if late else None
-            if stall_n[2 * i + k]:
-                nagle = "on"
-            elif det.nagle_off_proofs[2 * i + k]:
-                nagle = "off"
-            else:
-                nagle = "unknown"
-            eps[side] = {"endpoint": fl[side], "nagle": nagle,
-                         "nagle_off_evidence": int(det.nagle_off_proofs[2 * i + k]),
-                         "delayed_ack_ms": delack, "delayed_acks": len(late),
-                         "quick_acks": int(det.quick_acks[2 * i + (1 - k)]),
-                         "mss": int(fl["mss"][k]), "mss_from": fl["mss_how"][k],
-                         "window_scale": fl["wscale"][k] if fl["wscale"][k] >= 0 else None}
-            endpoint_rows.append({"flow": i, "side": side, **eps[side]})
-        duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
-        lost_ms = float(stall_ns[2 * i] + stall_ns[2 * i + 1]) / 1e6
-        doc = {
-            "id": i, "client": fl["client"], "server": fl["server"], "roles": fl["roles"],
-            "vantage": fl["vantage"], "vantage_basis": fl["vantage_how"],
-            "rtt_ms": _r(fl["rtt_ms"]), "rtt_client_ms": _r(fl["rtt_client_ms"]),
-            "rtt_server_ms": _r(fl["rtt_server_ms"]), "packets": fl["packets"],
-            "retransmissions": int(retrans[i]), "keepalives_or_probes": int(keepalive[i]),
-            "start_s": round((fl["first_ns"] - origin_ns) / 1e9, 6),
-            "stalls": int(stall_n[2 * i] + stall_n[2 * i + 1]), "stall_ms": round(lost_ms, 3),
-            "duration_s": round(duration, 6),
-            "duration_without_stalls_s": round(max(duration - lost_ms / 1e3, 0.0), 6),
-            "lost_share": round(lost_ms / 1e3 / duration, 4) if duration > 0 else 0.0,
-            "endpoints": eps, "fix": None,
-        }
-        if doc["stalls"]:
-            k = 0 if stall_ns[2 * i] >= stall_ns[2 * i + 1] else 1
-            doc["fix"] = _fix(doc, k, int(stall_n[2 * i + k]), float(stall_ns[2 * i + k]) / 1e6,
-                              answered[2 * i + k] * 2 >= stall_n[2 * i + k])
-        flow_docs.append(doc)
-
-    stall_docs = []
     order = np.lexsort((st["released_frame"], st["flow"]))
-    for j in order:
-        side = SIDES[int(st["dir"][j])]
-        stall_docs.append({
-            "flow": int(st["flow"][j]), "sender": side,
-            "endpoint": flow_docs[int(st["flow"][j])][side],
-            "delay_ms": round(st["stall_ns"][j] / 1e6, 3),
-            "held_bytes": int(st["held_bytes"][j]), "small_bytes": int(st["small_bytes"][j]),
-            "peer_ack_delay_ms": round(st["ack_delay_ns"][j] / 1e6, 3),
-            "reaction_ms": round(st["reaction_ns"][j] / 1e6, 3),
-            "frames": {"small": int(st["small_frame"][j]), "ack": int(st["ack_frame"][j]),
-                       "released": int(st["released_frame"][j])},
-            "times": {name: round((st[f"{name}_ns"][j] - origin_ns) / 1e9, 6)
-                      for name in ("small", "ack", "released")},
-            "confidence": float(st["confidence"][j]),
-        })
+    sides = np.array(SIDES, dtype=object)
+    stalls = pd.DataFrame({
+        "flow": st["flow"][order], "sender": sides[st["dir"][order]],
+        "endpoint": np.where(st["dir"][order] == 0, fl["client"][st["flow"][order]],
+                             fl["server"][st["flow"][order]]),
+        "delay_ms": np.round(st["stall_ns"][order] / 1e6, 3),
+        "held_bytes": st["held_bytes"][order], "small_bytes": st["small_bytes"][order],
+        "peer_ack_delay_ms": np.round(st["ack_delay_ns"][order] / 1e6, 3),
+        "reaction_ms": np.round(st["reaction_ns"][order] / 1e6, 3),
+        **{f"{k}_frame": st[f"{k}_frame"][order] for k in ("small", "ack", "released")},
+        **{f"{k}_s": np.round((st[f"{k}_ns"][order] - origin_ns) / 1e9, 6)
+           for k in ("small", "ack", "released")},
+        "confidence": st["confidence"][order],
+    })
 
     capture = {"path": info.path, "format": info.format, "compressed": info.compressed,
                "link_types": list(info.link_types), "packets": info.packets,
                "tcp_packets": int(len(f.seg["flow"])), "skipped": dict(sorted(skipped.items())),
                "warnings": list(info.warnings), "time_origin_ns": int(origin_ns)}
-    flows_df = pd.DataFrame([{k: v for k, v in d.items() if k not in ("endpoints", "fix")}
-                             | {"fix_side": d["fix"]["side"] if d["fix"] else None,
-                                "fix_action": d["fix"]["action"] if d["fix"] else None}
-                             for d in flow_docs], columns=_FLOW_COLUMNS)
-    stalls_df = pd.DataFrame([{k: v for k, v in d.items() if k not in ("frames", "times")}
-                              | {f"{k}_frame": v for k, v in d["frames"].items()}
-                              | {f"{k}_s": v for k, v in d["times"].items()}
-                              for d in stall_docs], columns=_STALL_COLUMNS)
-    endpoints_df = pd.DataFrame(endpoint_rows, columns=_ENDPOINT_COLUMNS)
-    return Report(capture, flows_df, stalls_df, endpoints_df, flow_docs, stall_docs)
+    return Report(capture, flows, stalls, endpoints)
 
 
-_FLOW_COLUMNS = ["id", "client", "server", "roles", "vantage", "vantage_basis", "rtt_ms",
-                 "rtt_client_ms", "rtt_server_ms", "packets", "retransmissions",
-                 "keepalives_or_probes", "start_s", "stalls", "stall_ms",
-                 "duration_s", "duration_without_stalls_s", "lost_share", "fix_side", "fix_action"]
-_STALL_COLUMNS = ["flow", "sender", "endpoint", "delay_ms", "held_bytes", "small_bytes",
-                  "peer_ack_delay_ms", "reaction_ms", "small_frame", "ack_frame", "released_frame",
-                  "small_s", "ack_s", "released_s", "confidence"]
-_ENDPOINT_COLUMNS = ["flow", "side", "endpoint", "nagle", "nagle_off_evidence", "delayed_ack_ms",
-                     "delayed_acks", "quick_acks", "mss", "mss_from", "window_scale"]
-
-
-def _r(x: float | None, nd: int = 3) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
-def _fix(doc: dict[str, Any], k: int, count: int, lost_ms: float, one_message: bool) -> dict:
+def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
+         one_message: bool) -> dict[str, str]:
     """Who must change what, in one readable sentence."""
     side, peer = SIDES[k], SIDES[1 - k]
-    endpoint = doc[side]
-    timer = doc["endpoints"][peer]["delayed_ack_ms"]
     timer_txt = f"~{timer:.0f} ms" if timer is not None else "its timer"
     label = timer_name(timer)
     if label:
@@ -197,15 +241,13 @@ def _fix(doc: dict[str, Any], k: int, count: int, lost_ms: float, one_message: b
     quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
                 f"TcpAckFrequency=1 on Windows) only mitigates it")
     if one_message:
-        action = "coalesce-writes"
-        alternative = "set-tcp-nodelay"
+        action, alternative = "coalesce-writes", "set-tcp-nodelay"
         text = (f"The {side} {endpoint} should send each message in one write (build it in one "
                 f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
                 f"independent small messages, set TCP_NODELAY on its socket instead; "
                 f"{quickack}.")
     else:
-        action = "set-tcp-nodelay"
-        alternative = "coalesce-writes"
+        action, alternative = "set-tcp-nodelay", "coalesce-writes"
         text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
                 f"small messages that must go at once: {cost}. Batching its small writes into "
                 f"full segments also avoids the wait; {quickack}.")
@@ -225,8 +267,9 @@ def render_text(r: Report) -> str:
         lines.append(f"warning: {w}")
     lines.append("")
     lines.append(r.verdict())
-    stalled = [f for f in r._flow_docs if f["stalls"]]
-    for f in stalled:
+    stalled = r.flows[r.flows["stalls"] > 0].sort_values(["stall_ms", "id"],
+                                                          ascending=[False, True])
+    for f in r.flow_docs(stalled["id"].tolist()[:TEXT_DETAILED_FLOWS]):
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
                      f"({f['packets']} packets, roles from {f['roles']})")
@@ -241,7 +284,7 @@ def render_text(r: Report) -> str:
             lines.append(f"  {side} {e['endpoint']}: Nagle {e['nagle']}, delayed ACK {da}, "
                          f"quick ACKs {e['quick_acks']}")
         lines.append(f"  FIX: {f['fix']['text']}")
-        ev = [s for s in r._stall_docs if s["flow"] == f["id"]]
+        ev = r.stall_docs(f["id"])
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
         lines.append("    sender  small seg (S1)      late pure ACK       released (S2)      "
                      "held  stall ms  peer ACK ms  conf")
@@ -254,15 +297,24 @@ def render_text(r: Report) -> str:
         if len(ev) > TEXT_EVIDENCE_ROWS:
             lines.append(f"    ... {len(ev) - TEXT_EVIDENCE_ROWS} more stalls (--format json "
                          f"lists them all)")
-    clean = [f for f in r._flow_docs if not f["stalls"]]
-    if clean:
+    rest = stalled.iloc[TEXT_DETAILED_FLOWS:]
+    if len(rest):
         lines.append("")
-        lines.append(f"Flows without stalls ({len(clean)}):")
-        for f in clean[:50]:
+        lines.append(f"{len(rest)} more flows with stalls (worst first; --format json lists all):")
+        for f in _records(rest.head(TEXT_LISTED_FLOWS)):
+            lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  {f['stalls']} stalls, "
+                         f"{f['stall_ms']:.1f} ms; fix: {f['fix_action']} on the {f['fix_side']}")
+        if len(rest) > TEXT_LISTED_FLOWS:
+            lines.append(f"  ... {len(rest) - TEXT_LISTED_FLOWS} more")
+    clean_ids = r.flows.index[r.flows["stalls"] == 0].tolist()
+    if clean_ids:
+        lines.append("")
+        lines.append(f"Flows without stalls ({len(clean_ids)}):")
+        for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS]):
             ce, se = f["endpoints"]["client"], f["endpoints"]["server"]
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  {f['packets']} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}, Nagle client "
                          f"{ce['nagle']} / server {se['nagle']}")
-        if len(clean) > 50:
-            lines.append(f"  ... {len(clean) - 50} more")
+        if len(clean_ids) > TEXT_LISTED_FLOWS:
+            lines.append(f"  ... {len(clean_ids) - TEXT_LISTED_FLOWS} more")
     return "\n".join(lines) + "\n"
