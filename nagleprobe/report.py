@@ -194,12 +194,13 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
     fixes = {k: np.full(nflows, None, dtype=object)
              for k in ("side", "endpoint", "action", "alternative", "text")}
     timers = endpoints["delayed_ack_ms"].to_numpy().reshape(-1, 2)
-    for i in np.flatnonzero(stall_n.sum(axis=1)):
+    names = np.stack([fl["client"], fl["server"]], axis=1)
+    for i in np.flatnonzero(stall_n.sum(axis=1)).tolist():
         k = 0 if stall_ns[i, 0] >= stall_ns[i, 1] else 1
-        timer = timers[i, 1 - k]
-        fix = _fix(k, flows.at[i, SIDES[k]], None if np.isnan(timer) else float(timer),
-                   int(stall_n[i, k]), stall_ns[i, k] / 1e6,
-                   answered[i, k] * 2 >= stall_n[i, k])
+        timer = float(timers[i, 1 - k])
+        fix = _fix(k, names[i, k], None if np.isnan(timer) else timer,
+                   int(stall_n[i, k]), float(stall_ns[i, k]) / 1e6,
+                   bool(answered[i, k] * 2 >= stall_n[i, k]))
         for name, v in fix.items():
             fixes[name][i] = v
     for name, v in fixes.items():
