@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .errors import CaptureError
 
@@ -163,8 +164,9 @@ def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.nda
     """Gather `width` consecutive 32-bit words at each offset: (n, width) int64."""
     if len(idx) == 0:
         return np.zeros((0, width), dtype=np.int64)
-    m = buf[idx[:, None] + np.arange(width * 4, dtype=np.int64)]
-    return m.view(">u4" if big else "<u4").astype(np.int64)
+    w = width * 4
+    win = as_strided(buf, shape=(len(buf) - w + 1, w), strides=(1, 1), writeable=False)
+    return win[idx].view(">u4" if big else "<u4").astype(np.int64)
 
 
 class CaptureReader:
@@ -274,48 +276,85 @@ class CaptureReader:
         self.info.link_types.append(linktype_name(lt))
         self._pos = 24
 
+    def _fill(self, carry) -> tuple[bytearray, bool]:
+        """A fresh buffer: `carry` followed by up to chunk_bytes of input; (buf, at_eof)."""
+        c = len(carry)
+        buf = bytearray(c + self.chunk_bytes)
+        buf[:c] = carry
+        got = self._readinto(memoryview(buf)[c:])
+        if got < self.chunk_bytes:
+            del buf[c + got:]
+        return buf, got == 0
+
+    def _readinto(self, mv: memoryview) -> int:
+        total, want = 0, len(mv)
+        try:
+            while total < want:
+                k = self._stream.readinto(mv[total:])
+                if not k:
+                    break
+                total += k
+        except EOFError:
+            self._gzip_truncated = True
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise CaptureError(self.path, f"corrupt gzip data: {e}",
+                               f"near uncompressed byte {self._pos + total}") from None
+        except OSError as e:
+            raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
+        finally:
+            mv.release()
+        return total
+
     def _pcap_chunks(self) -> Iterator[RecordBatch]:
         unpack = struct.Struct(">I" if self._big else "<I").unpack_from
         carry = b""
         eof = False
         while not eof:
-            got = self._read(self.chunk_bytes)
-            if not got:
-                eof = True
-            buf = carry + got if carry else got
+            buf, eof = self._fill(carry)
             base = self._pos  # file offset of buf[0]
             n = len(buf)
+            # The hot loop: p walks the caplen field (byte 8) of each record header.
             starts = array("q")
             append = starts.append
-            pos = 0
+            p = 8
+            lim = n - 8
+            while p <= lim:
+                cl, = unpack(buf, p)
+                append(p)
+                p += cl + 16
+            k = len(starts)
+            pos = p - 8
             corrupt = None
-            lim = n - 16
-            while pos <= lim:
-                cl = unpack(buf, pos + 8)[0]
+            if k and pos > n:  # the last record runs past the buffer: carry it over
+                last = starts.pop()
+                k -= 1
+                pos = last - 8
+                cl, = unpack(buf, last)
                 if cl > MAX_CAPLEN:
                     corrupt = (pos, f"captured length {cl} exceeds {MAX_CAPLEN}")
-                    break
-                nxt = pos + 16 + cl
-                if nxt > n:
-                    break
-                append(pos)
-                pos = nxt
-            k = len(starts)
+            st = np.frombuffer(starts, dtype=np.int64)[:k] - 8 if k else None
             if k:
-                yield self._pcap_batch(buf, starts)
+                data = np.frombuffer(buf, dtype=np.uint8)
+                hdr = _u32_rows(data, st, 4, self._big)
+                over = hdr[:, 2] > MAX_CAPLEN
+                if over.any():
+                    j = int(np.argmax(over))
+                    corrupt = (int(st[j]), f"captured length {int(hdr[j, 2])} exceeds "
+                               f"{MAX_CAPLEN}")
+                    st, hdr, k = st[:j], hdr[:j], j
+                if k:
+                    yield self._pcap_batch(data, st, hdr)
             if corrupt is not None:
+                self._pos = base + corrupt[0]
                 self._corrupt(corrupt[1], base + corrupt[0])
                 return
-            carry = buf[pos:]
+            carry = bytes(buf[pos:]) if pos < n else b""
             self._pos = base + pos
         if carry:
             self._truncated(len(carry))
         self._end_of_input()
 
-    def _pcap_batch(self, buf: bytes, starts: array) -> RecordBatch:
-        data = np.frombuffer(buf, dtype=np.uint8)
-        st = np.frombuffer(starts, dtype=np.int64)
-        hdr = _u32_rows(data, st, 4, self._big)
+    def _pcap_batch(self, data: np.ndarray, st: np.ndarray, hdr: np.ndarray) -> RecordBatch:
         k = len(st)
         ts = hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * self._ts_frac_mul
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
@@ -333,10 +372,7 @@ class CaptureReader:
         block_no = 0  # blocks fully consumed so far
         shb_seen = False
         while not eof:
-            got = self._read(self.chunk_bytes)
-            if not got:
-                eof = True
-            buf = carry + got if carry else got
+            buf, eof = self._fill(carry)
             base = self._pos
             n = len(buf)
             starts = array("q")
@@ -404,7 +440,7 @@ class CaptureReader:
             if corrupt is not None:
                 self._corrupt(corrupt[2], base + corrupt[0], block=corrupt[1] + 1)
                 return
-            carry = buf[pos:]
+            carry = bytes(buf[pos:]) if pos < n else b""
             self._pos = base + pos
         if carry:
             self._truncated(len(carry))
