@@ -122,3 +122,85 @@ def write(path, b: bytes) -> str:
     with open(path, "wb") as f:
         f.write(b)
     return str(path)
+
+
+def corpus():
+    """Synthetic packets: list of (linktype, full_bytes, captured_bytes, wirelen, expect).
+
+    expect is None for a TCP packet the decoder must return, else the skip reason.
+    """
+    from scapy.all import (ARP, ICMP, IP, TCP, UDP, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q,
+                           Ether, IPOption_Router_Alert, IPv6, IPv6ExtHdrDestOpt,
+                           IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw)
+
+    ts = [("NOP", None), ("NOP", None), ("Timestamp", (123456, 654321))]
+    syn = [("MSS", 1460), ("SAckOK", b""), ("Timestamp", (99, 0)), ("NOP", None), ("WScale", 7)]
+    v4 = IP(src="10.0.0.1", dst="192.168.1.20")
+    v6 = IPv6(src="2001:db8::1", dst="fe80::abcd:1")
+    out = []
+
+    def add(lt, pkt, expect=None, snap=None, wire=None):
+        full = bytes(pkt)
+        cap = full if snap is None else full[:snap]
+        out.append((lt, full, cap, wire if wire is not None else len(full), expect))
+
+    def tcp(i, **kw):
+        kw.setdefault("options", ts)
+        return TCP(sport=1000 + i, dport=80, seq=1000 * i + 7, ack=4_000_000_000 + i,
+                   flags=kw.pop("flags", "PA"), window=100 + i, **kw)
+
+    e = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    add(1, e / v4 / tcp(1, flags="S", options=syn))
+    add(1, e / v4 / tcp(2) / Raw(b"a" * 10))
+    add(1, e / v4 / tcp(3, options=[("Timestamp", (7, 8)), ("NOP", None), ("NOP", None)]))
+    add(1, e / v4 / tcp(4, options=[("NOP", None), ("NOP", None), ("SAck", (5, 9))]))
+    add(1, e / v4 / tcp(5, options=[]) / Raw(b"b" * 3))  # short frame: Ethernet padding
+    add(1, e / v4 / tcp(6, flags="FA") / Raw(b"c" * 1))
+    add(1, e / v4 / TCP(sport=1, dport=2, flags=0x1FF))  # every flag incl. NS
+    add(1, e / Dot1Q(vlan=5) / v4 / tcp(7) / Raw(b"d" * 20))
+    add(1, e / Dot1AD(vlan=6) / Dot1Q(vlan=7) / v4 / tcp(8) / Raw(b"e" * 5))
+    add(1, Ether(type=0x9100) / Dot1Q(vlan=3, type=0x8100) / Dot1Q(vlan=4) / v4 / tcp(9))
+    add(1, e / IP(src="10.0.0.3", dst="10.0.0.4", options=[IPOption_Router_Alert()])
+        / tcp(10) / Raw(b"f" * 7))
+    add(1, e / v6 / tcp(11, flags="SA", options=syn))
+    add(1, e / v6 / tcp(12) / Raw(b"g" * 30))
+    add(1, e / v6 / IPv6ExtHdrHopByHop() / IPv6ExtHdrDestOpt() / tcp(13) / Raw(b"h" * 9))
+    add(1, e / v6 / IPv6ExtHdrFragment(offset=0, m=0) / tcp(14) / Raw(b"i" * 4))
+    add(1, e / v4 / tcp(15) / Raw(b"j" * 1000), snap=14 + 20 + 32)  # tcpdump -s 66
+    add(1, e / v6 / tcp(16) / Raw(b"k" * 500), snap=14 + 40 + 32)
+    add(1, e / IP(src="10.0.0.1", dst="10.0.0.2", len=0) / tcp(17) / Raw(b"l" * 100),
+        snap=14 + 20 + 32, wire=14 + 20 + 32 + 5000)  # TSO super-frame, len 0
+    # skipped ones
+    add(1, e / v4 / tcp(20) / Raw(b"m" * 100), "truncated-headers", snap=14 + 20 + 25)
+    add(1, e / v4 / UDP(sport=53, dport=53) / Raw(b"q"), "not-tcp")
+    add(1, e / v4 / ICMP(), "not-tcp")
+    add(1, e / v6 / UDP(), "not-tcp")
+    add(1, e / ARP(), "not-ip")
+    add(1, e / IP(src="1.1.1.1", dst="2.2.2.2", flags="MF") / tcp(21) / Raw(b"n" * 8),
+        "ip-fragment")
+    add(1, e / IP(src="1.1.1.1", dst="2.2.2.2", frag=100, proto=6) / Raw(b"o" * 40),
+        "ip-fragment")
+    add(1, e / v6 / IPv6ExtHdrFragment(offset=10, m=1, nh=6) / Raw(b"p" * 40), "ip-fragment")
+    add(1, e / v4 / TCP(dataofs=3), "bad-header")
+    add(1, e / IP(ihl=4, src="1.1.1.1", dst="2.2.2.2") / tcp(22), "bad-header")
+    add(1, e / IP(len=30, src="1.1.1.1", dst="2.2.2.2") / tcp(23), "bad-header")
+    add(1, b"\x02" * 10, "truncated-headers")
+    # other link types
+    add(113, CookedLinux(proto=0x0800) / v4 / tcp(30) / Raw(b"s" * 11))
+    add(113, CookedLinux(proto=0x86DD) / v6 / tcp(31))
+    add(113, CookedLinux(proto=0x0806) / ARP(), "not-ip")
+    add(276, CookedLinuxV2(proto=0x0800) / v4 / tcp(32) / Raw(b"t" * 12))
+    add(276, CookedLinuxV2(proto=0x86DD) / v6 / tcp(33) / Raw(b"u" * 2))
+    add(101, v4 / tcp(34) / Raw(b"v" * 13))
+    add(101, v6 / tcp(35) / Raw(b"w" * 14))
+    add(228, v4 / tcp(36) / Raw(b"x" * 15))
+    add(229, v6 / tcp(37) / Raw(b"y" * 16))
+    add(0, struct.pack("<I", 2) + bytes(v4 / tcp(38) / Raw(b"z" * 17)))
+    add(0, struct.pack(">I", 2) + bytes(v4 / tcp(39) / Raw(b"z" * 18)))
+    add(0, struct.pack("<I", 30) + bytes(v6 / tcp(40) / Raw(b"z" * 19)))
+    add(0, struct.pack(">I", 24) + bytes(v6 / tcp(41)))
+    add(0, struct.pack("<I", 7) + b"\0" * 40, "not-ip")
+    add(108, struct.pack(">I", 2) + bytes(v4 / tcp(42) / Raw(b"z" * 20)))
+    add(108, struct.pack(">I", 28) + bytes(v6 / tcp(43) / Raw(b"z" * 21)))
+    add(147, b"\x00" * 60, "unsupported-link-type")
+    return out
