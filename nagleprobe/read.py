@@ -104,6 +104,61 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
+class _Gunzip(io.RawIOBase):
+    """Streaming gzip decompression (multi-member) that keeps what it decompressed from a
+    truncated stream and just flags the truncation."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._d = zlib.decompressobj(31)
+        self._out = bytearray()
+        self._done = False
+        self.truncated = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _more(self) -> bool:
+        while not self._done:
+            comp = self._raw.read(1 << 20)
+            if not comp:
+                self._done = True
+                tail = self._d.flush()
+                if not self._d.eof:
+                    self.truncated = True
+                if tail:
+                    self._out += tail
+                    return True
+                return False
+            out = self._d.decompress(comp)
+            while self._d.eof and self._d.unused_data:  # next gzip member
+                rest = self._d.unused_data
+                self._d = zlib.decompressobj(31)
+                out += self._d.decompress(rest)
+            if out:
+                self._out += out
+                return True
+        return False
+
+    def readinto(self, b) -> int:
+        want = len(b)
+        while len(self._out) < want and self._more():
+            pass
+        k = min(want, len(self._out))
+        b[:k] = self._out[:k]
+        del self._out[:k]
+        return k
+
+    def read(self, n: int = -1) -> bytes:
+        buf = bytearray(n)
+        k = self.readinto(buf)
+        return bytes(buf[:k])
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 class _Interface:
     __slots__ = ("linktype", "snaplen", "tsmul", "tsdiv", "tsshift", "tsoffset_ns")
 
@@ -229,7 +284,7 @@ class CaptureReader:
             raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
         if magic == b"\x1f\x8b":
             self.info.compressed = True
-            return gzip.GzipFile(fileobj=raw, mode="rb")
+            return _Gunzip(raw)
         return raw
 
     def _read(self, n: int) -> bytes:
@@ -582,7 +637,7 @@ class CaptureReader:
     def _truncated(self, leftover: int) -> None:
         rec = self._frames + 1
         at = self._pos
-        gz = " (gzip stream also ends early)" if getattr(self, "_gzip_truncated", False) else ""
+        gz = " (gzip stream also ends early)" if self._gz_truncated() else ""
         if self._frames == 0:
             unit = "record" if self.info.format == "pcap" else "block"
             raise CaptureError(self.path, f"truncated capture: file ends inside the first "
@@ -591,8 +646,11 @@ class CaptureReader:
             f"capture ends inside record {rec} at byte {at} (truncated file){gz}; "
             f"analysed the {self._frames} complete records")
 
+    def _gz_truncated(self) -> bool:
+        return getattr(self, "_gzip_truncated", False) or getattr(self._stream, "truncated", False)
+
     def _end_of_input(self) -> None:
-        if getattr(self, "_gzip_truncated", False) and not any(
+        if self._gz_truncated() and not any(
                 "truncated" in w for w in self.info.warnings):
             self.info.warnings.append("gzip stream ends early (truncated file); analysed the "
                                       f"{self._frames} complete records")

@@ -92,7 +92,7 @@ def pcapng_bytes(sections: list[Section]) -> bytes:
                 _, ifi, ts, data = r[:4]
                 data = bytes(data)
                 wire = r[4] if len(r) > 4 else len(data)
-                u = _units(sec.ifaces[ifi], ts)
+                u = _units(sec.ifaces[ifi] if ifi < len(sec.ifaces) else Iface(1), ts)
                 body = struct.pack(e + "IIIII", ifi, u >> 32, u & 0xFFFFFFFF, len(data), wire)
                 body += _pad(data) + _opt(e, 1, b"comment") + _opt(e, 0, b"")
                 out.append(_block(e, 6, body))

@@ -1,0 +1,178 @@
+"""Reader tests on synthetic captures: pcap/pcapng variants, gzip, stdin, chunking, errors."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capgen import Iface, Section, gz, pcap_bytes, pcapng_bytes, write
+from nagleprobe.decode import decode
+from nagleprobe.errors import CaptureError
+from nagleprobe.read import CaptureReader, read_capture
+
+T0 = 1_700_000_000_000_000_000
+
+
+def pkt(i, n=0):
+    from scapy.all import IP, TCP, Ether, Raw
+    p = Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1000 + i, dport=80, seq=i)
+    return bytes(p / Raw(b"x" * n)) if n else bytes(p)
+
+
+def records(path, **kw):
+    r = CaptureReader(str(path), **kw)
+    out = {k: [] for k in ("frame", "ts_ns", "caplen", "wirelen", "linktype", "first")}
+    for b in r:
+        for k in ("frame", "ts_ns", "caplen", "wirelen", "linktype"):
+            out[k] += getattr(b, k).tolist()
+        out["first"] += [bytes(b.data[o:o + c]) for o, c in zip(b.offset, b.caplen)]
+    return out, r.info
+
+
+@pytest.mark.parametrize("nsec", [False, True])
+@pytest.mark.parametrize("big", [False, True])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_synthetic_pcap_variants(tmp_path, nsec, big, compressed):
+    pk = [(T0 + i * 1_001_000, pkt(i, i * 37)) for i in range(200)]
+    b = pcap_bytes(pk, nsec=nsec, big=big)
+    path = write(tmp_path / "c.pcap.whatever", gz(b) if compressed else b)
+    for chunk in (32 << 20, 4096, 1):
+        rec, info = records(path, chunk_bytes=chunk)
+        assert rec["frame"] == list(range(1, 201))
+        assert rec["ts_ns"] == [p[0] for p in pk]
+        assert rec["first"] == [p[1] for p in pk]
+        assert rec["linktype"] == [1] * 200
+        assert (info.format, info.compressed, info.link_types, info.packets) == (
+            "pcap", compressed, ["EN10MB"], 200)
+        assert info.warnings == []
+
+
+def test_synthetic_pcapng_sections_interfaces_resolutions(tmp_path):
+    ip = bytes(pkt(1))[14:]
+    s1 = Section([Iface(1, tsresol=9), Iface(101, tsresol=0x94, tsoffset=100)], records=[
+        ("epb", 0, T0 + 1, pkt(1)),
+        ("raw", 5, b"\0" * 8),  # ISB-ish unknown block: skipped
+        ("epb", 1, T0 + 2_000_000, ip),
+        ("spb", pkt(2)),  # timestamp of the previous packet, interface 0
+        ("pb", 0, T0 + 5_000_000, pkt(3)),
+    ])
+    s2 = Section([Iface(113), Iface(1, tsresol=3)], big=True, records=[
+        ("epb", 1, T0 + 7_000_000, pkt(4)),
+        ("epb", 0, T0 + 8_000_000, b"\0" * 16 + ip),
+        ("epb", 5, T0, pkt(5)),  # undefined interface: skipped but numbered
+        ("epb", 1, T0 + 9_000_000, pkt(6)),
+    ])
+    path = write(tmp_path / "x.pcapng", pcapng_bytes([s1, s2]))
+    for chunk in (32 << 20, 4096, 1):
+        rec, info = records(path, chunk_bytes=chunk)
+        assert rec["frame"] == [1, 2, 3, 4, 5, 6, 8]
+        assert rec["linktype"] == [1, 101, 1, 1, 1, 113, 1]
+        # 2^-20 resolution: within a microsecond; 10^-3: millisecond truncation
+        assert rec["ts_ns"][0] == T0 + 1
+        assert abs(rec["ts_ns"][1] - (T0 + 2_000_000)) < 1000
+        assert rec["ts_ns"][2] == rec["ts_ns"][1]  # SPB
+        assert rec["ts_ns"][3] == T0 + 5_000_000
+        assert rec["ts_ns"][4] == T0 + 7_000_000
+        assert rec["first"][1] == ip and rec["first"][2] == pkt(2)
+        assert info.format == "pcapng"
+        assert info.link_types == ["EN10MB", "RAW", "LINUX_SLL"]
+        assert info.skipped == {"unknown-interface": 1}
+        assert info.packets == 8
+
+
+def test_synthetic_spb_caplen_is_min_of_snaplen(tmp_path):
+    s = Section([Iface(1, snaplen=60)], records=[("epb", 0, T0, pkt(1)),
+                                                  ("spb", pkt(2, 100)[:60], 154)])
+    rec, _ = records(write(tmp_path / "s.pcapng", pcapng_bytes([s])))
+    assert rec["caplen"][1] == 60 and rec["wirelen"][1] == 154
+
+
+def test_synthetic_gzip_pcapng_and_stdin(tmp_path):
+    s = Section([Iface(1)], records=[("epb", 0, T0 + i * 1000, pkt(i)) for i in range(50)])
+    data = gz(pcapng_bytes([s]))
+    code = ("import sys; sys.path.insert(0, %r); from nagleprobe.read import CaptureReader;"
+            "r = CaptureReader('-'); n = sum(len(b) for b in r);"
+            "print(n, r.info.format, r.info.compressed, r.info.path)"
+            % str(Path(__file__).parent.parent))
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                         check=True).stdout.decode().split()
+    assert out == ["50", "pcapng", "True", "-"]
+    rec, info = records(write(tmp_path / "plain_name.pcapng", data))
+    assert len(rec["frame"]) == 50 and info.compressed
+
+
+def test_synthetic_truncated_last_record_is_a_warning(tmp_path):
+    b = pcap_bytes([(T0 + i, pkt(i, 10)) for i in range(10)])
+    path = write(tmp_path / "t.pcap", b[:-5])
+    rec, info = records(path, chunk_bytes=4096)
+    assert len(rec["frame"]) == 9
+    assert len(info.warnings) == 1 and "record 10" in info.warnings[0]
+    assert "truncated" in info.warnings[0]
+    # gzip cut in the middle too
+    path = write(tmp_path / "t.pcap.gz", gz(b)[:-30])
+    rec, info = records(path)
+    assert 0 < len(rec["frame"]) <= 10 and info.warnings
+
+
+def test_synthetic_corrupt_record_after_good_ones_is_a_warning(tmp_path):
+    b = bytearray(pcap_bytes([(T0 + i, pkt(i)) for i in range(5)]))
+    off = 24 + 3 * (16 + len(pkt(0)))
+    struct.pack_into("<I", b, off + 8, 10_000_000)
+    rec, info = records(write(tmp_path / "c.pcap", bytes(b)))
+    assert len(rec["frame"]) == 3
+    assert info.warnings == [f"corrupt record 4 at byte {off}: captured length 10000000 "
+                             f"exceeds 262144; analysed the first 3 records"]
+
+
+def err(path, **kw):
+    with pytest.raises(CaptureError) as e:
+        r = read_capture(str(path)) if not kw else CaptureReader(str(path), **kw)
+        for b in r:
+            decode(b, Counter())
+    return str(e.value)
+
+
+def test_errors(tmp_path):
+    p = write(tmp_path / "text.pcap", b"hello, this is not a capture\n")
+    assert err(p).startswith(f"{p}: not a pcap or pcapng capture") and "byte 0" in err(p)
+    p = write(tmp_path / "empty.pcap", b"")
+    assert err(p) == f"{p}: empty file"
+    p = write(tmp_path / "short.pcap", pcap_bytes([])[:10])
+    assert "truncated pcap file header" in err(p) and "byte 10" in err(p)
+    assert "no such file" in err(tmp_path / "missing.pcap")
+    p = write(tmp_path / "usb.pcap", pcap_bytes([(T0, b"\0" * 40)], linktype=189))
+    assert "unsupported link type 189" in err(p) and "byte 20" in err(p)
+    b = bytearray(pcap_bytes([(T0, pkt(1))]))
+    struct.pack_into("<I", b, 24 + 8, 0xFFFFFFF0)
+    p = write(tmp_path / "absurd.pcap", bytes(b))
+    assert "record 1 at byte 24" in err(p) and "exceeds" in err(p)
+    p = write(tmp_path / "cut.pcap", pcap_bytes([(T0, pkt(1))])[:40])
+    assert "record 1 at byte 24" in err(p)
+    ng = bytearray(pcapng_bytes([Section([Iface(1)], records=[("epb", 0, T0, pkt(1))])]))
+    shb_len, = struct.unpack_from("<I", ng, 4)
+    idb_len, = struct.unpack_from("<I", ng, shb_len + 4)
+    at = shb_len + idb_len
+    for bad in (7, 13, 64 << 20):
+        b = bytearray(ng)
+        struct.pack_into("<I", b, at + 4, bad)
+        p = write(tmp_path / f"bad{bad}.pcapng", bytes(b))
+        assert f"block 3 at byte {at}" in err(p) and "block length" in err(p)
+    p = write(tmp_path / "notgz.pcap", b"\x1f\x8b" + b"\0" * 30)
+    assert str(p) in err(p)
+
+
+def test_synthetic_unsupported_link_type_only_in_pcapng_is_skipped(tmp_path):
+    s = Section([Iface(189)], records=[("epb", 0, T0, b"\0" * 40)])
+    p = write(tmp_path / "u.pcapng", pcapng_bytes([s]))
+    r = CaptureReader(str(p))
+    c = Counter()
+    for b in r:
+        decode(b, c)
+    assert c == Counter({"unsupported-link-type": 1})
+    assert r.info.link_types == ["USB_LINUX"]
