@@ -5,7 +5,7 @@ Runs inside the middle namespace (``mid``) and bridges ethernet frames between t
 veth ends with raw AF_PACKET sockets (ARP is bridged too, so the endpoints simply
 share one /24). The kernel has no netem, so this is how delay and loss are made.
 
-    forwarder.py --a c1 --b s1 --delay-ms 5
+    forwarder.py --a c1 --b s1 [--mid m1:m2] --delay-ms 5
         [--drop-data-a2b N]        drop the Nth TCP data segment (payload > 0) going a -> b
         [--ack-extra-b2a MS]       delay pure ACKs (no payload, no SYN/FIN/RST) going
                                    b -> a by MS more (emulates a slower delayed-ACK timer
@@ -47,21 +47,31 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--a", required=True)
     ap.add_argument("--b", required=True)
+    ap.add_argument("--mid", default="",
+                    help="M1:M2, a veth pair inside mid: bridge a<->M1 and M2<->b, half the "
+                         "delay on each hop, so a capture on M1 sits in the middle of the path")
     ap.add_argument("--delay-ms", type=float, default=5.0)
     ap.add_argument("--drop-data-a2b", type=int, default=0)
     ap.add_argument("--ack-extra-b2a", type=float, default=0.0)
     args = ap.parse_args()
 
     socks = {}
-    for name in (args.a, args.b):
+    names = [args.a, args.b]
+    peer = {args.a: args.b, args.b: args.a}
+    hop = 1.0
+    if args.mid:
+        m1, m2 = args.mid.split(":")
+        names += [m1, m2]
+        peer = {args.a: m1, m1: args.a, m2: args.b, args.b: m2}
+        hop = 0.5
+    for name in names:
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
         s.bind((name, 0))
         s.setblocking(False)
         socks[name] = s
-    peer = {args.a: args.b, args.b: args.a}
-    delay = args.delay_ms / 1000.0
+    delay = hop * args.delay_ms / 1000.0
     extra = args.ack_extra_b2a / 1000.0
     stats = {"a2b": 0, "b2a": 0, "dropped": [], "acks_extra_delayed": 0}
     data_a2b = 0
@@ -102,14 +112,14 @@ def main():
                     continue
                 release = now + delay
                 info = tcp_info(frame)
-                if name == args.a:
+                if name == args.a:  # counted/dropped once, on the client-side hop
                     stats["a2b"] += 1
                     if info and info[0] > 0:
                         data_a2b += 1
                         if data_a2b == args.drop_data_a2b:
                             stats["dropped"].append(data_a2b)
                             continue
-                else:
+                elif name == args.b:  # held once, on the server-side hop
                     stats["b2a"] += 1
                     if extra and info and info[0] == 0 and not (info[1] & 0x07):
                         release += extra

@@ -15,7 +15,8 @@ Topologies (all namespaces are created fresh for every scenario and always delet
 * loopback: one private namespace ``nplo``; the apps talk over its ``lo`` (127.0.0.1),
   so nothing else on the machine shares the capture.
 * netns path:  cli [c0 10.99.1.1/24] <-veth-> [c1] mid [s1] <-veth-> [s0 10.99.1.2/24] srv
-  ``mid`` runs forwarder.py bridging c1 <-> s1 with 5 ms one-way delay each direction
+  ``mid`` runs forwarder.py bridging c1 <-> m1 and m2 <-> s1 (m1/m2: a veth pair inside
+  mid, the "middle" capture point) with 2.5 ms per hop, 5 ms one-way each direction
   (plus optional loss / extra delay of pure ACKs). TSO/GSO/GRO and TX checksum offload are
   off on every veth, so the captures show wire-sized segments with valid checksums.
 
@@ -120,18 +121,25 @@ def setup_path(fwd_args=(), cli_sysctls=()):
              "netns", "mid"))
     run(*nsx("cli", "ip", "addr", "add", f"{CLI_IP}/24", "dev", "c0"))
     run(*nsx("srv", "ip", "addr", "add", f"{SRV_IP}/24", "dev", "s0"))
-    for ns, dev in (("cli", "c0"), ("mid", "c1"), ("mid", "s1"), ("srv", "s0")):
+    run(*nsx("mid", "ip", "link", "add", "m1", "type", "veth", "peer", "name", "m2"))
+    for ns, dev in (("cli", "c0"), ("mid", "c1"), ("mid", "s1"), ("srv", "s0"), ("mid", "m1"),
+                    ("mid", "m2")):
         offloads_off(ns, dev)
         run(*nsx(ns, "ip", "link", "set", dev, "up"))
-    for dev in ("c1", "s1"):
+    for dev in ("c1", "s1", "m1", "m2"):
         run(*nsx("mid", "ip", "link", "set", dev, "promisc", "on"))
     for s in cli_sysctls:
         run(*nsx("cli", "sysctl", "-qw", s))
-    fwd = start(nsx("mid", PY, FWD, "--a", "c1", "--b", "s1", "--delay-ms", str(ONE_WAY_MS),
+    fwd = start(nsx("mid", PY, FWD, "--a", "c1", "--b", "s1", "--mid", "m1:m2", "--delay-ms", str(ONE_WAY_MS),
                     *fwd_args))
     time.sleep(0.3)
-    # warm ARP before any capture starts (the ping is not captured)
-    run(*nsx("cli", "ping", "-c", "2", "-i", "0.2", "-W", "1", SRV_IP))
+    # permanent neighbour entries: no ARP in the captures, no ARP refresh mid-run
+    mac = {ns: json.loads(run(*nsx(ns, "ip", "-j", "link", "show", dev)).stdout)[0]["address"]
+           for ns, dev in (("cli", "c0"), ("srv", "s0"))}
+    run(*nsx("cli", "ip", "neigh", "replace", SRV_IP, "lladdr", mac["srv"], "dev", "c0",
+             "nud", "permanent"))
+    run(*nsx("srv", "ip", "neigh", "replace", CLI_IP, "lladdr", mac["cli"], "dev", "s0",
+             "nud", "permanent"))
     return fwd
 
 
@@ -147,9 +155,15 @@ class Capture:
         self.p = start(nsx(ns, *cmd))
 
     def wait_ready(self):
-        line = self.p.stderr.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"tcpdump did not start: {line}")
+        seen = []
+        for _ in range(5):  # e.g. "data link type LINUX_SLL2" comes first
+            line = self.p.stderr.readline()
+            seen.append(line.strip())
+            if "listening on" in line:
+                return
+            if not line:
+                break
+        raise RuntimeError(f"tcpdump did not start: {seen}")
 
     def stop(self):
         _, err = stop(self.p, signal.SIGINT)
@@ -277,7 +291,7 @@ def confirm_netns():
     name = "confirm_netns"
     fwd = setup_path()
     caps = captures([("cli", "c0", f"{name}_client.pcap"), ("srv", "s0", f"{name}_server.pcap"),
-                     ("mid", "c1", f"{name}_middle.pcap")])
+                     ("mid", "m1", f"{name}_middle.pcap")])
     srv = app("srv", "confirm-server", f"{name}.srv.json", "--port", 8000)
     time.sleep(0.2)
     cli = app("cli", "confirm-client", f"{name}.cli.json", "--dst", SRV_IP, "--port", 8000,
@@ -292,7 +306,7 @@ def confirm_netns():
                 f"{CLI_IP}:40010" if n else None, delack, vantage,
                 {"client": "on", "server": "off"},
                 "Seed 002. One run captured at three points at once (client veth c0 in cli, "
-                "server veth s0 in srv, forwarder veth c1 in mid). Client (Nagle on) sends a "
+                "server veth s0 in srv, veth m1 in mid, halfway: 2.5 ms from each side). Client (Nagle on) sends a "
                 "30 B message, server (TCP_NODELAY) replies 19 B, client sends a 12 B "
                 "confirmation and then the next message, which Nagle holds until the server's "
                 "delayed ACK of the confirmation arrives. Path: 5 ms one-way each direction. "
@@ -305,7 +319,7 @@ def proxy_any():
     name = "proxy_any"
     setup_lo()
     caps = captures([("nplo", "any", f"{name}.pcap"),
-                     ("nplo", "any", f"{name}_sll2.pcap", 0, {"linktype": "LINUX_SLL2"})])
+                     ("nplo", "any", f"{name}_sll2.pcap", {"linktype": "LINUX_SLL2"})])
     be = app("nplo", "backend", f"{name}.be.json", "--port", 8002)
     time.sleep(0.2)
     px = app("nplo", "proxy", f"{name}.px.json", "--port", 8001, "--backend-port", 8002,
@@ -478,7 +492,7 @@ def neg_zero_window_netns():
 def neg_bulk_cwnd_netns():
     name = "neg_bulk_cwnd_netns"
     fwd = setup_path()
-    caps = captures([("cli", "c0", f"{name}.pcap", 80)])
+    caps = captures([("cli", "c0", f"{name}.pcap", {"snaplen": 80})])
     srv = app("srv", "sink", f"{name}.srv.json", "--port", 8000)
     time.sleep(0.2)
     cli = app("cli", "bulk-sender", f"{name}.cli.json", "--dst", SRV_IP, "--port", 8000,
