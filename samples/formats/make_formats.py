@@ -180,7 +180,9 @@ def live():
                                                   *v6, client_plain, 1))
     truth["snap96.pcap"] = ground_truth(capture("snap96.pcap", ["-i", "lo", "-s", "96"],
                                                 *v4, client_plain, 1))
-    truth["any_sll.pcap"] = ground_truth(capture("any_sll.pcap", ["-i", "any"],
+    truth["snap68.pcap"] = ground_truth(capture("snap68.pcap", ["-i", "lo", "-s", "68"],
+                                                *v4, client_plain, 1))
+    truth["any_sll.pcap"] = ground_truth(capture("any_sll.pcap", ["-i", "any", "-y", "LINUX_SLL"],
                                                  *v4, client_plain, 1))
     truth["any_sll2.pcap"] = ground_truth(capture("any_sll2.pcap",
                                                   ["-i", "any", "-y", "LINUX_SLL2"],
@@ -325,9 +327,9 @@ def derive(truth):
     same("base_lo_be.pcap", "big-endian pcap headers, same packet bytes")
 
     # editcap: link type rewrites (strip the 14-byte Ethernet header)
-    run("editcap", "-C", "14", "-T", "rawip", P("base_lo.pcap"), P("raw_ip.pcap"))
+    run("editcap", "-F", "pcap", "-C", "14", "-T", "rawip", P("base_lo.pcap"), P("raw_ip.pcap"))
     same("raw_ip.pcap", "editcap -C 14 -T rawip")
-    run("editcap", "-C", "14", "-T", "rawip4", P("base_lo.pcap"), P("ipv4_linktype.pcap"))
+    run("editcap", "-F", "pcap", "-C", "14", "-T", "rawip4", P("base_lo.pcap"), P("ipv4_linktype.pcap"))
     same("ipv4_linktype.pcap", "editcap -C 14 -T rawip4")
 
     # crafted: BSD loopback headers
@@ -435,7 +437,7 @@ def derive(truth):
          "last 3 packets (connection teardown) as SPBs (no timestamp)", spb_packets=3)
 
     # snap96 already real; no_handshake from base_lo
-    run("editcap", P("base_lo.pcap"), P("no_handshake.pcap"), "1-3")
+    run("editcap", "-F", "pcap", P("base_lo.pcap"), P("no_handshake.pcap"), "1-3")
     same("no_handshake.pcap", "editcap base_lo.pcap no_handshake.pcap 1-3 (SYN, SYN/ACK, ACK "
          "deleted)", roles="guessed")
 
