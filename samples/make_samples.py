@@ -318,7 +318,8 @@ def confirm_netns():
 def proxy_any():
     name = "proxy_any"
     setup_lo()
-    caps = captures([("nplo", "any", f"{name}.pcap"),
+    # libpcap 1.10 gives "any" LINUX_SLL2 by default when writing; ask for v1 explicitly
+    caps = captures([("nplo", "any", f"{name}.pcap", {"linktype": "LINUX_SLL"}),
                      ("nplo", "any", f"{name}_sll2.pcap", {"linktype": "LINUX_SLL2"})])
     be = app("nplo", "backend", f"{name}.be.json", "--port", 8002)
     time.sleep(0.2)
@@ -333,7 +334,7 @@ def proxy_any():
     be_log = load(f"{name}.be.json")
     n, delack, base = classify(lat)
     n_be, _, _ = classify(be_log["first_to_last_byte_ms"])
-    for fname, lt in ((name, "LINUX_SLL (tcpdump -i any default)"),
+    for fname, lt in ((name, "LINUX_SLL v1 (tcpdump -i any -y LINUX_SLL; libpcap 1.10.3 would pick SLL2 by default)"),
                       (f"{name}_sll2", "LINUX_SLL2 (tcpdump -i any -y LINUX_SLL2)")):
         sidecar(fname, n, "client" if n else None, f"{LO_IP}:40014" if n else None, delack,
                 "loopback", {"client": "on", "server": "on"},
