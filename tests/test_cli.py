@@ -1,0 +1,100 @@
+"""cli: the command's output formats, exit statuses and one-line errors."""
+
+import gzip
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from columns import A, P, S
+from nagleprobe.cli import main
+from nagleprobe.errors import ExitStatus
+
+
+def pcap_bytes(packets: list[bytes], linktype: int = 1, ts_step_us: int = 1000) -> bytes:
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)]
+    for i, p in enumerate(packets):
+        t = 1_700_000_000_000_000 + i * ts_step_us
+        out.append(struct.pack("<IIII", t // 1_000_000, t % 1_000_000, len(p), len(p)) + p)
+    return b"".join(out)
+
+
+def tcp_frame(sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"") -> bytes:
+    """A synthetic Ethernet/IPv4/TCP frame (checksums zero: nagleprobe does not verify them)."""
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, 5 << 4, flags, 512, 0, 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 1, 0, 64, 6, 0,
+                     bytes([10, 0, 0, 1 if sport == 40000 else 2]),
+                     bytes([10, 0, 0, 2 if sport == 40000 else 1])) + tcp
+    return b"\x00\x11\x22\x33\x44\x55\x66\x77\x88\x99\xaa\xbb\x08\x00" + ip
+
+
+def small_capture() -> bytes:
+    return pcap_bytes([
+        tcp_frame(40000, 8000, 100, 0, S),
+        tcp_frame(8000, 40000, 900, 101, S | A),
+        tcp_frame(40000, 8000, 101, 901, A),
+        tcp_frame(40000, 8000, 101, 901, A | P, b"hello "),
+    ])
+
+
+def run(args, input=None):
+    return CliRunner().invoke(main, args, input=input)
+
+
+def test_text_report_names_the_file_and_the_verdict(tmp_path):
+    f = tmp_path / "c.pcap"
+    f.write_bytes(small_capture())
+    r = run(["analyze", str(f)])
+    assert r.exit_code == ExitStatus.OK
+    assert r.output.startswith(f"{f}: pcap, EN10MB, 4 packets, 4 TCP")
+    assert "No Nagle/delayed-ACK stalls found in 1 TCP flow." in r.output
+
+
+def test_json_report_has_the_documented_shape(tmp_path):
+    f = tmp_path / "c.pcap.gz"
+    f.write_bytes(gzip.compress(small_capture()))
+    r = run(["analyze", "--format", "json", str(f)])
+    assert r.exit_code == 0
+    doc = json.loads(r.output)
+    assert set(doc) == {"capture", "summary", "flows", "stalls"}
+    assert doc["capture"]["compressed"] is True and doc["capture"]["packets"] == 4
+    fl = doc["flows"][0]
+    assert (fl["client"], fl["server"], fl["roles"]) == ("10.0.0.1:40000", "10.0.0.2:8000",
+                                                           "handshake")
+    assert fl["fix"] is None and doc["stalls"] == []
+    assert set(fl["endpoints"]["client"]) >= {"nagle", "delayed_ack_ms"}
+
+
+def test_standard_input_is_read_with_a_dash():
+    r = run(["analyze", "-"], input=small_capture())
+    assert r.exit_code == 0, r.output
+    assert "4 packets" in r.output
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"", "empty"),
+    (b"this is not a capture file at all\n", "not a"),
+    (small_capture()[:10], "truncated"),
+    (pcap_bytes([b"\x00" * 40], linktype=147), "link type"),
+])
+def test_bad_input_is_one_line_naming_the_file_with_its_own_exit_status(tmp_path, content,
+                                                                         problem):
+    f = tmp_path / "bad.pcap"
+    f.write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "nagleprobe", "analyze", str(f)],
+                          capture_output=True, text=True)
+    assert proc.returncode == ExitStatus.BAD_CAPTURE != ExitStatus.USAGE
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert str(f) in lines[0] and problem in lines[0].lower()
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_file_and_usage_errors_are_distinct(tmp_path):
+    r = run(["analyze", str(tmp_path / "nope.pcap")])
+    assert r.exit_code == ExitStatus.BAD_CAPTURE
+    assert run(["analyze"]).exit_code == ExitStatus.USAGE
+    assert run(["analyze", "--format", "xml", "x"]).exit_code == ExitStatus.USAGE
