@@ -147,7 +147,10 @@ def setup_path(fwd_args=(), cli_sysctls=()):
 class Capture:
     def __init__(self, ns, iface, name, snaplen=0, linktype=None, bpf=None):
         self.path = HERE / name
-        cmd = ["tcpdump", "-Z", "root", "-i", iface, "-s", str(snaplen), "-U", "-nn", "-w", str(self.path)]
+        # --immediate-mode: without it packets still in the ring buffer's open block (up to
+        # 1 s of traffic) are lost when tcpdump is stopped
+        cmd = ["tcpdump", "-Z", "root", "--immediate-mode", "-i", iface, "-s", str(snaplen), "-U",
+               "-nn", "-w", str(self.path)]
         if linktype:
             cmd += ["-y", linktype]
         if bpf:
