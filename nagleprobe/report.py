@@ -129,14 +129,14 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     for name in df.columns:
         col = df[name]
         if not isinstance(col.dtype, np.dtype):  # pandas extension types (Int64 with NA)
-            cols.append([None if x is pd.NA else x for x in col.astype(object).tolist()])
+            cols.append([None if pd.isna(x) else x for x in col.astype(object).tolist()])
         elif col.dtype.kind == "f":
             v = col.to_numpy()
             cols.append([None if x != x else x for x in v.tolist()])
         elif col.dtype.kind in "iub":
             cols.append(col.to_numpy().tolist())
         else:
-            cols.append([None if x is pd.NA else x for x in col.tolist()])
+            cols.append([None if x is pd.NA or x is None or x != x else x for x in col.tolist()])
     names = list(df.columns)
     return [dict(zip(names, row)) for row in zip(*cols)] if names else []
 
