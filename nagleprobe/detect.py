@@ -45,94 +45,98 @@ class Detection:
 
 
 def detect(f: Flows) -> Detection:
-    """Run the evidence chain over every segment of every flow."""
+    """Run the evidence chain over every segment of every flow.
+
+    Each step narrows the rows still in question, so the costly lookups run on few rows.
+    """
     s = f.seg
-    n = len(s["flow"])
-    fid, d = s["flow"], s["dir"]
-    ts = s["ts_ns"]
+    fid, d, ts = s["flow"], s["dir"], s["ts_ns"]
     nflows = f.count
     key = fid * 2 + d
+    pay, flags, seq, ack, end = s["payload"], s["flags"], s["seq"], s["ack"], s["end"]
 
     mss = f.flow["mss"].reshape(-1)
-    # round trip from the capture point to the client / server (unknown counts as 0)
+    # round trip from the capture point to the client / server (unknown counts as 0),
+    # indexed by flow * 2 + dir: the sender of dir 0 is the client
     rtt_to = np.nan_to_num(np.stack([f.flow["rtt_client_ms"], f.flow["rtt_server_ms"]], axis=1)
                            .reshape(-1) * 1e6).astype(np.int64)
-    rtt_to_sender = rtt_to[key]  # key is flow*2+dir; dir 0 sender = client
-    rtt_to_receiver = rtt_to[key ^ 1]
-    mss_row = mss[key] if n else mss
 
-    pay = s["payload"]
-    flags = s["flags"].astype(np.int64)
-    pure_ack = (pay == 0) & ((flags & (SYN | FIN | RST)) == 0) & ((flags & ACK) != 0)
-    small = (pay > 0) & (pay % np.maximum(mss_row, 1) != 0)
-    win_zero = s["window"] == 0
+    def pure_ack(r: np.ndarray) -> np.ndarray:
+        return (pay[r] == 0) & ((flags[r] & (SYN | FIN | RST)) == 0) & ((flags[r] & ACK) != 0)
 
-    A = s["prev_other"]  # Y's last packet before S2
-    a = np.maximum(A, 0)
-    S1 = s["prev_data"]  # X's last data before S2
-    s1 = np.maximum(S1, 0)
-    y_before_a = s["prev_same"][a]  # Y's packet before A
-    ya = np.maximum(y_before_a, 0)
-    ack_prev = np.where(y_before_a >= 0, s["ack_max"][ya], -1)  # Y's ACK before A
+    def small(r: np.ndarray) -> np.ndarray:  # a partial segment
+        return (pay[r] > 0) & (pay[r] % np.maximum(mss[key[r]], 1) != 0)
 
-    obs_delay = ts[a] - ts[s1]
-    ack_delay = obs_delay - rtt_to_receiver
-    reaction = ts - ts[a]
-    bound = rtt_to_sender + (REACTION_SLACK_MS * 1e6 + 0.25 * rtt_to_sender).astype(np.int64)
-    path = rtt_to_sender + rtt_to_receiver
-    in_timer = (ack_delay >= np.maximum(DELACK_MIN_MS * 1e6, path)) & (ack_delay <= DELACK_MAX_MS * 1e6)
-
-    cand = (
-        s["new_data"] & (pay < mss_row)
-        & (A >= 0) & pure_ack[a]
-        & (s["ack"][a] == s["sent_before"])          # A covered everything outstanding
-        & (s["ack"][a] > ack_prev)                   # ...and acknowledged something new
-        & (S1 >= 0) & (S1 < A)                       # no data of X between A and S2
-        & small[s1] & (s["end"][s1] == s["ack"][a])  # the outstanding data ended in small S1
-        & in_timer
-        & (reaction >= 0) & (reaction <= bound)
-        & ~win_zero[a] & ~((y_before_a >= 0) & win_zero[ya])
-    )
-    rows = np.flatnonzero(cand)
+    # 1. S2: new data smaller than the sender's MSS
+    rows = np.flatnonzero(s["new_data"])
+    rows = rows[pay[rows] < mss[key[rows]]]
+    # 2./3. A: Y's last packet before S2; S1: X's last data before S2, and before A
+    A = f.before(rows)[1]
+    S1 = f.before(rows, data=True)[0]
+    keep = (A >= 0) & (S1 >= 0) & (S1 < A)
+    rows, A, S1 = rows[keep], A[keep], S1[keep]
+    keep = (pure_ack(A) & (ack[A] == s["sent_before"][rows])  # A covered all outstanding data
+            & small(S1) & (end[S1] == ack[A]))  # ...which ended in the small S1
+    rows, A, S1 = rows[keep], A[keep], S1[keep]
+    YA = f.before(A)[0]  # Y's packet before A
+    ya = np.maximum(YA, 0)
+    ack_prev = np.where(YA >= 0, s["ack_max"][ya], -1)
+    # 4./5. Y's ACK delay in the timer range; S2 right after A
+    to_sender, to_receiver = rtt_to[key[rows]], rtt_to[key[rows] ^ 1]
+    ack_delay = ts[A] - ts[S1] - to_receiver
+    reaction = ts[rows] - ts[A]
+    bound = to_sender + (REACTION_SLACK_MS * 1e6 + 0.25 * to_sender).astype(np.int64)
+    path = to_sender + to_receiver
+    keep = ((ack[A] > ack_prev)  # A acknowledged something new (not a window update)
+            & (ack_delay >= np.maximum(DELACK_MIN_MS * 1e6, path))
+            & (ack_delay <= DELACK_MAX_MS * 1e6)
+            & (reaction >= 0) & (reaction <= bound)
+            # 6. Y's window was open before A
+            & (s["window"][A] != 0) & ~((YA >= 0) & (s["window"][ya] == 0)))
+    rows, A, S1 = rows[keep], A[keep], S1[keep]
+    ack_delay, reaction = ack_delay[keep], reaction[keep]
 
     # the peer answered S2 at once (S1 + S2 formed one message it was waiting for): its
     # next data comes before X sends more, within the round trip plus a little processing
-    y_data = _next_row(s, rows, other=True)
-    x_data = _next_row(s, rows, other=False)
+    x_data, y_data = f.after(rows, data=True)
     answered = (y_data >= 0) & ((x_data < 0) | (y_data < x_data))
-    yd = np.maximum(y_data, 0)
-    answered &= ts[yd] - ts[rows] <= rtt_to_receiver[rows] + ANSWER_MS * 1_000_000
+    answered &= (ts[np.maximum(y_data, 0)] - ts[rows]
+                 <= rtt_to[key[rows] ^ 1] + ANSWER_MS * 1_000_000)
 
     stalls = {
         "flow": fid[rows], "dir": d[rows],
-        "small_row": S1[rows], "ack_row": A[rows], "released_row": rows,
-        "small_frame": s["frame"][S1[rows]], "ack_frame": s["frame"][A[rows]],
+        "small_row": S1, "ack_row": A, "released_row": rows,
+        "small_frame": s["frame"][S1], "ack_frame": s["frame"][A],
         "released_frame": s["frame"][rows],
-        "small_ns": ts[S1[rows]], "ack_ns": ts[A[rows]], "released_ns": ts[rows],
-        "held_bytes": pay[rows], "small_bytes": pay[S1[rows]],
-        "stall_ns": ts[rows] - ts[S1[rows]],
-        "ack_delay_ns": ack_delay[rows], "reaction_ns": reaction[rows],
+        "small_ns": ts[S1], "ack_ns": ts[A], "released_ns": ts[rows],
+        "held_bytes": pay[rows], "small_bytes": pay[S1],
+        "stall_ns": ts[rows] - ts[S1],
+        "ack_delay_ns": ack_delay, "reaction_ns": reaction,
     }
     stalls["confidence"] = _confidence(stalls)
 
     # Nagle off is proven by a small new segment sent while an earlier small one was unacked.
-    p = s["prev_data"]
+    rows = np.flatnonzero(s["new_data"] & ~s["keepalive"])
+    rows = rows[small(rows)]
+    same, other = f.before(rows)
+    p = f.before(rows, data=True)[0]
     pp = np.maximum(p, 0)
-    y_ack_seen = np.where(A >= 0, s["ack_max"][a], -1)  # every ACK Y had sent before
-    proof = (s["new_data"] & small & ~s["keepalive"] & (p >= 0) & small[pp] & s["new_data"][pp]
-             & (s["end"][pp] == s["seq"]) & (y_ack_seen < s["end"][pp]))
-    proofs = np.bincount(key[proof], minlength=nflows * 2)
+    y_ack_seen = np.where(other >= 0, s["ack_max"][np.maximum(other, 0)], -1)  # Y's ACKs so far
+    proof = ((p >= 0) & small(pp) & s["new_data"][pp] & (end[pp] == seq[rows])
+             & (y_ack_seen < end[pp]))
+    proofs = np.bincount(key[rows[proof]], minlength=nflows * 2)
 
     # The receiver's ACK behaviour: pure ACKs of a lone small segment, late or immediate.
-    D = s["prev_other_data"]  # for an ACK row: the data it answers
+    rows = np.flatnonzero((pay == 0) & ((flags & (SYN | FIN | RST | ACK)) == ACK))
+    ps = f.before(rows)[0]
+    D = f.before(rows, data=True)[1]  # the data the ACK answers
     dd = np.maximum(D, 0)
-    ps = s["prev_same"]
     own_prev_ack = np.where(ps >= 0, s["ack_max"][np.maximum(ps, 0)], -1)
-    lone = (pure_ack & (D >= 0) & small[dd] & (s["ack"] >= s["end"][dd])
-            & (own_prev_ack <= s["seq"][dd]) & (s["ack"] > own_prev_ack) & (ps < D))
-    lone_rows = np.flatnonzero(lone)
-    delay_at = ts[lone_rows] - ts[D[lone_rows]] - rtt_to[key[lone_rows]]
-    data_key = key[lone_rows] ^ 1  # the direction whose data was acknowledged
+    lone = ((D >= 0) & small(dd) & (ack[rows] >= end[dd])
+            & (own_prev_ack <= seq[dd]) & (ack[rows] > own_prev_ack) & (ps < D))
+    rows, D = rows[lone], D[lone]
+    delay_at = ts[rows] - ts[D] - rtt_to[key[rows]]
+    data_key = key[rows] ^ 1  # the direction whose data was acknowledged
     late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
     quick = delay_at <= QUICK_ACK_MS * 1e6
     late_n = np.bincount(data_key[late], minlength=nflows * 2)
@@ -143,25 +147,6 @@ def detect(f: Flows) -> Detection:
     quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
     return Detection(stalls=stalls, nagle_off_proofs=proofs, late_acks=late_n,
                      late_ack_median_ms=late_median, quick_acks=quick_acks, answered=answered)
-
-
-def _next_row(s: dict[str, np.ndarray], rows: np.ndarray, other: bool) -> np.ndarray:
-    """The first data-carrying row after each of `rows` in the same flow, sent by the other
-    direction (`other`) or by the same one; -1 if none."""
-    n = len(s["flow"])
-    out = np.full(len(rows), -1, dtype=np.int64)
-    fid, d = s["flow"], s["dir"]
-    for k in (0, 1):
-        sel = (d[rows] != k) if other else (d[rows] == k)
-        if not sel.any():
-            continue
-        idx = np.where((d == k) & (s["payload"] > 0), np.arange(n), n)
-        after = np.r_[np.minimum.accumulate(idx[::-1])[::-1][1:], n]
-        cand = after[rows[sel]]
-        ok = cand < n
-        ok[ok] = fid[cand[ok]] == fid[rows[sel]][ok]
-        out[np.flatnonzero(sel)[ok]] = cand[ok]
-    return out
 
 
 def _confidence(st: dict[str, np.ndarray]) -> np.ndarray:

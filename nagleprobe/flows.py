@@ -10,7 +10,7 @@ may be Python (flows are few compared with packets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -30,14 +30,19 @@ class Flows:
     `seg` columns (numpy arrays, one row per TCP segment):
       flow, dir (0 client->server, 1 server->client), frame, ts_ns, seq, ack
       (relative, unwrapped, int64; ack -1 without the ACK flag), payload,
-      flags, window (raw), end (seq + payload + SYN + FIN), new_data (carries
-      bytes never sent before), retrans, keepalive.
-    `flow` columns (numpy arrays or lists, one entry per flow): see `build_flows`.
+      has_data, flags, window (raw), end (seq + payload + SYN + FIN), sent_before (highest
+      end sent earlier in the direction), new_data (carries bytes never sent
+      before), retrans, keepalive, ack_max (highest ACK the direction had sent up
+      to and including the row), acked_by (for new sequence space: the first row
+      of the other direction acknowledging all of it, else -1).
+    `flow` columns (numpy arrays, one entry per flow): see `_flow_facts`.
+    Row neighbours (`before`, `after`) are computed on demand for the rows asked about.
     """
 
     seg: dict[str, np.ndarray]
     flow: dict[str, np.ndarray]
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
+    _runs: dict = field(default_factory=dict, repr=False)
 
     @property
     def count(self) -> int:
@@ -47,28 +52,70 @@ class Flows:
         end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.seg["flow"])
         return slice(int(self.starts[i]), int(end))
 
+    def before(self, rows: np.ndarray, data: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """For each of `rows`: the last earlier row of its flow sent in the same direction,
+        and the last one sent in the other direction (-1 if none); with `data`, among rows
+        carrying payload only."""
+        return self._neighbours(rows, data, after=False)
+
+    def after(self, rows: np.ndarray, data: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Like `before`, for the first later row in the same / the other direction."""
+        return self._neighbours(rows, data, after=True)
+
+    def _neighbours(self, rows: np.ndarray, data: bool, after: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        # The nearest candidate row N answers one direction; the other direction's answer
+        # is the row just outside N's run of same-direction candidates.
+        idx, md, mf, outside, count = self._run_index(data, after)
+        fid, d = self.seg["flow"], self.seg["dir"]
+        rows = np.asarray(rows, dtype=np.int64)
+        none = np.full(len(rows), -1, dtype=np.int64)
+        if not len(md) or not len(rows):
+            return none, none.copy()
+        # position of N among the candidates: `count` is the running count of candidates
+        if after:
+            k = rows + 1 if count is None else count[rows]
+        else:
+            k = rows - 1 if count is None else count[rows] - self.seg["has_data"][rows] - 1
+        kk = np.clip(k, 0, len(md) - 1)
+        ok = (k == kk) & (mf[kk] == fid[rows])
+        same_dir = md[kk] == d[rows]
+        near, far = (kk if idx is None else idx[kk]), outside[kk]
+        return (np.where(ok, np.where(same_dir, near, far), -1),
+                np.where(ok, np.where(same_dir, far, near), -1))
+
+    def _run_index(self, data: bool, after: bool):
+        """Candidate rows (all, or those carrying payload: None stands for all rows) with
+        their direction and flow, for each the candidate just before (or after) its run of
+        same-direction candidates in the same flow (-1 if none), and the running count of
+        candidates up to each row (None for all rows)."""
+        if (data, after) not in self._runs:
+            fid, d = self.seg["flow"], self.seg["dir"]
+            if data:
+                has = self.seg["has_data"]
+                idx, count = np.flatnonzero(has), np.cumsum(has)
+                md, mf = d[idx], fid[idx]
+            else:
+                idx = count = None
+                md, mf = d, fid
+            pos = np.arange(len(md)) if idx is None else idx
+            m = len(md)
+            new_flow = np.r_[True, mf[1:] != mf[:-1]] if m else np.zeros(0, bool)
+            run_first = np.flatnonzero(new_flow | np.r_[False, md[1:] != md[:-1]]) if m else pos
+            lens = np.diff(np.r_[run_first, m])
+            if after:
+                run_last = run_first + lens - 1
+                nxt = np.minimum(run_last + 1, m - 1)
+                last_in_flow = np.r_[new_flow[1:], True][run_last]
+                outside = np.repeat(np.where(last_in_flow, -1, pos[nxt]), lens)
+            else:
+                outside = np.repeat(np.where(new_flow[run_first], -1, pos[run_first - 1]), lens)
+            self._runs[(data, after)] = (idx, md, mf, outside, count)
+        return self._runs[(data, after)]
+
 
 def _as_signed32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.uint32).view(np.int32).astype(np.int64)
-
-
-def _direction_order(fid: np.ndarray, d: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Rows reordered so each flow's client->server rows come first, then its server->client
-    rows, both in time order: argsort(fid * 2 + d, kind="stable") in O(n) for flow-sorted rows."""
-    n = len(fid)
-    idx = np.arange(n)
-    is1 = (d == 1).astype(np.int64)
-    ones_before = np.cumsum(is1) - is1  # direction-1 rows before each row
-    base1 = ones_before[starts][fid]  # ...before the row's flow
-    rank1 = ones_before - base1
-    rank0 = (idx - starts[fid]) - rank1
-    size = np.diff(np.r_[starts, n])
-    n0 = size - (np.r_[ones_before[starts[1:]], ones_before[-1] + is1[-1]] - ones_before[starts]
-                 if n else 0)
-    dest = starts[fid] + np.where(d == 0, rank0, n0[fid] + rank1)
-    out = np.empty(n, dtype=np.int64)
-    out[dest] = idx
-    return out
 
 
 def _group_starts(group: np.ndarray) -> np.ndarray:
@@ -76,19 +123,6 @@ def _group_starts(group: np.ndarray) -> np.ndarray:
     if len(group) == 0:
         return np.zeros(0, dtype=np.int64)
     return np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-
-
-def _ffill_index(mask: np.ndarray, group: np.ndarray, inclusive: bool) -> np.ndarray:
-    """For each row, index of the latest row at or before it (or strictly before) where `mask`
-    holds within the same group; -1 if none. Rows must be sorted by group."""
-    n = len(mask)
-    idx = np.where(mask, np.arange(n), -1)
-    last = np.maximum.accumulate(idx) if n else idx
-    if not inclusive:
-        last = np.r_[-1, last[:-1]] if n else last
-    ok = last >= 0
-    ok[ok] = group[last[ok]] == group[ok]
-    return np.where(ok, last, -1)
 
 
 def grouped_cummax(values: np.ndarray, group: np.ndarray, exclusive: bool = False,
@@ -100,18 +134,24 @@ def grouped_cummax(values: np.ndarray, group: np.ndarray, exclusive: bool = Fals
     n = len(values)
     if n == 0:
         return values.astype(np.int64)
-    v = np.maximum(values.astype(np.int64), floor) - floor  # >= 0
+    v = values.astype(np.int64)
+    np.maximum(v, floor, out=v)
+    v -= floor  # >= 0
     span = int(v.max()) + 1
-    g = group.astype(np.int64) - int(group.min())
+    g = group.astype(np.int64)
+    g -= int(group.min())
     if span * (int(g.max()) + 1) < (1 << 62):
-        acc = np.maximum.accumulate(g * span + v) - g * span
+        g *= span
+        v += g
+        acc = np.maximum.accumulate(v, out=v)
+        acc -= g
     else:  # offsets would overflow: run the accumulation group by group
         acc = np.empty(n, dtype=np.int64)
         starts = _group_starts(group)
         bounds = np.r_[starts, n]
         for a, b in zip(bounds[:-1], bounds[1:]):
             acc[a:b] = np.maximum.accumulate(v[a:b])
-    acc = acc + floor
+    acc += floor
     if exclusive:
         prev = np.r_[floor, acc[:-1]]
         first = np.r_[True, group[1:] != group[:-1]]
@@ -136,27 +176,46 @@ class _Sorted:
         return self.cols[name][self.order[rows]]
 
 
+def _group_order(ids: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative group ids below 2**32: LSD radix passes on 16-bit
+    digits (numpy sorts uint16 stably in linear time), much faster than a comparison sort."""
+    order = np.argsort((ids & 0xFFFF).astype(np.uint16), kind="stable")
+    if len(ids) and int(ids.max()) > 0xFFFF:
+        order = order[np.argsort((ids[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
+
+
 def _tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Id of each packet's unordered 4-tuple, numbered by first appearance in record order,
     and whether the packet travels from the 'lower' endpoint."""
+    if not (c["src_hi"].any() or c["dst_hi"].any()):  # IPv4 only: (address, port) in 48 bits
+        a = c["src_lo"] << np.uint64(16) | c["sport"]
+        b = c["dst_lo"] << np.uint64(16) | c["dport"]
+        a_low = a <= b
+        return _factorize_words([np.minimum(a, b), np.maximum(a, b)]), a_low
     a = (c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64))
     b = (c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64))
     # a < b lexicographically on (hi, lo, port)
     a_low = (a[0] < b[0]) | ((a[0] == b[0]) & ((a[1] < b[1]) | ((a[1] == b[1]) & (a[2] <= b[2]))))
     lo = [np.where(a_low, x, y) for x, y in zip(a, b)]
     hi = [np.where(a_low, y, x) for x, y in zip(a, b)]
-    cols = [lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]]
-    # 64-bit mix of the five words; collisions are checked below
-    h = np.zeros(len(a_low), dtype=np.uint64)
+    return _factorize_words([lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]]), a_low
+
+
+def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
+    """Ids of the distinct rows of uint64 columns, numbered by first appearance."""
+    # a 64-bit mix of the words; collisions are checked below
+    h = np.zeros(len(cols[0]), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for col in cols:
-            h = (h ^ col) * np.uint64(0x9E3779B97F4A7C15)
+            h ^= col
+            h *= np.uint64(0x9E3779B97F4A7C15)
             h ^= h >> np.uint64(29)
-    ids = pd.factorize(h)[0].astype(np.int64)  # numbered by first appearance
+    ids = pd.factorize(h)[0].astype(np.int64)
     first = np.flatnonzero(ids > np.maximum.accumulate(np.r_[-1, ids[:-1]])) if len(ids) else ids
     if not all(np.array_equal(col, col[first][ids]) for col in cols):  # hash collision: exact path
         ids = pd.MultiIndex.from_arrays(cols).factorize()[0].astype(np.int64)
-    return ids, a_low
+    return ids
 
 
 def build_flows(cols: dict[str, np.ndarray]) -> Flows:
@@ -168,17 +227,19 @@ def build_flows(cols: dict[str, np.ndarray]) -> Flows:
         t_order = np.argsort(ts, kind="stable")
         cols = {k: v[t_order] for k, v in cols.items()}
     tup, from_low = _tuple_ids(cols)
-    order = np.argsort(tup, kind="stable")  # rows grouped by 4-tuple, in time order within
+    order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     c = _Sorted(cols, order)
     tup, from_low = tup[order], from_low[order]
-    flags = c["flags"].astype(np.int64)
+    flags = c["flags"]
     syn_only = (flags & (SYN | ACK)) == SYN
 
     # A new connection on the same 4-tuple starts at a SYN with a new ISN.
-    seq = c["seq"].astype(np.int64)
-    prev_syn = _ffill_index(syn_only, tup, inclusive=False)
-    tuple_first = np.r_[True, tup[1:] != tup[:-1]] if n else np.zeros(0, bool)
-    new_conn = tuple_first | (syn_only & ((prev_syn < 0) | (seq != seq[np.maximum(prev_syn, 0)])))
+    new_conn = np.r_[True, tup[1:] != tup[:-1]] if n else np.zeros(0, bool)
+    syn_rows = np.flatnonzero(syn_only)
+    syn_seq = c.at("seq", syn_rows)
+    repeated = np.r_[False, (tup[syn_rows[1:]] == tup[syn_rows[:-1]])
+                     & (syn_seq[1:] == syn_seq[:-1])] if len(syn_rows) else syn_only[:0]
+    new_conn[syn_rows[~repeated]] = True
     fid = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
     starts = np.flatnonzero(new_conn)
     if len(starts) > (tup[-1] + 1 if n else 0):
@@ -197,17 +258,18 @@ def build_flows(cols: dict[str, np.ndarray]) -> Flows:
     client_is_low, handshake = _roles(c, fid, starts, from_low, flags)
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server
     dgroup = fid * 2 + d
-    by_dir = _direction_order(fid, d, starts)  # each direction's rows in time order
+    by_dir = _group_order(dgroup)  # each direction's rows in time order
 
-    seg = _sequence_space(c, by_dir, dgroup, flags, nflows)
+    seg = _sequence_space(c, by_dir, dgroup, nflows)
     seg["flow"] = fid
     seg["dir"] = d
     seg["frame"] = c["frame"]
     seg["ts_ns"] = c["ts_ns"]
     seg["payload"] = c["payload"].astype(np.int64)
+    seg["has_data"] = seg["payload"] > 0
     seg["flags"] = c["flags"]
     seg["window"] = c["window"]
-    seg.update(_row_links(seg, by_dir))
+    seg.update(_ack_links(seg, by_dir))
 
     flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
     return Flows(seg=seg, flow=flow, starts=starts)
@@ -240,48 +302,50 @@ def _first_in_flow(mask: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray
     return out
 
 
-def _sequence_space(c, by_dir, dgroup, flags, nflows) -> dict[str, np.ndarray]:
+def _sequence_space(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
     """Relative, unwrapped seq/ack per direction, and segment classification."""
     n = len(dgroup)
+    ob = c.order[by_dir]  # decoded rows in (flow, direction, time) order
     g = dgroup[by_dir]
-    raw_seq = c["seq"][by_dir].astype(np.int64)
+    flags_d = c.cols["flags"][ob]
     gstart = np.r_[True, g[1:] != g[:-1]] if n else np.zeros(0, bool)
-    step = np.r_[0, _as_signed32(np.diff(raw_seq))] if n else raw_seq
+    raw_seq = c.cols["seq"][ob]
+    step = np.diff(raw_seq, prepend=raw_seq[:1]).view(np.int32)  # uint32 diff wraps: mod 2**32
     step[gstart] = 0
-    seq_d = np.cumsum(step)
+    seq_d = np.cumsum(step, dtype=np.int64)
     # relative to the direction's ISN: 0 at its SYN, or 1 at its first seen segment
-    base = seq_d[gstart]
-    is_syn_d = ((flags[by_dir] & SYN) != 0)
-    anchor = np.where(is_syn_d[gstart], 0, 1)
+    anchor = np.where((flags_d[gstart] & SYN) != 0, 0, 1)
     gi = np.cumsum(gstart) - 1
-    seq_rel_d = seq_d - base[gi] + anchor[gi]
+    seq_d -= (seq_d[gstart] - anchor)[gi]
     seq_rel = np.empty(n, dtype=np.int64)
-    seq_rel[by_dir] = seq_rel_d
+    seq_rel[by_dir] = seq_d
 
     # ISN of each direction in raw numbers: raw seq of its first row minus its anchor
     isn = np.zeros(nflows * 2, dtype=np.int64)
     has_dir = np.zeros(nflows * 2, dtype=bool)
-    isn[g[gstart]] = (raw_seq[gstart] - anchor) % (1 << 32)
+    isn[g[gstart]] = (raw_seq[gstart].astype(np.int64) - anchor) % (1 << 32)
     has_dir[g[gstart]] = True
 
     # ACK numbers relative to the peer's ISN, unwrapped along the rows that carry ACK
-    ackf = (flags & ACK) != 0
     ack_rel = np.full(n, -1, dtype=np.int64)
-    rows = by_dir[ackf[by_dir]]
+    with_ack = (flags_d & ACK) != 0
+    rows = by_dir[with_ack]
     if len(rows):
-        ga = dgroup[rows]
-        raw_ack = c["ack"][rows].astype(np.int64)
-        peer = ga ^ 1
+        ga = g[with_ack]
+        raw_ack = c.cols["ack"][ob[with_ack]]
         astart = np.r_[True, ga[1:] != ga[:-1]]
-        first_raw = raw_ack[astart]
-        peer_first = peer[astart]
+        first_raw = raw_ack[astart].astype(np.int64)
+        peer_first = ga[astart] ^ 1
         base_a = np.where(has_dir[peer_first], isn[peer_first], (first_raw - 1) % (1 << 32))
         first_rel = _as_signed32(first_raw - base_a)
-        stp = np.r_[0, _as_signed32(np.diff(raw_ack))]
+        stp = np.diff(raw_ack, prepend=raw_ack[:1]).view(np.int32)
         stp[astart] = 0
+        run = np.cumsum(stp, dtype=np.int64)
         ai = np.cumsum(astart) - 1
-        ack_rel[rows] = np.cumsum(stp) - np.cumsum(stp)[astart][ai] + first_rel[ai]
+        run += (first_rel - run[astart])[ai]
+        ack_rel[rows] = run
 
+    flags = c["flags"]
     payload = c["payload"].astype(np.int64)
     end = seq_rel + payload + ((flags & SYN) != 0) + ((flags & FIN) != 0)
     # highest sequence end sent earlier in the same direction (rows are flow/time sorted,
@@ -295,22 +359,15 @@ def _sequence_space(c, by_dir, dgroup, flags, nflows) -> dict[str, np.ndarray]:
             "new_data": new_data, "retrans": retrans, "keepalive": keepalive}
 
 
-def _row_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-row pointers the detector follows, all within the row's flow (-1 if none).
-
-    ack_max: highest ACK this direction had sent up to and including the row.
-    prev_same / prev_other: the last row of the same / other direction before this row.
-    prev_data / prev_other_data: the same for rows carrying payload.
-    acked_by: for new sequence space, the first row of the other direction acknowledging all of it.
-    """
+def _ack_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
+    """ack_max: highest ACK this direction had sent up to and including the row.
+    acked_by: for new sequence space, the first row of the other direction acknowledging all
+    of it (-1 if none)."""
     n = len(seg["flow"])
     fid, d = seg["flow"], seg["dir"]
     dgroup = fid * 2 + d
     ack_max = np.empty(n, dtype=np.int64)
     ack_max[by_dir] = grouped_cummax(seg["ack"][by_dir], dgroup[by_dir], floor=-1)
-    last = [_ffill_index(d == k, fid, inclusive=False) for k in (0, 1)]
-    has_data = seg["payload"] > 0
-    last_data = [_ffill_index((d == k) & has_data, fid, inclusive=False) for k in (0, 1)]
 
     # first row of the other direction whose running ACK covers the data's end:
     # search the (group, ack_max) keys, which increase along by_dir order
@@ -325,12 +382,7 @@ def _row_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.n
         hit = by_dir[np.minimum(pos, n - 1)]
         ok &= dgroup[hit] == (dgroup[rows] ^ 1)
         acked_by[rows[ok]] = hit[ok]
-    mine, other = (d == 0), (d != 0)
-    return {"ack_max": ack_max, "acked_by": acked_by,
-            "prev_same": np.where(mine, last[0], last[1]),
-            "prev_other": np.where(other, last[0], last[1]),
-            "prev_data": np.where(mine, last_data[0], last_data[1]),
-            "prev_other_data": np.where(other, last_data[0], last_data[1])}
+    return {"ack_max": ack_max, "acked_by": acked_by}
 
 
 def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, np.ndarray]:
@@ -385,9 +437,11 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # SYN/ACK -> the client's ACK of it is to the client and back
     nan = np.full(nflows, np.nan)
     sa = _first_in_flow((flags & (SYN | ACK)) == (SYN | ACK), fid, nflows)
-    last_syn = _ffill_index(syn_only, fid, inclusive=True)
     sa0 = np.maximum(sa, 0)
-    syn_before = np.where(sa >= 0, last_syn[sa0], -1)
+    syn_rows = np.flatnonzero(syn_only)
+    at = np.searchsorted(syn_rows, sa0, side="right") - 1  # the last SYN at or before
+    syn_before = syn_rows[np.maximum(at, 0)] if len(syn_rows) else sa0
+    syn_before = np.where((sa >= 0) & (at >= 0) & (fid[syn_before] == fid[sa0]), syn_before, -1)
     rs = np.where(syn_before >= 0, (ts[sa0] - ts[np.maximum(syn_before, 0)]) / 1e6, nan)
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
