@@ -123,3 +123,29 @@ def test_grouped_cummax_restarts_per_group():
     g = np.array([0, 0, 0, 1, 1, 1])
     assert grouped_cummax(v, g).tolist() == [3, 3, 5, 2, 2, 4]
     assert grouped_cummax(v, g, exclusive=True, floor=-1).tolist() == [-1, 3, 3, -1, 2, 2]
+
+
+def test_before_and_after_name_the_nearest_rows_of_each_direction_within_the_flow():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)  # rows 0 SYN(c) 1 SYN/ACK(s) 2 ACK(c)
+    conv.send("c", t + 1, 10)  # 3
+    conv.send("c", t + 2, 10)  # 4
+    conv.ack("s", t + 3)  # 5
+    conv.send("s", t + 4, 5)  # 6
+    conv.ack("c", t + 5)  # 7
+    other = Conversation("10.0.0.3:40001", SV)  # a second flow never leaks into the first
+    other.handshake(t + 2.5)
+    f = build_flows(packets(conv.rows + other.rows))
+    rows = np.arange(f.rows(0).start, f.rows(0).stop)
+    same, oth = f.before(rows)
+    assert same.tolist() == [-1, -1, 0, 2, 3, 1, 5, 4]
+    assert oth.tolist() == [-1, 0, 1, 1, 1, 4, 4, 6]
+    same, oth = f.before(rows, data=True)
+    assert same.tolist() == [-1, -1, -1, -1, 3, -1, -1, 4]
+    assert oth.tolist() == [-1, -1, -1, -1, -1, 4, 4, 6]
+    same, oth = f.after(rows)
+    assert same.tolist() == [2, 5, 3, 4, 7, 6, -1, -1]
+    assert oth.tolist() == [1, 2, 5, 5, 5, 7, 7, -1]
+    same, oth = f.after(rows, data=True)
+    assert same.tolist() == [3, 6, 3, 4, -1, 6, -1, -1]
+    assert oth.tolist() == [6, 3, 6, 6, 6, -1, -1, -1]
