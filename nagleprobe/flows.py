@@ -345,18 +345,20 @@ def _sequence_space(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
         run += (first_rel - run[astart])[ai]
         ack_rel[rows] = run
 
-    flags = c["flags"]
-    payload = c["payload"].astype(np.int64)
-    end = seq_rel + payload + ((flags & SYN) != 0) + ((flags & FIN) != 0)
-    # highest sequence end sent earlier in the same direction (rows are flow/time sorted,
-    # and direction is part of the group id)
-    sent_before = np.empty(n, dtype=np.int64)
-    sent_before[by_dir] = grouped_cummax(end[by_dir], g, exclusive=True, floor=0)
-    new_data = (payload > 0) & (seq_rel >= sent_before)
-    keepalive = (payload <= 1) & (seq_rel == sent_before - 1) & ((flags & (SYN | FIN | RST)) == 0)
-    retrans = (payload > 0) & (seq_rel < sent_before) & ~keepalive
-    return {"seq": seq_rel, "ack": ack_rel, "end": end, "sent_before": sent_before,
-            "new_data": new_data, "retrans": retrans, "keepalive": keepalive}
+    # classification along each direction's rows, then back to flow order
+    payload_d = c.cols["payload"][ob].astype(np.int64)
+    end_d = seq_d + payload_d + ((flags_d & SYN) != 0) + ((flags_d & FIN) != 0)
+    sent_d = grouped_cummax(end_d, g, exclusive=True, floor=0)  # highest end sent earlier
+    new_d = (payload_d > 0) & (seq_d >= sent_d)
+    keepalive_d = ((payload_d <= 1) & (seq_d == sent_d - 1)
+                   & ((flags_d & (SYN | FIN | RST)) == 0))
+    retrans_d = (payload_d > 0) & (seq_d < sent_d) & ~keepalive_d
+    out = {"seq": seq_rel, "ack": ack_rel}
+    for name, col in (("end", end_d), ("sent_before", sent_d), ("new_data", new_d),
+                      ("retrans", retrans_d), ("keepalive", keepalive_d)):
+        out[name] = np.empty(n, dtype=col.dtype)
+        out[name][by_dir] = col
+    return out
 
 
 def _ack_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
