@@ -64,8 +64,12 @@ def detect(f: Flows) -> Detection:
     def pure_ack(r: np.ndarray) -> np.ndarray:
         return (pay[r] == 0) & ((flags[r] & (SYN | FIN | RST)) == 0) & ((flags[r] & ACK) != 0)
 
-    def small(r: np.ndarray) -> np.ndarray:  # a partial segment
-        return (pay[r] > 0) & (pay[r] % np.maximum(mss[key[r]], 1) != 0)
+    def small(r: np.ndarray) -> np.ndarray:  # a partial segment (TSO: not a multiple of MSS)
+        p, m = pay[r], np.maximum(mss[key[r]], 1)
+        out = (p > 0) & (p < m)
+        big = np.flatnonzero(p > m)
+        out[big] = p[big] % m[big] != 0
+        return out
 
     # 1. S2: new data smaller than the sender's MSS
     rows = np.flatnonzero(s["new_data"])

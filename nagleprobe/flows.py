@@ -449,9 +449,10 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
     # otherwise the fastest data -> ACK turnaround per direction (delayed ACKs only add)
     paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
-    turn = np.full(nflows * 2, np.inf)
-    np.minimum.at(turn, key[paired], (ts[seg["acked_by"][paired]] - ts[paired]) / 1e6)
-    turn[np.isinf(turn)] = np.nan
+    turn = np.full(nflows * 2, np.nan)
+    fastest = (pd.Series((ts[seg["acked_by"][paired]] - ts[paired]) / 1e6)
+               .groupby(key[paired]).min())
+    turn[fastest.index.to_numpy()] = fastest.to_numpy()
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
     rc = np.where(from_hs, rc, turn[1::2])
     rs = np.where(from_hs, rs, turn[0::2])
