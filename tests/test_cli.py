@@ -98,3 +98,19 @@ def test_missing_file_and_usage_errors_are_distinct(tmp_path):
     assert r.exit_code == ExitStatus.BAD_CAPTURE
     assert run(["analyze"]).exit_code == ExitStatus.USAGE
     assert run(["analyze", "--format", "xml", "x"]).exit_code == ExitStatus.USAGE
+
+
+def test_a_capture_without_tcp_is_analysed_and_says_so(tmp_path):
+    # synthetic: one Ethernet/IPv4/UDP frame, nothing else
+    udp = struct.pack("!HHHH", 5353, 5353, 8, 0)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0, 64, 17, 0,
+                     bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])) + udp
+    frame = b"\x00" * 12 + b"\x08\x00" + ip
+    path = tmp_path / "udp.pcap"
+    path.write_bytes(pcap_bytes([frame]))
+    result = CliRunner().invoke(main, ["analyze", "--format", "json", str(path)])
+    assert result.exit_code == ExitStatus.OK, result.output
+    doc = json.loads(result.output)
+    assert doc["flows"] == [] and doc["stalls"] == []
+    assert doc["capture"]["packets"] == 1 and doc["capture"]["tcp_packets"] == 0
+    assert sum(doc["capture"]["skipped"].values()) == 1
