@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Callable
-from html import escape
+from html import escape as _escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,11 @@ footer { margin-top: 2.5em; font-size: 0.8em; color: #777; border-top: 1px solid
 """
 
 
+def _text(v: str) -> str:
+    """Text content escaped for HTML (quotes may stay: this is never an attribute value)."""
+    return _escape(v, quote=False)
+
+
 def _cell(v: Any, fmt: str | None = None) -> tuple[str, bool]:
     """Cell text and whether it is a number (right-aligned)."""
     if v is None or (not isinstance(v, str) and pd.isna(v)):
@@ -82,7 +87,7 @@ def table_html(df: pd.DataFrame, columns: dict[str, str], fmt: dict[str, str] | 
     out = ["<table>" if not inline_style else
            '<table style="border-collapse:collapse;font-size:0.9em">', "<thead><tr>"]
     for header in columns.values():
-        out.append(f"<th{cell_css.format('left') if inline_style else ''}>{escape(header)}</th>")
+        out.append(f"<th{cell_css.format('left') if inline_style else ''}>{_text(header)}</th>")
     out.append("</tr></thead><tbody>")
     for rec in df.head(limit).to_dict("records"):
         hot = bool(highlight and highlight(rec))
@@ -93,9 +98,9 @@ def table_html(df: pd.DataFrame, columns: dict[str, str], fmt: dict[str, str] | 
         for name in columns:
             text, num = _cell(rec[name], fmt.get(name))
             if inline_style:
-                out.append(f"<td{cell_css.format('right' if num else 'left')}>{escape(text)}</td>")
+                out.append(f"<td{cell_css.format('right' if num else 'left')}>{_text(text)}</td>")
             else:
-                out.append(f"<td{NUM_CLASS if num else ''}>{escape(text)}</td>")
+                out.append(f"<td{NUM_CLASS if num else ''}>{_text(text)}</td>")
         out.append("</tr>")
     out.append("</tbody></table>")
     if len(df) > limit:
@@ -138,18 +143,18 @@ def summary_html(report: Report) -> str:
     ordered = pd.concat([_worst_first(fl), fl[fl["stalls"] == 0]])
     colour = "#c62828" if len(report.stalls) else "#2e7d32"
     out = [f'<div><p style="font-weight:600;font-size:1.1em;border-left:5px solid {colour};'
-           f'padding-left:0.6em">{escape(report.verdict())}</p>',
-           f'<p style="color:#555;margin:0">{escape(str(report.capture["path"]))}: '
+           f'padding-left:0.6em">{_text(report.verdict())}</p>',
+           f'<p style="color:#555;margin:0">{_text(str(report.capture["path"]))}: '
            f'{len(fl)} flow{"s" if len(fl) != 1 else ""}, {report.capture["tcp_packets"]} TCP '
            f"packets</p>"]
     if len(fl):
         out.append(table_html(ordered, FLOW_COLUMNS, FLOW_FMT, _stalled, limit=NOTEBOOK_ROWS,
                               inline_style=True))
     for f in _worst_first(fl).head(NOTEBOOK_ROWS).to_dict("records"):
-        out.append(f'<p style="margin:0.3em 0"><b>{escape(_flow_name(f))}</b> '
+        out.append(f'<p style="margin:0.3em 0"><b>{_text(_flow_name(f))}</b> '
                    f"({f['stalls']} stalls, {f['stall_ms']:.1f} ms): "
-                   f"<code>{escape(str(f['fix_action']))}</code> on the "
-                   f"{escape(str(f['fix_side']))}. {escape(str(f['fix_text']))}</p>")
+                   f"<code>{_text(str(f['fix_action']))}</code> on the "
+                   f"{_text(str(f['fix_side']))}. {_text(str(f['fix_text']))}</p>")
     out.append("</div>")
     return "".join(out)
 
@@ -168,8 +173,8 @@ def _figure(draw: Callable[[Any], Any], size: tuple[float, float], caption: str,
 
     fig = Figure(figsize=size, layout="constrained")
     draw(fig)
-    return (f'<figure><img alt="{escape(alt)}" src="{_png(fig)}">'
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (f'<figure><img alt="{_escape(alt)}" src="{_png(fig)}">'
+            f"<figcaption>{_text(caption)}</figcaption></figure>")
 
 
 def _capture_section(report: Report) -> str:
@@ -183,7 +188,7 @@ def _capture_section(report: Report) -> str:
             ("first packet (time 0)", origin),
             ("warnings", "; ".join(c["warnings"]) or "none")]
     out = ['<section id="capture"><h2>How the capture was read</h2><table>']
-    out += [f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows]
+    out += [f"<tr><th>{_text(k)}</th><td>{_text(str(v))}</td></tr>" for k, v in rows]
     out.append("</table>")
     if len(report.flows):
         out.append("<h3>Where the capture was taken, per flow</h3>")
@@ -207,14 +212,14 @@ def _endpoint_table(report: Report, fid: int) -> str:
 
 def _flow_section(report: Report, f: dict[str, Any], pictures: bool) -> str:
     fid = f["id"]
-    out = [f'<section class="flow" id="flow-{fid}"><h2>{escape(_flow_name(f))}</h2>',
+    out = [f'<section class="flow" id="flow-{fid}"><h2>{_text(_flow_name(f))}</h2>',
            f"<p>{f['stalls']} stalls, <b>{f['stall_ms']:.1f} ms lost</b> = "
            f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; without them "
            f"~{f['duration_without_stalls_s']:.3f} s. {f['packets']} packets, roles from "
-           f"{escape(f['roles'])}. Capture point: {escape(f['vantage'])} "
-           f"({escape(f['vantage_basis'])}).</p>",
-           f'<div class="fix"><span class="action">{escape(f["fix_action"])}</span> on the '
-           f"{escape(f['fix_side'])} {escape(f['fix_endpoint'])}<br>{escape(f['fix_text'])}</div>",
+           f"{_text(f['roles'])}. Capture point: {_text(f['vantage'])} "
+           f"({_text(f['vantage_basis'])}).</p>",
+           f'<div class="fix"><span class="action">{_text(f["fix_action"])}</span> on the '
+           f"{_text(f['fix_side'])} {_text(f['fix_endpoint'])}<br>{_text(f['fix_text'])}</div>",
            _endpoint_table(report, fid)]
     if pictures:
         from . import plot
@@ -251,15 +256,15 @@ def render_html(report: Report, plots: bool = True) -> str:
     bad = len(report.stalls) > 0
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>nagleprobe: {escape(str(c['path']))}</title><style>{CSS}</style></head><body>",
+           f"<title>nagleprobe: {_text(str(c['path']))}</title><style>{CSS}</style></head><body>",
            "<header><h1>Nagle / delayed-ACK stall report</h1>",
-           f'<p class="file">{escape(str(c["path"]))}</p></header>',
-           f'<p class="verdict {"bad" if bad else "good"}">{escape(report.verdict())}</p>']
+           f'<p class="file">{_text(str(c["path"]))}</p></header>',
+           f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
     for f in worst.to_dict("records"):
-        out.append(f'<div class="fix"><h3>{escape(_flow_name(f))}: {f["stalls"]} stalls, '
+        out.append(f'<div class="fix"><h3>{_text(_flow_name(f))}: {f["stalls"]} stalls, '
                    f'{f["stall_ms"]:.1f} ms</h3><span class="action">'
-                   f'{escape(f["fix_action"])}</span> on the {escape(f["fix_side"])}: '
-                   f"{escape(f['fix_text'])}</div>")
+                   f'{_text(f["fix_action"])}</span> on the {_text(f["fix_side"])}: '
+                   f"{_text(f['fix_text'])}</div>")
     if plots and len(fl):
         from . import plot
 
@@ -287,7 +292,7 @@ def render_html(report: Report, plots: bool = True) -> str:
         out.append(f'<p class="note">{len(worst) - HTML_DETAILED_FLOWS} more flows with stalls '
                    f"are in the flows table; the JSON output has their evidence.</p>")
     out.append(_capture_section(report))
-    out.append(f"<footer>nagleprobe {escape(__version__)}. Frame numbers are Wireshark's; "
+    out.append(f"<footer>nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
                "times are seconds since the capture's first packet (Wireshark's default time "
                f"column). Sides: {', '.join(SIDES)} as the handshake (or a guess) says."
                "</footer></body></html>")
