@@ -51,13 +51,8 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def proxy():
-    return nagleprobe.analyze(str(SAMPLES / "proxy_any.pcap"))
-
-
-@pytest.fixture(scope="module")
-def proxy_html(proxy):
-    return render_html(proxy)
+def proxy_html(proxy_any):
+    return render_html(proxy_any)
 
 
 def test_the_file_is_self_contained(proxy_html):
@@ -70,21 +65,21 @@ def test_the_file_is_self_contained(proxy_html):
         assert img.format == "PNG" and img.width > 400
 
 
-def test_it_has_the_verdict_the_fix_and_the_pictures(proxy, proxy_html):
-    assert proxy.verdict() in proxy_html
-    assert proxy.flows.loc[1, "fix_text"] in proxy_html
+def test_it_has_the_verdict_the_fix_and_the_pictures(proxy_any, proxy_html):
+    assert proxy_any.verdict() in proxy_html
+    assert proxy_any.flows.loc[1, "fix_text"] in proxy_html
     alts = re.findall(r'<img alt="([^"]+)"', proxy_html)
     assert alts == ["flows on a timeline", "distribution of stall lengths",
                     "time-sequence graph of flow 1", "first 6 stalls of flow 1"]
 
 
-def test_every_stall_is_listed_with_its_frame_numbers(proxy, proxy_html):
+def test_every_stall_is_listed_with_its_frame_numbers(proxy_any, proxy_html):
     evidence = proxy_html.split("<h3>Evidence", 1)[1].split("</table>", 1)[0]
     cells = Page(evidence).cells
     ncols = 13
     rows = [cells[i:i + ncols] for i in range(0, len(cells), ncols)]
-    assert len(rows) == len(proxy.stalls) == 19
-    for row, s in zip(rows, proxy.stalls.to_dict("records")):
+    assert len(rows) == len(proxy_any.stalls) == 19
+    for row, s in zip(rows, proxy_any.stalls.to_dict("records")):
         assert [int(row[1]), int(row[4]), int(row[6])] == [s["small_frame"], s["ack_frame"],
                                                              s["released_frame"]]
         assert float(row[9]) == pytest.approx(s["delay_ms"], abs=0.05)
@@ -105,9 +100,9 @@ def test_a_clean_capture_says_no_stalls_and_has_no_evidence():
     assert re.findall(r'<img alt="([^"]+)"', text) == ["flows on a timeline"]
 
 
-def test_without_pictures_it_needs_no_matplotlib(proxy):
-    text = proxy.to_html(plots=False)
-    assert "<img" not in text and proxy.verdict() in text
+def test_without_pictures_it_needs_no_matplotlib(proxy_any):
+    text = proxy_any.to_html(plots=False)
+    assert "<img" not in text and proxy_any.verdict() in text
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +115,11 @@ def chromium():
     return exe
 
 
-def test_chromium_renders_the_report_with_every_picture(chromium, proxy, tmp_path):
+def test_chromium_renders_the_report_with_every_picture(chromium, proxy_any, tmp_path):
     """Headless Chromium loads the file with the network unreachable; a probe added to a copy
     reports each image's decoded size, and the screenshot shows the page."""
     page = tmp_path / "report.html"
-    write_html(proxy, page)
+    write_html(proxy_any, page)
     probe = tmp_path / "probe.html"
     probe.write_text(page.read_text().replace(
         "</body>", "<script>window.addEventListener('load', () => { document.title = "

@@ -21,21 +21,6 @@ from nagleprobe import plot  # noqa: E402
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
-@pytest.fixture(scope="module")
-def echo():
-    return nagleprobe.analyze(str(SAMPLES / "echo_split_lo.pcap"))
-
-
-@pytest.fixture(scope="module")
-def proxy():
-    return nagleprobe.analyze(str(SAMPLES / "proxy_any.pcap"))
-
-
-@pytest.fixture(scope="module")
-def win200():
-    return nagleprobe.analyze(str(SAMPLES / "records_bulk_win200_netns.pcap"))
-
-
 @pytest.fixture(autouse=True)
 def close_figures():
     yield
@@ -62,16 +47,16 @@ def spans(ax) -> list[tuple[float, float]]:
     return sorted(out)
 
 
-def test_time_sequence_marks_every_stall_at_its_times_and_sequence_numbers(echo):
-    ax = plot.time_sequence(echo, 0)
+def test_time_sequence_marks_every_stall_at_its_times_and_sequence_numbers(echo_split):
+    ax = plot.time_sequence(echo_split, 0)
     render(ax)
-    st = echo.stalls
+    st = echo_split.stalls
     assert len(st) == 19
     (s1,), (ack,), (s2,) = (by_gid(ax, g) for g in (plot.GID_S1, plot.GID_ACK, plot.GID_S2))
     for line, col in ((s1, "small_s"), (ack, "ack_s"), (s2, "released_s")):
         assert len(line.get_xdata()) == len(st)
         assert np.asarray(line.get_xdata()) == pytest.approx(st[col].to_numpy(), abs=1e-6)
-    seg = echo.segments.set_index("frame")
+    seg = echo_split.segments.set_index("frame")
     s1_end = (seg.loc[st["small_frame"], "seq"] + seg.loc[st["small_frame"], "payload"]).to_numpy()
     assert np.asarray(s1.get_ydata()) == pytest.approx(s1_end)
     assert np.asarray(ack.get_ydata()) == pytest.approx(s1_end)  # the ACK covered S1 exactly
@@ -83,13 +68,13 @@ def test_time_sequence_marks_every_stall_at_its_times_and_sequence_numbers(echo)
     assert ax.get_xlabel().endswith("(s)") and ax.get_ylabel().endswith("(bytes)")
 
 
-def test_time_sequence_draws_both_directions_and_the_peers_ack_lines(proxy):
-    ax = plot.time_sequence(proxy, 1)
+def test_time_sequence_draws_both_directions_and_the_peers_ack_lines(proxy_any):
+    ax = plot.time_sequence(proxy_any, 1)
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     for text in ("client data (seq to seq+len)", "server data (seq to seq+len)",
                  "server's ACKs of it", "client's ACKs of it"):
         assert text in legend
-    seg = proxy.segments
+    seg = proxy_any.segments
     client_data = seg[(seg["flow"] == 1) & (seg["sender"] == "client") & (seg["payload"] > 0)]
     bars = next(c for c in ax.collections if c.get_label().startswith("client data"))
     assert len(bars.get_segments()) == len(client_data)
@@ -120,12 +105,12 @@ def test_zoom_refuses_a_stall_the_flow_does_not_have(win200):
         plot.time_sequence(win200, 0, stall=20)
 
 
-def test_stall_grid_draws_the_first_n_stalls_one_per_panel(echo):
-    axes = plot.stall_grid(echo, 0, n=4)
+def test_stall_grid_draws_the_first_n_stalls_one_per_panel(echo_split):
+    axes = plot.stall_grid(echo_split, 0, n=4)
     assert len(axes) == 4
     for k, ax in enumerate(axes):
         (span,) = spans(ax)
-        assert span[1] == pytest.approx(echo.stalls["delay_ms"].iloc[k], abs=1e-3)
+        assert span[1] == pytest.approx(echo_split.stalls["delay_ms"].iloc[k], abs=1e-3)
     render(axes[0])
 
 
@@ -135,7 +120,8 @@ def test_delay_distribution_counts_every_stall_and_marks_the_timers(win200):
     bars = by_gid(ax, plot.GID_STALL_HIST, "patches")
     assert sum(b.get_height() for b in bars) == len(win200.stalls) == 20
     tallest = max(bars, key=lambda b: b.get_height())
-    assert tallest.get_x() <= win200.stalls["delay_ms"].median() <= tallest.get_x() + tallest.get_width()
+    left, right = tallest.get_x(), tallest.get_x() + tallest.get_width()
+    assert left <= win200.stalls["delay_ms"].median() <= right
     marks = sorted(line.get_xdata()[0] for line in by_gid(ax, plot.GID_TIMER))
     assert marks == [40, 100, 200]
     assert "ms" in ax.get_xlabel() and ax.get_xscale() == "log"
@@ -149,15 +135,15 @@ def test_delay_distribution_of_a_clean_capture_says_so():
     assert "no stalls" in [t.get_text() for t in ax.texts]
 
 
-def test_overview_puts_each_flow_and_its_stalls_on_the_timeline(proxy):
-    ax = plot.overview(proxy)
+def test_overview_puts_each_flow_and_its_stalls_on_the_timeline(proxy_any):
+    ax = plot.overview(proxy_any)
     render(ax)
     lifetimes = [c for c in ax.collections if c.get_gid() == plot.GID_LIFETIME]
-    assert len(lifetimes) == len(proxy.flows) == 2
+    assert len(lifetimes) == len(proxy_any.flows) == 2
     (stall_bars,) = [c for c in ax.collections if c.get_gid() == plot.GID_FLOW_STALLS]
     extents = np.array(sorted((p.vertices[:, 0].min(), p.vertices[:, 0].max())
                               for p in stall_bars.get_paths()))
-    st = proxy.stalls
+    st = proxy_any.stalls
     assert extents[:, 0] == pytest.approx(st["small_s"].to_numpy(), abs=1e-6)
     assert extents[:, 1] == pytest.approx((st["small_s"] + st["delay_ms"] / 1e3).to_numpy(),
                                           abs=1e-6)
@@ -166,25 +152,25 @@ def test_overview_puts_each_flow_and_its_stalls_on_the_timeline(proxy):
     assert ax.get_xlabel().endswith("(s)")
 
 
-def test_time_lost_bars_are_the_flows_stall_time(proxy):
-    ax = plot.time_lost(proxy)
+def test_time_lost_bars_are_the_flows_stall_time(proxy_any):
+    ax = plot.time_lost(proxy_any)
     render(ax)
-    assert [p.get_width() for p in ax.patches] == [proxy.flows.loc[1, "stall_ms"]]
+    assert [p.get_width() for p in ax.patches] == [proxy_any.flows.loc[1, "stall_ms"]]
     assert ax.get_xlabel() == "time lost to stalls (ms)"
 
 
-def test_every_function_draws_on_the_axes_it_is_given(proxy):
+def test_every_function_draws_on_the_axes_it_is_given(proxy_any):
     fig = Figure()
     axes = fig.subplots(2, 3).ravel()
-    assert plot.time_sequence(proxy, ax=axes[0]) is axes[0]
-    assert plot.delay_distribution(proxy, ax=axes[1]) is axes[1]
-    assert plot.overview(proxy, ax=axes[2]) is axes[2]
-    assert plot.time_lost(proxy, ax=axes[3]) is axes[3]
-    assert plot.stall_grid(proxy, n=2, axes=axes[4:]) == list(axes[4:])
+    assert plot.time_sequence(proxy_any, ax=axes[0]) is axes[0]
+    assert plot.delay_distribution(proxy_any, ax=axes[1]) is axes[1]
+    assert plot.overview(proxy_any, ax=axes[2]) is axes[2]
+    assert plot.time_lost(proxy_any, ax=axes[3]) is axes[3]
+    assert plot.stall_grid(proxy_any, n=2, axes=axes[4:]) == list(axes[4:])
 
 
-def test_default_flow_is_the_one_that_lost_most(proxy):
-    ax = plot.time_sequence(proxy)
+def test_default_flow_is_the_one_that_lost_most(proxy_any):
+    ax = plot.time_sequence(proxy_any)
     assert ax.get_title().startswith("Flow 1:")
 
 

@@ -20,16 +20,6 @@ SAMPLES = ROOT / "samples"
 TABLES = ("flows", "stalls", "endpoints", "segments")
 
 
-@pytest.fixture(scope="module")
-def echo():
-    return nagleprobe.analyze(str(SAMPLES / "echo_split_lo.pcap"))
-
-
-@pytest.fixture(scope="module")
-def proxy():
-    return nagleprobe.analyze(str(SAMPLES / "proxy_any.pcap"))
-
-
 def dtype_name(dtype) -> str:
     """The README's name for a dtype (text is `str`, also under pandas 2's `object`)."""
     return "str" if dtype == report_module.TEXT_DTYPE else str(dtype)
@@ -47,42 +37,42 @@ def readme_schema() -> dict[str, list[tuple[str, str]]]:
 
 
 @pytest.mark.parametrize("table", TABLES)
-def test_readme_documents_every_column_and_dtype_of_every_table(echo, table):
-    actual = [(c, dtype_name(t)) for c, t in getattr(echo, table).dtypes.items()]
+def test_readme_documents_every_column_and_dtype_of_every_table(echo_split, table):
+    actual = [(c, dtype_name(t)) for c, t in getattr(echo_split, table).dtypes.items()]
     assert readme_schema()[table] == actual
 
 
 @pytest.mark.parametrize("table", TABLES)
-def test_empty_tables_keep_their_columns_and_dtypes(echo, table):
-    empty = echo.select(port=1)  # no flow uses port 1
-    full, none = getattr(echo, table), getattr(empty, table)
+def test_empty_tables_keep_their_columns_and_dtypes(echo_split, table):
+    empty = echo_split.select(port=1)  # no flow uses port 1
+    full, none = getattr(echo_split, table), getattr(empty, table)
     assert len(none) == 0 and len(full) > 0
     assert list(none.columns) == list(full.columns)
     assert none.dtypes.to_dict() == full.dtypes.to_dict()
 
 
-def test_a_capture_without_stalls_has_the_same_stall_columns_and_dtypes(echo):
+def test_a_capture_without_stalls_has_the_same_stall_columns_and_dtypes(echo_split):
     clean = nagleprobe.analyze(str(SAMPLES / "neg_think_time_lo.pcap"))
     assert len(clean.stalls) == 0
-    assert clean.stalls.dtypes.to_dict() == echo.stalls.dtypes.to_dict()
-    assert clean.flows.dtypes.to_dict() == echo.flows.dtypes.to_dict()  # fix_* all missing
+    assert clean.stalls.dtypes.to_dict() == echo_split.stalls.dtypes.to_dict()
+    assert clean.flows.dtypes.to_dict() == echo_split.flows.dtypes.to_dict()  # fix_* all missing
 
 
-def test_timestamps_are_utc_datetimes_beside_relative_seconds(echo):
-    origin = pd.Timestamp(echo.capture["time_origin_ns"], unit="ns", tz="UTC")
+def test_timestamps_are_utc_datetimes_beside_relative_seconds(echo_split):
+    origin = pd.Timestamp(echo_split.capture["time_origin_ns"], unit="ns", tz="UTC")
     for point in ("small", "ack", "released"):
-        t = echo.stalls[f"{point}_time"]
+        t = echo_split.stalls[f"{point}_time"]
         assert str(t.dt.tz) == "UTC"
         rel = (t - origin).dt.total_seconds().to_numpy()
-        assert rel == pytest.approx(echo.stalls[f"{point}_s"].to_numpy(), abs=1e-6)
-    seg = echo.segments
+        assert rel == pytest.approx(echo_split.stalls[f"{point}_s"].to_numpy(), abs=1e-6)
+    seg = echo_split.segments
     assert (seg["time"] - origin).dt.total_seconds().to_numpy() == pytest.approx(
         seg["time_s"].to_numpy(), abs=1e-9)
-    assert echo.flows["start_time"].iloc[0] == origin  # the flow's SYN is the first packet
+    assert echo_split.flows["start_time"].iloc[0] == origin  # the flow's SYN is the first packet
 
 
-def test_json_document_keeps_seconds_and_gains_no_datetime_fields(echo):
-    doc = echo.to_dict()
+def test_json_document_keeps_seconds_and_gains_no_datetime_fields(echo_split):
+    doc = echo_split.to_dict()
     assert "start_time" not in doc["flows"][0]
     assert set(doc["stalls"][0]["times"]) == {"small", "ack", "released"}
     assert not any(k.endswith("_time") for k in doc["stalls"][0])
@@ -122,9 +112,9 @@ def independent_parse(path: Path) -> dict[int, dict]:
     return rows
 
 
-def test_segments_match_an_independent_parse_of_the_real_capture(echo):
+def test_segments_match_an_independent_parse_of_the_real_capture(echo_split):
     truth = independent_parse(SAMPLES / "echo_split_lo.pcap")
-    seg = echo.segments
+    seg = echo_split.segments
     assert sorted(seg["frame"]) == sorted(truth)
     for rec in seg.to_dict("records"):
         t = truth[rec["frame"]]
@@ -136,9 +126,9 @@ def test_segments_match_an_independent_parse_of_the_real_capture(echo):
         assert rec["sender"] == ("client" if t["key"][1] == 40000 else "server")
 
 
-def test_segments_show_each_stall_as_the_detector_described_it(echo):
-    seg = echo.segments.set_index("frame")
-    for s in echo.stalls.to_dict("records"):
+def test_segments_show_each_stall_as_the_detector_described_it(echo_split):
+    seg = echo_split.segments.set_index("frame")
+    for s in echo_split.stalls.to_dict("records"):
         s1, ack, s2 = (seg.loc[s[f"{k}_frame"]] for k in ("small", "ack", "released"))
         assert s1["payload"] == s["small_bytes"] and s2["payload"] == s["held_bytes"]
         assert ack["payload"] == 0 and ack["flags"] == "ACK" and ack["sender"] != s["sender"]
@@ -146,9 +136,9 @@ def test_segments_show_each_stall_as_the_detector_described_it(echo):
         assert s2["time_s"] - s1["time_s"] == pytest.approx(s["delay_ms"] / 1e3, abs=2e-6)
 
 
-def test_window_bytes_apply_the_scale_both_syns_agreed_on(proxy):
-    seg = proxy.segments
-    ep = proxy.endpoints.set_index(["flow", "side"])
+def test_window_bytes_apply_the_scale_both_syns_agreed_on(proxy_any):
+    seg = proxy_any.segments
+    ep = proxy_any.endpoints.set_index(["flow", "side"])
     data = seg[~seg["flags"].str.contains("SYN")]
     scale = [ep.loc[(f, s), "window_scale"] for f, s in zip(data["flow"], data["sender"])]
     assert (data["window_bytes"].to_numpy(dtype=np.int64)
@@ -157,20 +147,20 @@ def test_window_bytes_apply_the_scale_both_syns_agreed_on(proxy):
     assert (syn["window_bytes"].to_numpy(dtype=np.int64) == syn["window"].to_numpy()).all()
 
 
-def test_flow_selects_one_flow_with_its_stalls_endpoints_and_segments(proxy):
-    one = proxy.flow(1)
+def test_flow_selects_one_flow_with_its_stalls_endpoints_and_segments(proxy_any):
+    one = proxy_any.flow(1)
     assert one.flows["id"].tolist() == [1]
     assert set(one.stalls["flow"]) == {1} and len(one.stalls) == 19
     assert one.endpoints["flow"].tolist() == [1, 1]
     assert set(one.segments["flow"]) == {1}
-    assert len(one.segments) == proxy.flows.loc[1, "packets"]
+    assert len(one.segments) == proxy_any.flows.loc[1, "packets"]
     with pytest.raises(KeyError, match="no flow 7"):
-        proxy.flow(7)
+        proxy_any.flow(7)
 
 
-def test_worst_lists_stalled_flows_by_time_lost(proxy):
-    assert proxy.worst(5).flows["id"].tolist() == [1]  # flow 0 has no stalls
-    assert proxy.worst(0).flows.empty
+def test_worst_lists_stalled_flows_by_time_lost(proxy_any):
+    assert proxy_any.worst(5).flows["id"].tolist() == [1]  # flow 0 has no stalls
+    assert proxy_any.worst(0).flows.empty
 
 
 @pytest.mark.parametrize("kwargs, ids", [
@@ -183,8 +173,8 @@ def test_worst_lists_stalled_flows_by_time_lost(proxy):
     ({"stalled": False}, [0]),
     ({"endpoint": "127.0.0.1", "stalled": True}, [1]),
 ])
-def test_select_by_endpoint_port_side_and_stalls(proxy, kwargs, ids):
-    assert proxy.select(**kwargs).flows["id"].tolist() == ids
+def test_select_by_endpoint_port_side_and_stalls(proxy_any, kwargs, ids):
+    assert proxy_any.select(**kwargs).flows["id"].tolist() == ids
 
 
 def test_selection_by_ipv6_address_with_or_without_brackets():
@@ -195,26 +185,26 @@ def test_selection_by_ipv6_address_with_or_without_brackets():
     assert r.select(endpoint=server, side="server").flows["id"].tolist() == [0]
 
 
-def test_a_selection_reports_only_its_flows_in_text_and_json(proxy):
-    doc = proxy.flow(1).to_dict()
+def test_a_selection_reports_only_its_flows_in_text_and_json(proxy_any):
+    doc = proxy_any.flow(1).to_dict()
     assert [f["id"] for f in doc["flows"]] == [1] and doc["summary"]["stalls"] == 19
-    assert "Flow 1: client 127.0.0.1:40014" in proxy.flow(1).to_text()
-    assert "Flow 1:" not in proxy.flow(0).to_text()
+    assert "Flow 1: client 127.0.0.1:40014" in proxy_any.flow(1).to_text()
+    assert "Flow 1:" not in proxy_any.flow(0).to_text()
 
 
-def test_print_report_gives_exactly_what_the_cli_prints(proxy, capsys):
-    print(proxy)
+def test_print_report_gives_exactly_what_the_cli_prints(proxy_any, capsys):
+    print(proxy_any)
     printed = capsys.readouterr().out
     cli = CliRunner().invoke(main, ["analyze", str(SAMPLES / "proxy_any.pcap")])
     assert cli.exit_code == 0
     assert printed == cli.output
 
 
-def test_jupyter_view_has_verdict_highlighted_stalled_flow_and_its_fix(proxy):
-    html = proxy._repr_html_()
-    assert proxy.verdict() in html
+def test_jupyter_view_has_verdict_highlighted_stalled_flow_and_its_fix(proxy_any):
+    html = proxy_any._repr_html_()
+    assert proxy_any.verdict() in html
     rows = re.findall(r"<tr[^>]*>.*?</tr>", html.split("<tbody>")[1])
     highlighted = [r for r in rows if "background:" in r.split(">")[0]]
     assert len(highlighted) == 1 and ">127.0.0.1:40014<" in highlighted[0]
     assert len(rows) == 2
-    assert proxy.flows.loc[1, "fix_text"] in html
+    assert proxy_any.flows.loc[1, "fix_text"] in html
