@@ -260,11 +260,16 @@ def render_html(report: Report, plots: bool = True) -> str:
            "<header><h1>Nagle / delayed-ACK stall report</h1>",
            f'<p class="file">{_text(str(c["path"]))}</p></header>',
            f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
-    for f in worst.to_dict("records"):
+    for f in worst.head(HTML_DETAILED_FLOWS).to_dict("records"):
         out.append(f'<div class="fix"><h3>{_text(_flow_name(f))}: {f["stalls"]} stalls, '
                    f'{f["stall_ms"]:.1f} ms</h3><span class="action">'
                    f'{_text(f["fix_action"])}</span> on the {_text(f["fix_side"])}: '
                    f"{_text(f['fix_text'])}</div>")
+    if len(worst) > HTML_DETAILED_FLOWS:
+        actions = worst["fix_action"].iloc[HTML_DETAILED_FLOWS:].value_counts()
+        out.append(f'<p class="note">{len(worst) - HTML_DETAILED_FLOWS} more flows with stalls '
+                   f"need a fix too ({', '.join(f'{v} {k}' for k, v in actions.items())}): see "
+                   f"the flows table.</p>")
     if plots and len(fl):
         from . import plot
 
@@ -289,8 +294,8 @@ def render_html(report: Report, plots: bool = True) -> str:
     for k, f in enumerate(worst.head(HTML_DETAILED_FLOWS).to_dict("records")):
         out.append(_flow_section(report, f, plots and k < HTML_PICTURED_FLOWS))
     if len(worst) > HTML_DETAILED_FLOWS:
-        out.append(f'<p class="note">{len(worst) - HTML_DETAILED_FLOWS} more flows with stalls '
-                   f"are in the flows table; the JSON output has their evidence.</p>")
+        out.append(f'<p class="note">The evidence of the other {len(worst) - HTML_DETAILED_FLOWS}'
+                   f" flows with stalls is in the JSON output (--format json).</p>")
     out.append(_capture_section(report))
     out.append(f"<footer>nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
                "times are seconds since the capture's first packet (Wireshark's default time "
