@@ -289,7 +289,7 @@ def render_html(report: Report, plots: bool = True) -> str:
         out.append("</section>")
     out.append('<section id="flows"><h2>Flows</h2>')
     out.append(table_html(pd.concat([worst, fl[fl["stalls"] == 0]]), FLOW_COLUMNS, FLOW_FMT,
-                          _stalled) if len(fl) else "<p>No TCP flows in this capture.</p>")
+                          _stalled) if len(fl) else "<p>No TCP flows in this report.</p>")
     out.append("</section>")
     for k, f in enumerate(worst.head(HTML_DETAILED_FLOWS).to_dict("records")):
         out.append(_flow_section(report, f, plots and k < HTML_PICTURED_FLOWS))

@@ -290,7 +290,11 @@ def overview(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axe
                 if f["stalls"] else "no stalls")
         labels.append(f"{_flow_label(f)}\n{lost}")
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    if labels:
+        ax.set_ylim(len(labels) - 0.5, -0.5)
+    else:
+        ax.text(0.5, 0.5, "no flows", transform=ax.transAxes, ha="center", va="center",
+                fontsize=12, color="grey")
     ax.set_xlabel("time since the first packet (s)")
     ax.set_title(f"Flows over time; stalls in red{note}", fontsize=10)
     ax.grid(alpha=0.25, axis="x")

@@ -143,3 +143,8 @@ def test_chromium_renders_the_report_with_every_picture(chromium, proxy_any, tmp
     assert len(colours) > 200  # text, tables and plots, not a blank page
     verdict_pink = sum(n for n, c in colours if c == (0xfd, 0xe2, 0xe1))
     assert verdict_pink > 5000  # the verdict box and the highlighted row are drawn
+
+
+def test_a_report_without_flows_says_so(proxy_any):
+    text = render_html(proxy_any.select(port=1))
+    assert "No TCP flows in this report." in text and "<img" not in text
