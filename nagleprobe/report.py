@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,14 +37,18 @@ class Report:
     """Everything nagleprobe found in one capture.
 
     `capture`: how the file was read (a dict). `flows`, `stalls`, `endpoints`: pandas
-    DataFrames, one row per flow, per stall and per flow endpoint (columns in the README).
-    `to_dict()` is the JSON document.
+    DataFrames, one row per flow, per stall and per flow endpoint; `segments` one row per
+    TCP segment, built on first use from `source` (columns of all four in the README).
+    `to_dict()` is the JSON document. `flow(i)`, `worst(n)` and `select(...)` give a
+    Report restricted to some flows.
     """
 
     capture: dict[str, Any]
     flows: pd.DataFrame
     stalls: pd.DataFrame
     endpoints: pd.DataFrame
+    source: Flows | None = field(default=None, repr=False, compare=False)
+    _segments: pd.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def stall_count(self) -> int:
@@ -67,9 +71,10 @@ class Report:
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
-        fl = self.flows if ids is None else self.flows.iloc[ids]
+        fl = self.flows if ids is None else self.flows.loc[ids]
+        fl = fl.drop(columns=[c for c in _TABLE_ONLY if c in fl.columns])
         sel = fl["id"].to_numpy()
-        ep = self.endpoints.iloc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
+        ep = self.endpoints.loc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
         eps = _records(ep.drop(columns=["flow", "side"]))
         docs = []
         for j, rec in enumerate(_records(fl)):
@@ -82,6 +87,7 @@ class Report:
     def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
         """Stalls as JSON objects (all, or one flow's), frames and times nested."""
         st = self.stalls if flow is None else self.stalls[self.stalls["flow"] == flow]
+        st = st.drop(columns=[c for c in _TABLE_ONLY if c in st.columns])
         docs = []
         for rec in _records(st):
             conf = rec.pop("confidence")
@@ -101,7 +107,8 @@ class Report:
         writes the flat stall rows, and the nesting of frames/times is spliced into the text."""
         head = json.dumps({"capture": self.capture, "summary": self.summary(),
                            "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
-        flat = self.stalls[[c for c in self.stalls.columns if c != "confidence"] + ["confidence"]]
+        flat = self.stalls[[c for c in self.stalls.columns
+                            if c != "confidence" and c not in _TABLE_ONLY] + ["confidence"]]
         rows = flat.to_json(orient="records", double_precision=6) if len(flat) else "[]"
         for old, new in _STALL_SPLICE:
             rows = rows.replace(old, new)
@@ -111,10 +118,88 @@ class Report:
         return render_text(self)
 
     def __str__(self) -> str:
-        return self.to_text()
+        """The CLI's text report, so that `print(report)` shows exactly what the CLI prints."""
+        return self.to_text().removesuffix("\n")
+
+    # --- notebook helpers (tables are never modified; selections share `source`) ---
+
+    @property
+    def segments(self) -> pd.DataFrame:
+        """Every TCP segment of the report's flows (columns in the README), built on first
+        access from the reassembled flows so that `analyze` and the CLI do not pay for it."""
+        if self._segments is None:
+            if self.source is None:
+                raise ValueError("this Report was built without its flows, so it has no segments")
+            self._segments = segment_table(self.source, self.capture["time_origin_ns"],
+                                           self.flows["id"].to_numpy())
+        return self._segments
+
+    def flow(self, flow_id: int) -> Report:
+        """The report of one flow (by its `id`)."""
+        if flow_id not in self.flows.index:
+            raise KeyError(f"no flow {flow_id} in this report (ids: {_id_list(self.flows)})")
+        return self._subset([flow_id])
+
+    def worst(self, n: int = 5) -> Report:
+        """The `n` flows that lost the most time to stalls, worst first (flows without stalls
+        are never among them)."""
+        stalled = self.flows[self.flows["stalls"] > 0]
+        order = stalled.sort_values(["stall_ms", "id"], ascending=[False, True])
+        return self._subset(order["id"].head(n).tolist())
+
+    def select(self, endpoint: str | None = None, port: int | None = None,
+               side: str | None = None, stalled: bool | None = None) -> Report:
+        """Flows with an endpoint matching `endpoint` ("ip:port", "[ipv6]:port" or just the
+        address) and/or `port`, on the given `side` ("client"/"server", default either);
+        `stalled=True/False` keeps only flows with / without stalls."""
+        if side not in (None, *SIDES):
+            raise ValueError(f"side must be 'client' or 'server', not {side!r}")
+        keep = np.ones(len(self.flows), dtype=bool)
+        if endpoint is not None or port is not None:
+            hit = np.zeros(len(self.flows), dtype=bool)
+            for s in SIDES if side is None else (side,):
+                addr, p = _split_endpoints(self.flows[s])
+                m = np.ones(len(self.flows), dtype=bool)
+                if endpoint is not None:
+                    m &= (self.flows[s] == endpoint).to_numpy() | (addr == endpoint.strip("[]"))
+                if port is not None:
+                    m &= p == int(port)
+                hit |= m
+            keep &= hit
+        if stalled is not None:
+            keep &= (self.flows["stalls"] > 0).to_numpy() == stalled
+        return self._subset(self.flows["id"].to_numpy()[keep].tolist())
+
+    def _subset(self, ids: list[int]) -> Report:
+        """A Report with only the given flows (in that order) and their stalls/endpoints."""
+        ids = [int(i) for i in ids]
+        stalls = self.stalls[self.stalls["flow"].isin(ids)]
+        ep = self.endpoints.loc[[2 * i + k for i in ids for k in (0, 1)]]
+        sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source)
+        if self._segments is not None:
+            sub._segments = self._segments[self._segments["flow"].isin(ids)]
+        return sub
+
+    def _repr_html_(self) -> str:
+        from .html_report import summary_html
+
+        return summary_html(self)
+
+    def to_html(self, plots: bool = True) -> str:
+        """The self-contained HTML report (see `nagleprobe.html_report`); `plots` needs
+        matplotlib (the `plot` extra)."""
+        from .html_report import render_html
+
+        return render_html(self, plots=plots)
 
 
 _FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
+# datetime columns of the tables: for notebooks only, the JSON keeps its seconds
+_TABLE_ONLY = ("start_time", "small_time", "ack_time", "released_time")
+# the dtype pandas gives text (str from pandas 3, object before): every text column has it,
+# also when a table is empty or a column holds only missing values
+TEXT_DTYPE = pd.Series(["x"]).dtype
+TCP_FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR", "AE")
 _STALL_POINTS = ("small", "ack", "released")
 # flat stall columns -> the nested "frames" and "times" objects of the JSON contract
 _STALL_SPLICE = [('"small_frame":', '"frames":{"small":'), (',"ack_frame":', ',"ack":'),
@@ -185,6 +270,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         "retransmissions": retrans.astype(np.int64),
         "keepalives_or_probes": keepalive.astype(np.int64),
         "start_s": np.round((fl["first_ns"] - origin_ns) / 1e9, 6),
+        "start_time": _utc(fl["first_ns"]),
         "stalls": stall_n.sum(axis=1), "stall_ms": np.round(lost_ms, 3),
         "duration_s": np.round(duration, 6),
         "duration_without_stalls_s": np.round(np.maximum(duration - lost_ms / 1e3, 0.0), 6),
@@ -219,6 +305,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         **{f"{k}_frame": st[f"{k}_frame"][order] for k in ("small", "ack", "released")},
         **{f"{k}_s": np.round((st[f"{k}_ns"][order] - origin_ns) / 1e9, 6)
            for k in ("small", "ack", "released")},
+        **{f"{k}_time": _utc(st[f"{k}_ns"][order]) for k in ("small", "ack", "released")},
         "confidence": st["confidence"][order],
     })
 
@@ -226,7 +313,82 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
                "link_types": list(info.link_types), "packets": info.packets,
                "tcp_packets": int(len(f.seg["flow"])), "skipped": dict(sorted(skipped.items())),
                "warnings": list(info.warnings), "time_origin_ns": int(origin_ns)}
-    return Report(capture, flows, stalls, endpoints)
+    return Report(capture, _settle(flows), _settle(stalls), _settle(endpoints), source=f)
+
+
+def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
+    """Epoch nanoseconds as UTC pandas datetimes."""
+    return pd.to_datetime(np.asarray(ns, dtype=np.int64), unit="ns", utc=True)
+
+
+def _settle(df: pd.DataFrame) -> pd.DataFrame:
+    """Give every text column the same dtype whatever its content (an empty column or one
+    of only None would otherwise stay `object` under pandas 3)."""
+    for name in df.columns:
+        if df[name].dtype == object:
+            df[name] = df[name].astype(TEXT_DTYPE)
+    return df
+
+
+def segment_table(f: Flows, origin_ns: int, ids: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per TCP segment of the given flows (all if None), in flow then time order.
+
+    seq is relative to the sender's ISN and ack to the peer's (0 at the SYN, as Wireshark
+    shows them); `window_bytes` applies the window scale both SYNs agreed on (never to SYNs).
+    """
+    s = f.seg
+    if ids is None:
+        rows = np.arange(len(s["flow"]))
+    else:
+        bounds = [f.rows(int(i)) for i in ids]
+        rows = (np.concatenate([np.arange(b.start, b.stop) for b in bounds]) if bounds
+                else np.zeros(0, dtype=np.int64))
+    fid, d = s["flow"][rows], s["dir"][rows].astype(np.int64)
+    flags = s["flags"][rows].astype(np.int64)
+    ts = s["ts_ns"][rows].astype(np.int64)
+    ack = pd.array(s["ack"][rows], dtype="Int64")
+    ack[s["ack"][rows] < 0] = pd.NA
+    window = s["window"][rows].astype(np.int64)
+    wscale = f.flow["wscale"].reshape(-1, 2)[fid, d] if len(rows) else np.zeros(0, np.int64)
+    syn = (flags & 0x02) != 0
+    window_bytes = pd.array(np.where(syn, window, window << np.maximum(wscale, 0)), dtype="Int64")
+    window_bytes[(wscale < 0) & ~syn] = pd.NA
+    return _settle(pd.DataFrame({
+        "flow": fid.astype(np.int64),
+        "sender": np.array(SIDES, dtype=object)[d],
+        "frame": s["frame"][rows].astype(np.int64),
+        "time": _utc(ts),
+        "time_s": (ts - origin_ns) / 1e9,
+        "seq": s["seq"][rows].astype(np.int64),
+        "ack": ack,
+        "payload": s["payload"][rows].astype(np.int64),
+        "flags": _flag_names(flags),
+        "window": window,
+        "window_bytes": window_bytes,
+        "retransmission": s["retrans"][rows].astype(bool),
+        "keepalive": s["keepalive"][rows].astype(bool),
+    }))
+
+
+def _flag_names(flags: np.ndarray) -> np.ndarray:
+    """TCP flags as Wireshark names them, e.g. "PSH,ACK", one lookup per distinct value."""
+    uniq, inv = np.unique(flags, return_inverse=True)
+    names = np.array([",".join(n for b, n in enumerate(TCP_FLAG_NAMES) if v >> b & 1)
+                      for v in uniq.tolist()], dtype=object)
+    return names[inv.reshape(-1)]
+
+
+def _split_endpoints(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Address (IPv6 without brackets) and port of "ip:port" / "[ipv6]:port" strings."""
+    parts = col.astype(object).str.rsplit(":", n=1)
+    addr = parts.str[0].str.strip("[]").to_numpy(dtype=object)
+    port = pd.to_numeric(parts.str[1]).to_numpy(dtype=np.int64) if len(col) else np.zeros(0, int)
+    return addr, port
+
+
+def _id_list(flows: pd.DataFrame, limit: int = 10) -> str:
+    ids = flows["id"].tolist()
+    return ", ".join(map(str, ids[:limit])) + (" ..." if len(ids) > limit else "") or "none"
 
 
 def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,

@@ -5,6 +5,7 @@ import json
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -114,3 +115,26 @@ def test_a_capture_without_tcp_is_analysed_and_says_so(tmp_path):
     assert doc["flows"] == [] and doc["stalls"] == []
     assert doc["capture"]["packets"] == 1 and doc["capture"]["tcp_packets"] == 0
     assert sum(doc["capture"]["skipped"].values()) == 1
+
+
+def test_html_option_writes_the_report_and_leaves_stdout_unchanged(tmp_path):
+    pytest.importorskip("matplotlib")
+    sample = str(Path(__file__).resolve().parent.parent / "samples" / "echo_split_lo.pcap")
+    out = tmp_path / "report.html"
+    with_html = run(["analyze", sample, "--html", str(out)])
+    assert with_html.exit_code == ExitStatus.OK
+    assert with_html.output == run(["analyze", sample]).output
+    text = out.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "19 stalls in 1 of 1 TCP flow" in text
+
+
+def test_html_file_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    sample = str(Path(__file__).resolve().parent.parent / "samples" / "echo_split_lo.pcap")
+    target = tmp_path / "missing-dir" / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "nagleprobe", "analyze", sample,
+                           "--html", str(target)], capture_output=True, text=True)
+    assert proc.returncode == ExitStatus.USAGE
+    assert proc.stderr.strip().splitlines() == [
+        f"nagleprobe: error: {target}: cannot write the HTML report: No such file or directory"]
+    assert proc.stdout == ""

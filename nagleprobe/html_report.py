@@ -1,0 +1,309 @@
+"""The report as HTML: one self-contained file to attach to a ticket (pictures inlined as
+base64 PNG, styles inline, no scripts, nothing fetched from the network), and the compact
+view a Report shows in Jupyter.
+
+    >>> nagleprobe.html_report.write_html(report, "incident.html")
+    $ nagleprobe analyze capture.pcap --html incident.html
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Callable
+from html import escape as _escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from . import __version__
+from .report import SIDES, Report, timer_name
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+HTML_DETAILED_FLOWS = 10  # stalled flows given their own section, worst first
+HTML_PICTURED_FLOWS = 5  # ...of which this many get time-sequence graphs
+HTML_GRID_STALLS = 6  # stalls drawn one by one per pictured flow
+HTML_TABLE_ROWS = 1000  # rows per table before "... more" (the JSON has everything)
+NOTEBOOK_ROWS = 20  # flows listed by _repr_html_
+
+ARROW = "\N{RIGHTWARDS ARROW}"
+NUM_CLASS = ' class="num"'
+STALL_BG = "#fde2e1"
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+       color: #1d1d1f; max-width: 1180px; margin: 1.5em auto; padding: 0 1em; line-height: 1.4; }
+h1 { font-size: 1.5em; margin-bottom: 0.1em; }
+h2 { font-size: 1.2em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.8em; }
+h3 { font-size: 1.02em; margin: 0.2em 0; }
+.file { color: #555; font-family: ui-monospace, "DejaVu Sans Mono", monospace; margin-top: 0; }
+.verdict { font-size: 1.15em; font-weight: 600; padding: 0.6em 0.9em; border-radius: 6px; }
+.verdict.bad { background: #fde2e1; border-left: 6px solid #c62828; }
+.verdict.good { background: #e3f4e4; border-left: 6px solid #2e7d32; }
+.fix { border: 1px solid #e0b4b4; background: #fffafa; border-radius: 6px; padding: 0.5em 0.9em;
+       margin: 0.6em 0; }
+.fix .action { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-weight: 600;
+               color: #b71c1c; }
+table { border-collapse: collapse; font-size: 0.86em; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #d9d9d9; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.stalled td { background: #fde2e1; }
+figure { margin: 0.8em 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; }
+.note { font-size: 0.85em; color: #555; }
+footer { margin-top: 2.5em; font-size: 0.8em; color: #777; border-top: 1px solid #ddd;
+         padding-top: 0.5em; }
+"""
+
+
+def _text(v: str) -> str:
+    """Text content escaped for HTML (quotes may stay: this is never an attribute value)."""
+    return _escape(v, quote=False)
+
+
+def _cell(v: Any, fmt: str | None = None) -> tuple[str, bool]:
+    """Cell text and whether it is a number (right-aligned)."""
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return "", False
+    if isinstance(v, bool):
+        return ("yes" if v else "no"), False
+    if fmt and isinstance(v, (int, float)):
+        return fmt.format(v), True
+    return str(v), isinstance(v, (int, float))
+
+
+def table_html(df: pd.DataFrame, columns: dict[str, str], fmt: dict[str, str] | None = None,
+               highlight: Callable[[dict[str, Any]], bool] | None = None,
+               limit: int = HTML_TABLE_ROWS, inline_style: bool = False) -> str:
+    """An HTML table of `df`'s `columns` (name -> header); rows where `highlight` holds get
+    the stall colour. With `inline_style`, styles go on the elements (Jupyter output)."""
+    fmt = fmt or {}
+    cell_css = ' style="border:1px solid #ddd;padding:2px 6px;text-align:{}"'
+    out = ["<table>" if not inline_style else
+           '<table style="border-collapse:collapse;font-size:0.9em">', "<thead><tr>"]
+    for header in columns.values():
+        out.append(f"<th{cell_css.format('left') if inline_style else ''}>{_text(header)}</th>")
+    out.append("</tr></thead><tbody>")
+    for rec in df.head(limit).to_dict("records"):
+        hot = bool(highlight and highlight(rec))
+        if inline_style:
+            out.append(f'<tr style="background:{STALL_BG}">' if hot else "<tr>")
+        else:
+            out.append('<tr class="stalled">' if hot else "<tr>")
+        for name in columns:
+            text, num = _cell(rec[name], fmt.get(name))
+            if inline_style:
+                out.append(f"<td{cell_css.format('right' if num else 'left')}>{_text(text)}</td>")
+            else:
+                out.append(f"<td{NUM_CLASS if num else ''}>{_text(text)}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    if len(df) > limit:
+        out.append(f'<p class="note">... {len(df) - limit} more rows (the JSON output '
+                   f"lists them all)</p>")
+    return "".join(out)
+
+
+FLOW_COLUMNS = {"id": "flow", "client": "client", "server": "server", "packets": "packets",
+                "duration_s": "duration s", "stalls": "stalls", "stall_ms": "lost ms",
+                "lost_share": "lost %", "vantage": "capture point", "fix_side": "fix on",
+                "fix_action": "fix"}
+FLOW_FMT = {"duration_s": "{:.3f}", "stall_ms": "{:.1f}", "lost_share": "{:.1%}"}
+EVIDENCE_COLUMNS = {"sender": "sender", "small_frame": "S1 frame", "small_s": "S1 s",
+                    "small_bytes": "S1 bytes", "ack_frame": "ACK frame", "ack_s": "ACK s",
+                    "released_frame": "S2 frame", "released_s": "S2 s", "held_bytes": "S2 bytes",
+                    "delay_ms": "stall ms", "peer_ack_delay_ms": "peer ACK delay ms",
+                    "reaction_ms": "S2 after ACK ms", "confidence": "confidence"}
+EVIDENCE_FMT = {"small_s": "{:.6f}", "ack_s": "{:.6f}", "released_s": "{:.6f}",
+                "delay_ms": "{:.1f}", "peer_ack_delay_ms": "{:.1f}", "reaction_ms": "{:.3f}",
+                "confidence": "{:.2f}"}
+
+
+def _stalled(rec: dict[str, Any]) -> bool:
+    return rec["stalls"] > 0
+
+
+def _worst_first(flows: pd.DataFrame) -> pd.DataFrame:
+    return flows[flows["stalls"] > 0].sort_values(["stall_ms", "id"], ascending=[False, True])
+
+
+def _flow_name(f: dict[str, Any]) -> str:
+    return f"Flow {f['id']}: client {f['client']} {ARROW} server {f['server']}"
+
+
+def summary_html(report: Report) -> str:
+    """What a Report shows in Jupyter: the verdict, the flows (stalled rows highlighted,
+    worst first, then the others), and the fix for each stalled flow."""
+    fl = report.flows
+    ordered = pd.concat([_worst_first(fl), fl[fl["stalls"] == 0]])
+    colour = "#c62828" if len(report.stalls) else "#2e7d32"
+    out = [f'<div><p style="font-weight:600;font-size:1.1em;border-left:5px solid {colour};'
+           f'padding-left:0.6em">{_text(report.verdict())}</p>',
+           f'<p style="color:#555;margin:0">{_text(str(report.capture["path"]))}: '
+           f'{len(fl)} flow{"s" if len(fl) != 1 else ""}, {report.capture["tcp_packets"]} TCP '
+           f"packets</p>"]
+    if len(fl):
+        out.append(table_html(ordered, FLOW_COLUMNS, FLOW_FMT, _stalled, limit=NOTEBOOK_ROWS,
+                              inline_style=True))
+    for f in _worst_first(fl).head(NOTEBOOK_ROWS).to_dict("records"):
+        out.append(f'<p style="margin:0.3em 0"><b>{_text(_flow_name(f))}</b> '
+                   f"({f['stalls']} stalls, {f['stall_ms']:.1f} ms): "
+                   f"<code>{_text(str(f['fix_action']))}</code> on the "
+                   f"{_text(str(f['fix_side']))}. {_text(str(f['fix_text']))}</p>")
+    out.append("</div>")
+    return "".join(out)
+
+
+def _png(fig: Figure) -> str:
+    """A figure as an inline <img> (base64 PNG)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(draw: Callable[[Any], Any], size: tuple[float, float], caption: str,
+            alt: str) -> str:
+    """Draw on a new (pyplot-free) figure and return it as an HTML figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    draw(fig)
+    return (f'<figure><img alt="{_escape(alt)}" src="{_png(fig)}">'
+            f"<figcaption>{_text(caption)}</figcaption></figure>")
+
+
+def _capture_section(report: Report) -> str:
+    c = report.capture
+    skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
+    origin = pd.Timestamp(c["time_origin_ns"], unit="ns", tz="UTC").isoformat()
+    rows = [("file", c["path"]), ("format", c["format"] + (" (gzip)" if c["compressed"] else "")),
+            ("link types", ", ".join(c["link_types"]) or "none"),
+            ("packets", f"{c['packets']} ({c['tcp_packets']} TCP)"),
+            ("skipped frames", skipped),
+            ("first packet (time 0)", origin),
+            ("warnings", "; ".join(c["warnings"]) or "none")]
+    out = ['<section id="capture"><h2>How the capture was read</h2><table>']
+    out += [f"<tr><th>{_text(k)}</th><td>{_text(str(v))}</td></tr>" for k, v in rows]
+    out.append("</table>")
+    if len(report.flows):
+        out.append("<h3>Where the capture was taken, per flow</h3>")
+        out.append(table_html(report.flows, {"id": "flow", "roles": "roles from",
+                                             "vantage": "capture point",
+                                             "vantage_basis": "why"}))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _endpoint_table(report: Report, fid: int) -> str:
+    ep = report.endpoints[report.endpoints["flow"] == fid].copy()
+    ep["timer"] = [f"{v:.1f} ms {timer_name(v)}".strip() if pd.notna(v) else "not seen"
+                   for v in ep["delayed_ack_ms"]]
+    return table_html(ep, {"side": "side", "endpoint": "endpoint", "nagle": "Nagle",
+                           "nagle_off_evidence": "Nagle-off proofs", "timer": "delayed ACK",
+                           "delayed_acks": "delayed ACKs", "quick_acks": "quick ACKs",
+                           "mss": "MSS", "mss_from": "MSS from",
+                           "window_scale": "window scale"})
+
+
+def _flow_section(report: Report, f: dict[str, Any], pictures: bool) -> str:
+    fid = f["id"]
+    out = [f'<section class="flow" id="flow-{fid}"><h2>{_text(_flow_name(f))}</h2>',
+           f"<p>{f['stalls']} stalls, <b>{f['stall_ms']:.1f} ms lost</b> = "
+           f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; without them "
+           f"~{f['duration_without_stalls_s']:.3f} s. {f['packets']} packets, roles from "
+           f"{_text(f['roles'])}. Capture point: {_text(f['vantage'])} "
+           f"({_text(f['vantage_basis'])}).</p>",
+           f'<div class="fix"><span class="action">{_text(f["fix_action"])}</span> on the '
+           f"{_text(f['fix_side'])} {_text(f['fix_endpoint'])}<br>{_text(f['fix_text'])}</div>",
+           _endpoint_table(report, fid)]
+    if pictures:
+        from . import plot
+
+        out.append(_figure(lambda fig: plot.time_sequence(report, fid, ax=fig.subplots()),
+                           (11, 5.5), "Time-sequence graph: each segment from its relative "
+                           "sequence number to its end, the peer's ACKs as dashed steps; each "
+                           "stall shaded from S1 to S2 with its length.",
+                           f"time-sequence graph of flow {fid}"))
+        n = min(HTML_GRID_STALLS, f["stalls"])
+        rows = -(-n // 3)
+        def grid(fig: Figure) -> None:
+            axes = list(fig.subplots(rows, 3, squeeze=False).ravel())
+            plot.stall_grid(report, fid, n, axes=axes)
+            for ax in axes[n:]:
+                ax.set_visible(False)
+
+        out.append(_figure(grid,
+            (12.6, 3.4 * rows), f"The first {n} stalls one by one (ms since each S1): S1 "
+            "left alone, the peer's ACK comes a delayed-ACK time later, S2 leaves at once.",
+            f"first {n} stalls of flow {fid}"))
+    stalls = report.stalls[report.stalls["flow"] == fid]
+    out.append("<h3>Evidence (Wireshark frame numbers; times in s since the first packet)</h3>")
+    out.append(table_html(stalls, EVIDENCE_COLUMNS, EVIDENCE_FMT))
+    out.append("</section>")
+    return "".join(out)
+
+
+def render_html(report: Report, plots: bool = True) -> str:
+    """The whole report as one HTML document (pictures need matplotlib: the `plot` extra)."""
+    c = report.capture
+    fl = report.flows
+    worst = _worst_first(fl)
+    bad = len(report.stalls) > 0
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>nagleprobe: {_text(str(c['path']))}</title><style>{CSS}</style></head><body>",
+           "<header><h1>Nagle / delayed-ACK stall report</h1>",
+           f'<p class="file">{_text(str(c["path"]))}</p></header>',
+           f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
+    for f in worst.head(HTML_DETAILED_FLOWS).to_dict("records"):
+        out.append(f'<div class="fix"><h3>{_text(_flow_name(f))}: {f["stalls"]} stalls, '
+                   f'{f["stall_ms"]:.1f} ms</h3><span class="action">'
+                   f'{_text(f["fix_action"])}</span> on the {_text(f["fix_side"])}: '
+                   f"{_text(f['fix_text'])}</div>")
+    if len(worst) > HTML_DETAILED_FLOWS:
+        actions = worst["fix_action"].iloc[HTML_DETAILED_FLOWS:].value_counts()
+        out.append(f'<p class="note">{len(worst) - HTML_DETAILED_FLOWS} more flows with stalls '
+                   f"need a fix too ({', '.join(f'{v} {k}' for k, v in actions.items())}): see "
+                   f"the flows table.</p>")
+    if plots and len(fl):
+        from . import plot
+
+        out.append('<section id="pictures"><h2>Overview</h2>')
+        shown = min(len(fl), 25)
+        out.append(_figure(lambda fig: plot.overview(report, ax=fig.subplots()),
+                           (11, 1.3 + 0.5 * shown), "Each flow's lifetime (grey) and its "
+                           "stalls (red), with the time it lost.", "flows on a timeline"))
+        if bad:
+            out.append(_figure(lambda fig: plot.delay_distribution(report, ax=fig.subplots()),
+                               (9, 4), "Stall lengths and the peers' ACK delays against the "
+                               "usual delayed-ACK timers.", "distribution of stall lengths"))
+        if len(worst) > 1:
+            out.append(_figure(lambda fig: plot.time_lost(report, ax=fig.subplots()),
+                               (9, 1.3 + 0.45 * min(len(worst), 25)),
+                               "Time lost per flow, worst first.", "time lost per flow"))
+        out.append("</section>")
+    out.append('<section id="flows"><h2>Flows</h2>')
+    out.append(table_html(pd.concat([worst, fl[fl["stalls"] == 0]]), FLOW_COLUMNS, FLOW_FMT,
+                          _stalled) if len(fl) else "<p>No TCP flows in this report.</p>")
+    out.append("</section>")
+    for k, f in enumerate(worst.head(HTML_DETAILED_FLOWS).to_dict("records")):
+        out.append(_flow_section(report, f, plots and k < HTML_PICTURED_FLOWS))
+    if len(worst) > HTML_DETAILED_FLOWS:
+        out.append(f'<p class="note">The evidence of the other {len(worst) - HTML_DETAILED_FLOWS}'
+                   f" flows with stalls is in the JSON output (--format json).</p>")
+    out.append(_capture_section(report))
+    out.append(f"<footer>nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
+               "times are seconds since the capture's first packet (Wireshark's default time "
+               f"column). Sides: {', '.join(SIDES)} as the handshake (or a guess) says."
+               "</footer></body></html>")
+    return "\n".join(out)
+
+
+def write_html(report: Report, path: str | Path, plots: bool = True) -> None:
+    """Write `render_html(report)` to `path` (UTF-8)."""
+    Path(path).write_text(render_html(report, plots=plots), encoding="utf-8")

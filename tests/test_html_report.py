@@ -1,0 +1,150 @@
+"""html_report: one self-contained file (inline PNGs, no scripts, nothing fetched) with the
+verdict, the fix, per-flow tables, every stall's frames, the pictures and how the capture was
+read; and the same file rendered by a real headless Chromium."""
+
+import base64
+import io
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+from PIL import Image  # noqa: E402  (a matplotlib dependency)
+
+import nagleprobe  # noqa: E402
+from nagleprobe.html_report import render_html, write_html  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                  "--disable-background-networking"]
+
+
+class Page(HTMLParser):
+    """What a browser would load from the page, and the text of its table cells."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags, self.sources, self.cells, self._cell = [], [], [], None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        a = dict(attrs)
+        for key in ("src", "href"):
+            if key in a:
+                self.sources.append(a[key])
+        if tag == "td":
+            self._cell = ""
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self.cells.append(self._cell)
+            self._cell = None
+
+
+@pytest.fixture(scope="module")
+def proxy_html(proxy_any):
+    return render_html(proxy_any)
+
+
+def test_the_file_is_self_contained(proxy_html):
+    page = Page(proxy_html)
+    assert "script" not in page.tags and "link" not in page.tags and "iframe" not in page.tags
+    assert not re.search(r"https?://|url\(|@import", proxy_html)
+    assert page.sources and all(s.startswith("data:image/png;base64,") for s in page.sources)
+    for src in page.sources:
+        img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        assert img.format == "PNG" and img.width > 400
+
+
+def test_it_has_the_verdict_the_fix_and_the_pictures(proxy_any, proxy_html):
+    assert proxy_any.verdict() in proxy_html
+    assert proxy_any.flows.loc[1, "fix_text"] in proxy_html
+    alts = re.findall(r'<img alt="([^"]+)"', proxy_html)
+    assert alts == ["flows on a timeline", "distribution of stall lengths",
+                    "time-sequence graph of flow 1", "first 6 stalls of flow 1"]
+
+
+def test_every_stall_is_listed_with_its_frame_numbers(proxy_any, proxy_html):
+    evidence = proxy_html.split("<h3>Evidence", 1)[1].split("</table>", 1)[0]
+    cells = Page(evidence).cells
+    ncols = 13
+    rows = [cells[i:i + ncols] for i in range(0, len(cells), ncols)]
+    assert len(rows) == len(proxy_any.stalls) == 19
+    for row, s in zip(rows, proxy_any.stalls.to_dict("records")):
+        assert [int(row[1]), int(row[4]), int(row[6])] == [s["small_frame"], s["ack_frame"],
+                                                             s["released_frame"]]
+        assert float(row[9]) == pytest.approx(s["delay_ms"], abs=0.05)
+
+
+def test_it_says_how_the_capture_was_read(proxy_html):
+    section = proxy_html.split('id="capture"', 1)[1]
+    for text in ("pcap", "LINUX_SLL", "173 (173 TCP)", "skipped frames", "none",
+                 "capture point to client and back"):
+        assert text in section
+
+
+def test_a_clean_capture_says_no_stalls_and_has_no_evidence():
+    r = nagleprobe.analyze(str(SAMPLES / "neg_think_time_lo.pcap"))
+    text = render_html(r)
+    assert 'class="verdict good"' in text and "No Nagle/delayed-ACK stalls found" in text
+    assert "<h3>Evidence" not in text
+    assert re.findall(r'<img alt="([^"]+)"', text) == ["flows on a timeline"]
+
+
+def test_without_pictures_it_needs_no_matplotlib(proxy_any):
+    text = proxy_any.to_html(plots=False)
+    assert "<img" not in text and proxy_any.verdict() in text
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        reason = "Chromium is not installed (apt-get install chromium); .ci/run installs it"
+        print(f"SKIPPED: {reason}")
+        pytest.skip(reason)
+    return exe
+
+
+def test_chromium_renders_the_report_with_every_picture(chromium, proxy_any, tmp_path):
+    """Headless Chromium loads the file with the network unreachable; a probe added to a copy
+    reports each image's decoded size, and the screenshot shows the page."""
+    page = tmp_path / "report.html"
+    write_html(proxy_any, page)
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace(
+        "</body>", "<script>window.addEventListener('load', () => { document.title = "
+        "'imgs:' + [...document.images].map(i => i.naturalWidth + 'x' + i.naturalHeight)"
+        ".join(','); });</script></body>"))
+    offline = ["--host-resolver-rules=MAP * ~NOTFOUND"]
+    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, *offline, "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=180)
+    title = re.search(r"<title>imgs:([^<]*)</title>", dom.stdout)
+    assert title, dom.stderr[-2000:]
+    sizes = title.group(1).split(",")
+    assert len(sizes) == 4 and all(int(s.split("x")[0]) > 400 for s in sizes)
+
+    shot = tmp_path / "report.png"
+    subprocess.run([chromium, *CHROMIUM_FLAGS, *offline, "--hide-scrollbars",
+                    "--window-size=1280,2400", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=180)
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1280, 2400)
+    colours = img.getcolors(maxcolors=1 << 20)
+    assert len(colours) > 200  # text, tables and plots, not a blank page
+    verdict_pink = sum(n for n, c in colours if c == (0xfd, 0xe2, 0xe1))
+    assert verdict_pink > 5000  # the verdict box and the highlighted row are drawn
+
+
+def test_a_report_without_flows_says_so(proxy_any):
+    text = render_html(proxy_any.select(port=1))
+    assert "No TCP flows in this report." in text and "<img" not in text
