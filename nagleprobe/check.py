@@ -492,7 +492,7 @@ def render_text(run: CheckRun) -> str:
         why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
         lines.append(f"{word} {v.path}: {found} in {sel}{extra}{why}")
         for f in v.flows:
-            state = "over budget" if not f.passed else "within budget"
+            state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
             lines.append(f"  {f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms = "
                          f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s ({state})")
             if f.fix and not f.passed:
@@ -513,7 +513,8 @@ def render_text(run: CheckRun) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _evidence_text(f: FlowVerdict) -> str:
+def flow_evidence_text(f: FlowVerdict) -> str:
+    """A flow's stalls for people: budget reasons, the fix and the stall frames."""
     lines = [f"{f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms lost = "
              f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s"]
     lines += [f"over budget: {r}" for r in f.reasons]
@@ -564,9 +565,9 @@ def render_junit(run: CheckRun) -> str:
                 if not f.passed:
                     fail = ET.SubElement(case, "failure", message="; ".join(f.reasons),
                                          type="NagleStall")
-                    fail.text = _evidence_text(f)
+                    fail.text = flow_evidence_text(f)
                 else:
-                    ET.SubElement(case, "system-out").text = _evidence_text(f)
+                    ET.SubElement(case, "system-out").text = flow_evidence_text(f)
                 cases.append(case)
             for i, c, s in v.clean_flows:
                 cases.append(ET.Element("testcase", name=f"flow {i} {c} -> {s}",
