@@ -79,7 +79,7 @@ class NagleCapture:
         v = self.verdict()
         lines = [f"nagleprobe: Nagle/delayed-ACK stalls over budget in this test's traffic "
                  f"(capture kept at {self.path})",
-                 render_text(CheckRun(self.budget, [v])).rstrip()]
+                 render_text(CheckRun(self.budget, [v])).splitlines()[0]]
         lines += [flow_evidence_text(f) for f in v.failing_flows]
         return "\n".join(lines)
 

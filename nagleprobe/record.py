@@ -184,9 +184,11 @@ class Capture:
         if self.output in said and "permission denied" in low:
             return f"cannot write {self.output}: permission denied ({said})"
         if any(k in low for k in ("permission", "not permitted", "capabilit")):
-            who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()}, not root"
-            return (f"capture not permitted on interface {self.interface} ({who}): run as "
-                    f"root or give tcpdump CAP_NET_RAW and CAP_NET_ADMIN ({said})")
+            fix = ("this root lacks CAP_NET_RAW (a container without it?)"
+                   if os.geteuid() == 0 else
+                   f"running as uid {os.geteuid()}, not root: run as root or give tcpdump "
+                   f"CAP_NET_RAW and CAP_NET_ADMIN")
+            return f"capture not permitted on interface {self.interface}: {fix} ({said})"
         if "no such device" in low or "doesn't exist" in low:
             return f"no interface {self.interface} to capture on ({said})"
         if "syntax error" in low or "can't parse filter" in low:
