@@ -26,6 +26,8 @@ from .errors import CaptureError, ExitStatus
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
+TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
+ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture
 VERDICT_WORDS = {ExitStatus.OK: "PASS", ExitStatus.STALLS_FOUND: "FAIL",
                  ExitStatus.BAD_CAPTURE: "ERROR", ExitStatus.INTERNAL: "ERROR"}
@@ -319,7 +321,7 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
     if v.reasons:  # over a capture-wide limit: every flow with counted stalls adds to it
         for f in v.flows:
             f.passed = False
-            f.reasons[:0] = v.reasons
+            f.reasons[:0] = [f"capture: {r}" for r in v.reasons]
     if share_failures:
         v.reasons.append(f"{share_failures} flow{_s(share_failures)} over the "
                          f"{_num(budget.max_lost_share)}% lost-share budget")
@@ -491,13 +493,18 @@ def render_text(run: CheckRun) -> str:
             else ""
         why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
         lines.append(f"{word} {v.path}: {found} in {sel}{extra}{why}")
-        for f in v.flows:
+        worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
+        for f in worst[:TEXT_FLOWS]:
             state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
             lines.append(f"  {f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms = "
                          f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s ({state})")
             if f.fix and not f.passed:
                 lines.append(f"    held: {f.fix['side']} {f.fix['endpoint']}; fix: "
                              f"{f.fix['action']}. {f.fix['text']}")
+        if len(worst) > TEXT_FLOWS:
+            rest = worst[TEXT_FLOWS:]
+            lines.append(f"  ... {len(rest)} more flows with stalls ({sum(not f.passed for f in rest)}"
+                         f" over budget); --junit and --format json list them all")
     n = len(run.verdicts)
     counts = {s: sum(1 for v in run.verdicts if v.status == s) for s in ExitStatus}
     parts = [f"{counts[ExitStatus.OK]} within budget"]
@@ -594,14 +601,14 @@ def render_junit(run: CheckRun) -> str:
 def render_github(run: CheckRun) -> str:
     """GitHub Actions workflow commands: an error per failing flow or unreadable capture,
     a warning per flow whose stalls the budget tolerates."""
-    lines = []
+    found: dict[str, list[str]] = {"error": [], "warning": []}
     for v in run.verdicts:
         if v.error:
             title = ("nagleprobe: unreadable capture" if v.status == ExitStatus.BAD_CAPTURE
                      else "nagleprobe: internal error")
-            lines.append(_workflow_command("error", v.path, title, v.error))
+            found["error"].append(_workflow_command("error", v.path, title, v.error))
             continue
-        for f in v.flows:
+        for f in sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id)):
             msg = (f"{f.stalls} Nagle/delayed-ACK stall{_s(f.stalls)}, {f.stall_ms:.1f} ms "
                    f"lost ({f.lost_share_pct:.1f}% of the flow)")
             if f.reasons:
@@ -610,7 +617,16 @@ def render_github(run: CheckRun) -> str:
                 msg += f"\nFix: {f.fix['text']}"
             kind = "warning" if f.passed else "error"
             title = f"Nagle stall{'s' if f.stalls != 1 else ''} in {f.name}"
-            lines.append(_workflow_command(kind, v.path, title, msg))
+            found[kind].append(_workflow_command(kind, v.path, title, msg))
+    lines = []
+    for kind, found_lines in found.items():
+        if len(found_lines) > ANNOTATIONS:  # the rest would be dropped: say how many
+            more = len(found_lines) - ANNOTATIONS + 1
+            found_lines = found_lines[:ANNOTATIONS - 1] + [_workflow_command(
+                kind, run.verdicts[0].path, f"nagleprobe: {more} more",
+                f"{more} more {kind}s (GitHub shows {ANNOTATIONS} per step); the job log and "
+                f"--junit list them all")]
+        lines += found_lines
     return "".join(line + "\n" for line in lines)
 
 

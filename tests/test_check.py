@@ -288,7 +288,7 @@ def test_junit_report_validates_against_the_jenkins_junit_schema(tmp_path, junit
     assert int(suites[3].get("errors")) == 1
     flow_fail = suites[0].findall("testcase")[1].find("failure")
     t = truth(SPLIT)
-    assert flow_fail.get("message") == f"{t['stalls']} stalls, budget 0"
+    assert flow_fail.get("message") == f"capture: {t['stalls']} stalls, budget 0"
     assert f"held: {t['held_side']} {t['held_endpoint']}" in flow_fail.text
     assert re.search(r"client #\d+ [\d.]+  #\d+ [\d.]+  #\d+ [\d.]+  \d+\.\d ms  0\.\d\d",
                      flow_fail.text)
@@ -311,14 +311,26 @@ def test_github_annotations_are_workflow_commands_with_escaped_properties():
     parsed = [ANNOTATION.match(line) for line in lines]
     assert all(parsed), lines
     kinds = [(m.group(1), m.group(2)) for m in parsed]
-    # 19 stalls each: tolerated by the budget (warning); the empty file is an error
-    assert kinds == [("warning", SPLIT), ("warning", PROXY), ("error", EMPTY)]
-    assert parsed[0].group(3) == "Nagle stalls in flow 0 127.0.0.1%3A40000 -> 127.0.0.1%3A8000"
-    assert "%0AFix: The client 127.0.0.1:40000" in parsed[0].group(4)
-    assert parsed[2].group(3) == "nagleprobe%3A unreadable capture"
+    # errors first: the empty file; 19 stalls each are tolerated by the budget (warnings)
+    assert kinds == [("error", EMPTY), ("warning", SPLIT), ("warning", PROXY)]
+    assert parsed[0].group(3) == "nagleprobe%3A unreadable capture"
+    assert parsed[1].group(3) == "Nagle stalls in flow 0 127.0.0.1%3A40000 -> 127.0.0.1%3A8000"
+    assert "%0AFix: The client 127.0.0.1:40000" in parsed[1].group(4)
     code, out = gate("--github", SPLIT)
     assert out.startswith(f"::error file={SPLIT},title=Nagle stalls in flow 0 ")
-    assert "over budget: 19 stalls, budget 0" in out
+    assert "over budget: capture: 19 stalls, budget 0" in out
+
+
+def test_github_annotations_stop_at_github_s_limit_and_say_how_many_more():
+    _, doc = check_json(str(SAMPLES))
+    problems = sum(1 if c["check"]["error"] else
+                   sum(f["status"] == "fail" for f in c["check"]["flows"])
+                   for c in doc["captures"])
+    assert problems > 10
+    _, out = gate("--github", str(SAMPLES))
+    errors = [line for line in out.splitlines() if line.startswith("::error ")]
+    assert len(errors) == 10
+    assert f"title=nagleprobe%3A {problems - 9} more::" in errors[-1]
 
 
 def test_github_annotations_keep_json_output_parseable():
