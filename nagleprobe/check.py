@@ -282,7 +282,8 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
     """Hold a `Report` against a budget: which selected flows fail, and why."""
     nets = budget.host_networks()
     fl, st = report.flows, report.stalls
-    chosen = [i for i, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist()))
+    chosen = [i for i, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
+                                                   strict=True))
               if _selected(c, s, budget, nets)]
     in_sel = st[st["flow"].isin(chosen)]
     counted = in_sel[in_sel["confidence"] >= budget.min_confidence]
@@ -503,8 +504,9 @@ def render_text(run: CheckRun) -> str:
                              f"{f.fix['action']}. {f.fix['text']}")
         if len(worst) > TEXT_FLOWS:
             rest = worst[TEXT_FLOWS:]
-            lines.append(f"  ... {len(rest)} more flows with stalls ({sum(not f.passed for f in rest)}"
-                         f" over budget); --junit and --format json list them all")
+            over = sum(not f.passed for f in rest)
+            lines.append(f"  ... {len(rest)} more flows with stalls ({over} over budget); "
+                         f"--junit and --format json list them all")
     n = len(run.verdicts)
     counts = {s: sum(1 for v in run.verdicts if v.status == s) for s in ExitStatus}
     parts = [f"{counts[ExitStatus.OK]} within budget"]

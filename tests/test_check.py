@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import nagleprobe
 from nagleprobe.check import (Budget, BudgetError, CheckRun, check_capture, evaluate,
-                              expand_targets, load_budget, render_github, render_junit,
+                              expand_targets, load_budget, render_junit,
                               run_check)
 from nagleprobe.cli import main
 from nagleprobe.errors import ExitStatus
@@ -251,6 +251,15 @@ def test_an_internal_error_on_one_capture_is_that_capture_s_verdict(monkeypatch)
     assert [v.status for v in run.verdicts] == [ExitStatus.STALLS_FOUND, ExitStatus.INTERNAL]
     assert "ZeroDivisionError: simulated bug" in run.verdicts[1].error
     assert run.status == ExitStatus.INTERNAL
+
+
+@pytest.mark.xfail(strict=True, reason="known bug outside the gate: build_flows raises "
+                   "IndexError (flows._flow_facts) on a capture without TCP packets, so "
+                   "`analyze` exits 4 too; remove this mark when it is fixed")
+def test_a_capture_without_tcp_passes_the_gate(tmp_path):
+    f = tmp_path / "no-tcp.pcap"  # synthetic: a valid pcap header and no packets
+    f.write_bytes(bytes.fromhex("d4c3b2a1020004000000000000000000ffff000001000000"))
+    assert gate(str(f))[0] == ExitStatus.OK
 
 
 # ------------------------------------------------------------------ machine-readable outputs
