@@ -6,9 +6,23 @@
     >>> report.stalls            # pandas DataFrame, one row per stall
 """
 
+from typing import Any
+
 from .errors import CaptureError, ExitStatus
-from .pipeline import analyze
-from .report import Report
 
 __all__ = ["analyze", "Report", "CaptureError", "ExitStatus"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """`analyze` and `Report` load numpy/pandas on first use, so that the pytest plugin
+    (imported by every pytest run where nagleprobe is installed) costs nothing until used."""
+    if name == "analyze":
+        from .pipeline import analyze
+
+        return analyze
+    if name == "Report":
+        from .report import Report
+
+        return Report
+    raise AttributeError(f"module 'nagleprobe' has no attribute {name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
+from pathlib import Path
 
 import click
 
@@ -17,7 +18,12 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
              "3 unreadable/corrupt/unsupported capture, 4 internal error.")
 
 
-@click.group(epilog=EXIT_HELP)
+MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
+             "(check), 2 usage error, 3 unreadable capture, 4 internal error, 5 capture not "
+             "possible (record), 127 command not found (record). Details: COMMAND --help.")
+
+
+@click.group(epilog=MAIN_HELP)
 @click.version_option(__version__, prog_name="nagleprobe")
 def main() -> None:
     """Find Nagle / delayed-ACK stalls in tcpdump and Wireshark captures."""
@@ -75,3 +81,166 @@ def _write_html(report: Report, path: str) -> None:
         write_html(report, path)
     except OSError as e:
         raise HtmlWriteError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
+
+
+# ------------------------------------------------------------------ check / record (the CI gate)
+GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
+             "error (options, pyproject settings), 3 a capture unreadable (or no capture file "
+             "found), 4 internal error. With several captures the most severe wins: "
+             "4 > 3 > 1 > 0.")
+RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (not root, no "
+               "tcpdump, no such interface, output not writable), 127 command not found, "
+               "2 usage error. With --check, a command that succeeded is followed by the "
+               "gate's status (0, 1, 3 or 4; see `nagleprobe check --help`).")
+
+
+def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+                 ) -> tuple[str, ...]:
+    from .check import BudgetError, parse_host
+
+    try:
+        return tuple(parse_host(v) for v in value)
+    except BudgetError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+_GATE_OPTIONS = [
+    click.option("--max-stalls", type=click.IntRange(min=0), metavar="N",
+                 help="Stalls allowed per capture [default: 0 when no other limit is set]."),
+    click.option("--max-stall-ms", type=click.FloatRange(min=0), metavar="MS",
+                 help="Milliseconds lost to stalls allowed per capture."),
+    click.option("--max-lost-share", type=click.FloatRange(0, 100), metavar="PCT",
+                 help="Percent of any one flow's duration that stalls may take."),
+    click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
+                 help="Ignore stalls with a confidence below C (single stalls are 0.6, "
+                      "repeated ones 0.9-0.95)."),
+    click.option("--host", "hosts", multiple=True, callback=_host_option, metavar="H",
+                 help="Check only flows with an endpoint at this address or in this network "
+                      "(repeatable)."),
+    click.option("--config", type=click.Path(exists=True, dir_okay=False), metavar="TOML",
+                 help="Read [tool.nagleprobe.check] from this file instead of the nearest "
+                      "pyproject.toml."),
+    click.option("--no-config", is_flag=True, help="Ignore pyproject.toml settings."),
+    click.option("--junit", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+                 help="Write a JUnit XML report (a test case per capture and per flow)."),
+    click.option("--github", is_flag=True,
+                 help="Print GitHub Actions annotations (::error / ::warning) per flow."),
+    click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+                 show_default=True, help="Verdicts for people, or the JSON document: "
+                 '{"budget", "passed", "exit_status", "captures": [analyze document + '
+                 '"check"]}.'),
+    click.option("--debug", is_flag=True, help="Show a traceback on errors."),
+]
+
+
+def _gate_options(f):  # type: ignore[no-untyped-def]
+    for option in reversed(_GATE_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None
+              ) -> ExitStatus:
+    """Load the budget, check the captures, write every requested output; the exit status."""
+    from .check import (Budget, BudgetError, expand_targets, load_budget, render_github,
+                        render_junit, render_text, run_check)
+
+    try:
+        budget, source = (Budget(), None) if opts["no_config"] else load_budget(
+            Path(opts["config"]) if opts["config"] else None)
+        budget = budget.merged(max_stalls=opts["max_stalls"], max_stall_ms=opts["max_stall_ms"],
+                               max_lost_share=opts["max_lost_share"],
+                               min_confidence=opts["min_confidence"], ports=ports,
+                               hosts=opts["hosts"])
+    except BudgetError as e:
+        click.echo(f"nagleprobe: error: {e}", err=True)
+        return ExitStatus.USAGE
+    run = run_check(expand_targets(captures), budget, jobs=jobs,
+                    with_documents=opts["fmt"] == "json",
+                    config=str(source) if source else None)
+    if opts["debug"]:
+        for v in run.verdicts:
+            if v.error:
+                click.echo(f"nagleprobe: debug: {v.error}", err=True)
+    if opts["junit"]:
+        try:
+            Path(opts["junit"]).write_text(render_junit(run), encoding="utf-8")
+        except OSError as e:
+            click.echo(f"nagleprobe: error: {opts['junit']}: cannot write the JUnit report: "
+                       f"{e.strerror or e}", err=True)
+            return ExitStatus.USAGE
+    if opts["github"]:
+        click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
+    if opts["fmt"] == "json":
+        click.echo(run.to_json())
+    else:
+        click.echo(render_text(run), nl=False)
+    return run.status
+
+
+@main.command(epilog=GATE_HELP)
+@click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
+@click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
+              help="Check only flows with an endpoint on this port (repeatable).")
+@_gate_options
+@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+              help="Captures analysed at once [default: one per core].")
+def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
+          **opts: object) -> None:
+    """Fail when CAPTURE... (files, directories, glob patterns) show too many stalls.
+
+    The budget (default: no stall at all) comes from [tool.nagleprobe.check] in the nearest
+    pyproject.toml (keys as the options: max-stalls, max-stall-ms, max-lost-share,
+    min-confidence, ports, hosts); options given here override it.
+    """
+    try:
+        status = _run_gate(list(captures), ports, opts, jobs)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(status)
+
+
+@main.command(epilog=RECORD_HELP, context_settings={"allow_interspersed_args": False})
+@click.option("--interface", "-i", default="lo", show_default=True,
+              help="Interface to capture on (`any` for all).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Capture (and check) only TCP traffic on this port "
+                                "(repeatable; default: all TCP).")
+@click.option("--filter", "bpf", metavar="BPF",
+              help="A tcpdump filter expression instead of the port filter.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Capture file to write (pcap).")
+@click.option("--snaplen", type=click.IntRange(68, 262144), default=256, show_default=True,
+              help="Bytes kept per packet (headers are enough).")
+@click.option("--check", "run_gate", is_flag=True,
+              help="Run the gate on the capture afterwards (same budget options as check).")
+@_gate_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
+           snaplen: int, run_gate: bool, command: tuple[str, ...], **opts: object) -> None:
+    """Capture the TCP traffic of COMMAND with tcpdump: nagleprobe record -o f.pcap -- CMD...
+
+    tcpdump starts first (needs root or CAP_NET_RAW), the command runs when it is
+    listening, and the capture stops when the command ends.
+    """
+    from .record import RecordError
+    from .record import record as run_recorded
+
+    try:
+        result = run_recorded(list(command), output, interface=interface, ports=ports,
+                              bpf=bpf, snaplen=snaplen)
+    except RecordError as e:
+        if opts["debug"]:
+            traceback.print_exc()
+        click.echo(f"nagleprobe: error: {e}", err=True)
+        sys.exit(e.status)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    s = result.stats
+    click.echo(f"nagleprobe: recorded {s.captured if s.captured is not None else '?'} packets "
+               f"on {interface} to {output}"
+               + (f" ({s.dropped} dropped by the kernel)" if s.dropped else "")
+               + f"; command exited with {result.returncode}", err=True)
+    if result.returncode != 0 or not run_gate:
+        sys.exit(result.returncode)
+    sys.exit(_run_gate([output], ports, opts))

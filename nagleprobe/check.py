@@ -1,0 +1,669 @@
+"""The CI gate: analyse captures, hold them against a stall budget, and say pass or fail.
+
+A budget comes from `[tool.nagleprobe.check]` in the nearest pyproject.toml, overridden by
+command-line options; with no limit set at all it allows no stall. Many captures are checked
+in parallel, one process per core, and each gets its own verdict, so one unreadable file
+never hides the verdict on the others. The results render as text, as the JSON document of
+`analyze` plus a "check" object, as JUnit XML and as GitHub workflow-command annotations.
+"""
+
+from __future__ import annotations
+
+import glob
+import ipaddress
+import json
+import os
+import time
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+from xml.etree import ElementTree as ET
+
+from .errors import CaptureError, ExitStatus
+
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
+EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
+TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
+ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
+CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture
+VERDICT_WORDS = {ExitStatus.OK: "PASS", ExitStatus.STALLS_FOUND: "FAIL",
+                 ExitStatus.BAD_CAPTURE: "ERROR", ExitStatus.INTERNAL: "ERROR"}
+STATUS_NAMES = {ExitStatus.OK: "pass", ExitStatus.STALLS_FOUND: "fail",
+                ExitStatus.BAD_CAPTURE: "unreadable", ExitStatus.INTERNAL: "internal-error"}
+
+
+class BudgetError(ValueError):
+    """A budget setting that makes no sense; the message names where it came from."""
+
+
+# ------------------------------------------------------------------------------- budget
+@dataclass(frozen=True)
+class Budget:
+    """How many Nagle/delayed-ACK stalls a capture may contain and still pass.
+
+    Every limit that is set must hold; with none set, no stall is allowed. `max_stalls` and
+    `max_stall_ms` count the whole capture (its selected flows), `max_lost_share` (percent of
+    a flow's duration lost to stalls) each flow. Stalls below `min_confidence` are ignored.
+    `ports`/`hosts` select the flows checked: a flow is checked when one of its endpoints has
+    one of the ports and one of the hosts (an address or a network); empty selects all.
+    """
+
+    max_stalls: int | None = None
+    max_stall_ms: float | None = None
+    max_lost_share: float | None = None
+    min_confidence: float = 0.0
+    ports: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def stall_limit(self) -> int | None:
+        """The stall count limit in force: 0 when no limit at all was set."""
+        if self.max_stalls is None and self.max_stall_ms is None and self.max_lost_share is None:
+            return 0
+        return self.max_stalls
+
+    def merged(self, **overrides: Any) -> Budget:
+        """This budget with the given settings replaced (None means: keep this one's)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        for k in ("ports", "hosts"):
+            if k in given:
+                given[k] = tuple(given[k])
+                if not given[k]:
+                    del given[k]
+        return replace(self, **given)
+
+    def describe(self) -> str:
+        """The budget in a few words, for verdict lines."""
+        parts = []
+        if self.stall_limit == 0 and self.max_stall_ms is None and self.max_lost_share is None:
+            parts.append("no stall allowed")
+        else:
+            if self.stall_limit is not None:
+                parts.append(f"at most {self.stall_limit} stall{_s(self.stall_limit)}")
+            if self.max_stall_ms is not None:
+                parts.append(f"at most {_num(self.max_stall_ms)} ms lost")
+            if self.max_lost_share is not None:
+                parts.append(f"at most {_num(self.max_lost_share)}% of any flow lost")
+        if self.min_confidence > 0:
+            parts.append(f"stalls with confidence >= {_num(self.min_confidence)}")
+        if self.ports:
+            parts.append("port " + "/".join(map(str, self.ports)))
+        if self.hosts:
+            parts.append("host " + "/".join(self.hosts))
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ports"], d["hosts"] = list(self.ports), list(self.hosts)
+        d["effective_max_stalls"] = self.stall_limit
+        return d
+
+    def host_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return [ipaddress.ip_network(h, strict=False) for h in self.hosts]
+
+
+CONFIG_KEYS = {"max-stalls": "max_stalls", "max-stall-ms": "max_stall_ms",
+               "max-lost-share": "max_lost_share", "min-confidence": "min_confidence",
+               "port": "ports", "ports": "ports", "host": "hosts", "hosts": "hosts"}
+
+
+def parse_host(text: str) -> str:
+    """A host selector (IPv4/IPv6 address or network, brackets allowed), normalised."""
+    t = text.strip()
+    if t.startswith("[") and t.endswith("]"):
+        t = t[1:-1]
+    try:
+        net = ipaddress.ip_network(t, strict=False)
+    except ValueError:
+        raise BudgetError(f"not an IP address or network: {text!r}") from None
+    return str(net.network_address) if net.num_addresses == 1 else str(net)
+
+
+def _validate(b: Budget) -> None:
+    def bad(key: str, problem: str) -> BudgetError:
+        return BudgetError(f"{key.replace('_', '-')} {problem}")
+
+    if b.max_stalls is not None and (not _is_int(b.max_stalls) or b.max_stalls < 0):
+        raise bad("max_stalls", f"must be a whole number >= 0, not {b.max_stalls!r}")
+    for key, hi in (("max_stall_ms", None), ("max_lost_share", 100.0), ("min_confidence", 1.0)):
+        v = getattr(b, key)
+        if v is None and key != "min_confidence":
+            continue
+        if not _is_number(v) or v < 0 or (hi is not None and v > hi):
+            rng = f"between 0 and {_num(hi)}" if hi is not None else ">= 0"
+            raise bad(key, f"must be a number {rng}, not {v!r}")
+    for p in b.ports:
+        if not _is_int(p) or not 0 < p < 65536:
+            raise bad("ports", f"must be TCP ports (1-65535), not {p!r}")
+    for h in b.hosts:
+        if not isinstance(h, str):
+            raise bad("hosts", f"must be IP addresses or networks, not {h!r}")
+        parse_host(h)
+
+
+def budget_from_mapping(table: Mapping[str, Any], source: str) -> Budget:
+    """A budget from a config table (keys as the command-line options, e.g. max-stalls)."""
+    kw: dict[str, Any] = {}
+    try:
+        for key, value in table.items():
+            name = CONFIG_KEYS.get(key.replace("_", "-"))
+            if name is None:
+                known = ", ".join(sorted(set(CONFIG_KEYS) - {"port", "host"}))
+                raise BudgetError(f"unknown setting {key!r} (known: {known})")
+            if name in ("ports", "hosts"):
+                value = tuple(value) if isinstance(value, list) else (value,)
+                if name == "hosts":
+                    value = tuple(parse_host(h) if isinstance(h, str) else h for h in value)
+            kw[name] = value
+        return Budget(**kw)
+    except BudgetError as e:
+        raise BudgetError(f"{source}: {e}") from None
+
+
+def find_pyproject(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml in `start` (default: the working directory) or above."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").is_file():
+            return d / "pyproject.toml"
+    return None
+
+
+def load_budget(pyproject: Path | None = None, start: Path | None = None
+                ) -> tuple[Budget, Path | None]:
+    """The budget of `[tool.nagleprobe.check]` in `pyproject` (default: the nearest one).
+
+    Returns the budget and the file it came from; the default budget and None when the
+    nearest pyproject.toml has no such table (or there is none). Raises BudgetError for a file
+    that cannot be read or parsed, or a setting that makes no sense.
+    """
+    path = pyproject or find_pyproject(start)
+    if path is None:
+        return Budget(), None
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise BudgetError(f"{path}: cannot read: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BudgetError(f"{path}: not valid TOML: {e}") from None
+    table = doc.get("tool", {}).get("nagleprobe", {}).get("check")
+    if table is None:
+        return Budget(), None
+    if not isinstance(table, dict):
+        raise BudgetError(f"{path}: [tool.nagleprobe.check] must be a table")
+    return budget_from_mapping(table, f"{path} [tool.nagleprobe.check]"), Path(path)
+
+
+# ------------------------------------------------------------------------------- verdicts
+@dataclass
+class FlowVerdict:
+    """One selected flow of a capture held against the budget."""
+
+    id: int
+    client: str
+    server: str
+    stalls: int  # counted (confidence >= min_confidence)
+    stall_ms: float
+    lost_share_pct: float
+    duration_s: float
+    passed: bool = True
+    reasons: list[str] = field(default_factory=list)
+    fix: dict[str, Any] | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # first EVIDENCE_ROWS stalls
+
+    @property
+    def name(self) -> str:
+        return f"flow {self.id} {self.client} -> {self.server}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "client": self.client, "server": self.server,
+                "status": "pass" if self.passed else "fail", "stalls": self.stalls,
+                "stall_ms": self.stall_ms, "lost_share_pct": self.lost_share_pct,
+                "reasons": list(self.reasons)}
+
+
+@dataclass
+class CaptureVerdict:
+    """One capture held against the budget, or the reason it could not be."""
+
+    path: str
+    status: ExitStatus
+    reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    flows: list[FlowVerdict] = field(default_factory=list)  # selected flows with stalls
+    clean_flows: list[tuple[int, str, str]] = field(default_factory=list)  # up to the cap
+    flows_total: int = 0
+    flows_selected: int = 0
+    stalls: int = 0
+    stall_ms: float = 0.0
+    ignored_stalls: int = 0  # below min_confidence, in selected flows
+    seconds: float = 0.0
+    document: dict[str, Any] | None = None  # the analyze JSON document, when asked for
+
+    @property
+    def passed(self) -> bool:
+        return self.status == ExitStatus.OK
+
+    @property
+    def failing_flows(self) -> list[FlowVerdict]:
+        return [f for f in self.flows if not f.passed]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The "check" object added to the capture's analyze document."""
+        return {"status": STATUS_NAMES[self.status], "exit_status": int(self.status),
+                "reasons": list(self.reasons), "error": self.error,
+                "flows_selected": self.flows_selected, "stalls": self.stalls,
+                "stall_ms": self.stall_ms, "ignored_stalls": self.ignored_stalls,
+                "flows": [f.to_dict() for f in self.flows]}
+
+
+def _endpoint_parts(endpoint: str) -> tuple[str, int]:
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _selected(client: str, server: str, budget: Budget, nets: list) -> bool:
+    ends = [_endpoint_parts(client), _endpoint_parts(server)]
+    if budget.ports and not any(p in budget.ports for _, p in ends):
+        return False
+    if nets:
+        addrs = [ipaddress.ip_address(h) for h, _ in ends]
+        return any(a in n for a in addrs for n in nets)
+    return True
+
+
+def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVerdict:
+    """Hold a `Report` against a budget: which selected flows fail, and why."""
+    nets = budget.host_networks()
+    fl, st = report.flows, report.stalls
+    chosen = [i for i, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
+                                                   strict=True))
+              if _selected(c, s, budget, nets)]
+    in_sel = st[st["flow"].isin(chosen)]
+    counted = in_sel[in_sel["confidence"] >= budget.min_confidence]
+    by_flow = {int(i): rows for i, rows in counted.groupby("flow")}
+    v = CaptureVerdict(path=path or report.capture["path"], status=ExitStatus.OK,
+                       flows_total=len(fl), flows_selected=len(chosen),
+                       ignored_stalls=len(in_sel) - len(counted), stalls=len(counted))
+
+    docs = {d["id"]: d for d in report.flow_docs(sorted(by_flow))} if by_flow else {}
+    share_failures = 0
+    for i in chosen:
+        if i not in by_flow:
+            if len(v.clean_flows) < CLEAN_FLOW_CASES:
+                v.clean_flows.append((i, str(fl["client"].iat[i]), str(fl["server"].iat[i])))
+            continue
+        d, rows = docs[i], by_flow[i]
+        ms = round(float(rows["delay_ms"].sum()), 3)
+        share = round(100 * ms / 1e3 / d["duration_s"], 2) if d["duration_s"] > 0 else 0.0
+        fv = FlowVerdict(id=i, client=d["client"], server=d["server"], stalls=len(rows),
+                         stall_ms=ms, lost_share_pct=share, duration_s=d["duration_s"],
+                         fix=d["fix"], evidence=_evidence(rows.head(EVIDENCE_ROWS)))
+        if budget.max_lost_share is not None and share > budget.max_lost_share:
+            fv.passed = False
+            fv.reasons.append(f"{_num(share)}% of the flow lost to stalls, budget "
+                              f"{_num(budget.max_lost_share)}%")
+            share_failures += 1
+        v.flows.append(fv)
+    v.stall_ms = round(sum(f.stall_ms for f in v.flows), 3)
+
+    limit = budget.stall_limit
+    if limit is not None and v.stalls > limit:
+        v.reasons.append(f"{v.stalls} stall{_s(v.stalls)}, budget {limit}")
+    if budget.max_stall_ms is not None and v.stall_ms > budget.max_stall_ms:
+        v.reasons.append(f"{_num(v.stall_ms)} ms lost to stalls, budget "
+                         f"{_num(budget.max_stall_ms)} ms")
+    if v.reasons:  # over a capture-wide limit: every flow with counted stalls adds to it
+        for f in v.flows:
+            f.passed = False
+            f.reasons[:0] = [f"capture: {r}" for r in v.reasons]
+    if share_failures:
+        v.reasons.append(f"{share_failures} flow{_s(share_failures)} over the "
+                         f"{_num(budget.max_lost_share)}% lost-share budget")
+    if v.failing_flows:
+        v.status = ExitStatus.STALLS_FOUND
+    return v
+
+
+def _evidence(rows: Any) -> list[dict[str, Any]]:
+    """Stall rows of the report's stalls table as the JSON shape of `analyze`'s stalls."""
+    return [{"sender": r["sender"], "delay_ms": float(r["delay_ms"]),
+             "frames": {k: int(r[f"{k}_frame"]) for k in ("small", "ack", "released")},
+             "times": {k: float(r[f"{k}_s"]) for k in ("small", "ack", "released")},
+             "confidence": float(r["confidence"])} for r in rows.to_dict("records")]
+
+
+def check_capture(path: str, budget: Budget, with_document: bool = False) -> CaptureVerdict:
+    """Analyse one capture and evaluate it; never raises for a bad file (see `status`)."""
+    from .pipeline import analyze  # the worker's import, kept out of `import nagleprobe.check`
+
+    t0 = time.perf_counter()
+    try:
+        report = analyze(path)
+        v = evaluate(report, budget, path)
+        if with_document:
+            v.document = json.loads(report.to_json())
+    except CaptureError as e:
+        v = CaptureVerdict(path=path, status=ExitStatus.BAD_CAPTURE, error=str(e))
+    except MemoryError:
+        v = CaptureVerdict(path=path, status=ExitStatus.INTERNAL,
+                           error=f"{path}: out of memory while analysing")
+    except Exception as e:  # a bug: this file's verdict says so, the others still count
+        v = CaptureVerdict(path=path, status=ExitStatus.INTERNAL,
+                           error=f"{path}: internal error: {type(e).__name__}: {e}")
+    v.seconds = time.perf_counter() - t0
+    return v
+
+
+# ------------------------------------------------------------------------------- targets
+@dataclass(frozen=True)
+class Target:
+    """A capture to check, or a command-line argument that named none (with the problem)."""
+
+    path: str
+    problem: str | None = None
+
+
+def _is_capture_name(name: str) -> bool:
+    return name.lower().endswith(CAPTURE_SUFFIXES)
+
+
+def expand_targets(args: Iterable[str]) -> list[Target]:
+    """Files, directories (searched recursively for capture files) and glob patterns.
+
+    An argument that matches nothing stays a target with its problem, so the gate reports it
+    as unreadable instead of silently passing.
+    """
+    out: list[Target] = []
+    seen: set[str] = set()
+
+    def add(t: Target) -> None:
+        if t.problem or t.path not in seen:
+            seen.add(t.path)
+            out.append(t)
+
+    for arg in args:
+        if arg == "-" or os.path.isfile(arg):
+            add(Target(arg))
+        elif os.path.isdir(arg):
+            found = sorted(str(p) for p in Path(arg).rglob("*")
+                           if p.is_file() and _is_capture_name(p.name))
+            if not found:
+                add(Target(arg, f"no capture files ({', '.join(CAPTURE_SUFFIXES)}) in this "
+                                "directory"))
+            for p in found:
+                add(Target(p))
+        elif glob.has_magic(arg):
+            found = sorted(p for p in glob.glob(arg, recursive=True) if os.path.isfile(p))
+            if not found:
+                add(Target(arg, "no file matches this pattern"))
+            for p in found:
+                add(Target(p))
+        else:
+            add(Target(arg))  # missing file: the reader says so, as `analyze` does
+    return out
+
+
+# ------------------------------------------------------------------------------- running
+@dataclass
+class CheckRun:
+    """The verdicts on every capture of one `check`, and the budget they were held to."""
+
+    budget: Budget
+    verdicts: list[CaptureVerdict]
+    config: str | None = None  # the pyproject.toml the budget came from
+
+    @property
+    def status(self) -> ExitStatus:
+        """Most severe first: internal error 4 > unreadable 3 > over budget 1 > ok 0."""
+        return max((v.status for v in self.verdicts), default=ExitStatus.OK)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == ExitStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """{"budget", "config", "passed", "exit_status", "captures": [analyze doc + check]}."""
+        caps = []
+        for v in self.verdicts:
+            doc = dict(v.document) if v.document else {"capture": {"path": v.path}}
+            doc["check"] = v.to_dict()
+            caps.append(doc)
+        return {"budget": self.budget.to_dict(), "config": self.config, "passed": self.passed,
+                "exit_status": int(self.status), "captures": caps}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+
+
+def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None = None,
+              with_documents: bool = False, config: str | None = None) -> CheckRun:
+    """Check every target, in parallel processes (at most `jobs`, default one per core)."""
+    targets = [t if isinstance(t, Target) else Target(t) for t in targets]
+    results: list[CaptureVerdict | None] = [None] * len(targets)
+    todo = []
+    for i, t in enumerate(targets):
+        if t.problem:
+            results[i] = CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
+                                        error=f"{t.path}: {t.problem}")
+        else:
+            todo.append(i)
+    workers = max(1, min(jobs or os.cpu_count() or 1, os.cpu_count() or 1, len(todo)))
+    local = [i for i in todo if targets[i].path == "-"]  # stdin belongs to this process
+    remote = [i for i in todo if i not in local]
+    if workers == 1 or len(remote) < 2:
+        local += remote
+        remote = []
+    if remote:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {i: pool.submit(check_capture, targets[i].path, budget, with_documents)
+                       for i in remote}
+            for i, fut in futures.items():
+                try:
+                    results[i] = fut.result()
+                except BrokenProcessPool:
+                    results[i] = CaptureVerdict(
+                        path=targets[i].path, status=ExitStatus.INTERNAL,
+                        error=f"{targets[i].path}: the analysing process died (out of memory?)")
+    for i in local:
+        results[i] = check_capture(targets[i].path, budget, with_documents)
+    return CheckRun(budget, [r for r in results if r is not None], config)
+
+
+# ------------------------------------------------------------------------------- rendering
+def render_text(run: CheckRun) -> str:
+    """A verdict line per capture, and per failing flow its endpoints and the fix."""
+    lines = []
+    for v in run.verdicts:
+        word = VERDICT_WORDS[v.status]
+        if v.error:
+            lines.append(f"{word} {v.error}")
+            continue
+        sel = (f"{v.flows_selected} of {v.flows_total} flows selected"
+               if v.flows_selected != v.flows_total else
+               f"{v.flows_total} flow{_s(v.flows_total)}")
+        found = (f"{v.stalls} stall{_s(v.stalls)}, {v.stall_ms:.1f} ms lost"
+                 if v.stalls else "no stalls")
+        extra = f"; {v.ignored_stalls} below the confidence floor ignored" if v.ignored_stalls \
+            else ""
+        why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
+        lines.append(f"{word} {v.path}: {found} in {sel}{extra}{why}")
+        worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
+        for f in worst[:TEXT_FLOWS]:
+            state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
+            lines.append(f"  {f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms = "
+                         f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s ({state})")
+            if f.fix and not f.passed:
+                lines.append(f"    held: {f.fix['side']} {f.fix['endpoint']}; fix: "
+                             f"{f.fix['action']}. {f.fix['text']}")
+        if len(worst) > TEXT_FLOWS:
+            rest = worst[TEXT_FLOWS:]
+            over = sum(not f.passed for f in rest)
+            lines.append(f"  ... {len(rest)} more flows with stalls ({over} over budget); "
+                         f"--junit and --format json list them all")
+    n = len(run.verdicts)
+    counts = {s: sum(1 for v in run.verdicts if v.status == s) for s in ExitStatus}
+    parts = [f"{counts[ExitStatus.OK]} within budget"]
+    if counts[ExitStatus.STALLS_FOUND]:
+        parts.append(f"{counts[ExitStatus.STALLS_FOUND]} over budget")
+    if counts[ExitStatus.BAD_CAPTURE]:
+        parts.append(f"{counts[ExitStatus.BAD_CAPTURE]} unreadable")
+    if counts[ExitStatus.INTERNAL]:
+        parts.append(f"{counts[ExitStatus.INTERNAL]} internal errors")
+    src = f" from {run.config}" if run.config else ""
+    lines.append(f"nagleprobe check: {n} capture{_s(n)}: {', '.join(parts)} "
+                 f"(budget{src}: {run.budget.describe()}) -> exit {int(run.status)}")
+    return "\n".join(lines) + "\n"
+
+
+def flow_evidence_text(f: FlowVerdict) -> str:
+    """A flow's stalls for people: budget reasons, the fix and the stall frames."""
+    lines = [f"{f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms lost = "
+             f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s"]
+    lines += [f"over budget: {r}" for r in f.reasons]
+    if f.fix:
+        lines.append(f"held: {f.fix['side']} {f.fix['endpoint']}")
+        lines.append(f"fix ({f.fix['action']}): {f.fix['text']}")
+    lines.append("evidence (Wireshark frame numbers; s since the first packet): "
+                 "sender, small segment S1, late pure ACK, released S2, stall ms, confidence")
+    for s in f.evidence:
+        fr, t = s["frames"], s["times"]
+        lines.append(f"  {s['sender']} #{fr['small']} {t['small']:.6f}  #{fr['ack']} "
+                     f"{t['ack']:.6f}  #{fr['released']} {t['released']:.6f}  "
+                     f"{s['delay_ms']:.1f} ms  {s['confidence']:.2f}")
+    if f.stalls > len(f.evidence):
+        lines.append(f"  ... {f.stalls - len(f.evidence)} more (nagleprobe analyze lists all)")
+    return "\n".join(lines)
+
+
+def render_junit(run: CheckRun) -> str:
+    """JUnit XML: a test suite per capture, a test case for the capture and for each flow."""
+    root = ET.Element("testsuites", name="nagleprobe check")
+    total = {"tests": 0, "failures": 0, "errors": 0}
+    for v in run.verdicts:
+        suite = ET.SubElement(root, "testsuite", name=v.path)
+        cases = []
+        capture_case = ET.Element("testcase", name="capture", classname=_classname(v.path),
+                                  time=_secs(v.seconds))
+        cases.append(capture_case)
+        if v.error:
+            kind = "UnreadableCapture" if v.status == ExitStatus.BAD_CAPTURE else "InternalError"
+            ET.SubElement(capture_case, "error", message=v.error, type=kind).text = v.error
+        else:
+            if v.reasons:
+                failure = ET.SubElement(capture_case, "failure", message="; ".join(v.reasons),
+                                        type="NagleStallBudget")
+                failure.text = "\n".join(
+                    f"{f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms; held: "
+                    f"{f.fix['side']} {f.fix['endpoint']}; fix: {f.fix['action']}"
+                    if f.fix else f"{f.name}: {f.stalls} stall{_s(f.stalls)}"
+                    for f in v.failing_flows)
+            out = ET.SubElement(capture_case, "system-out")
+            out.text = (f"{v.stalls} counted stalls, {v.stall_ms:.1f} ms, in "
+                        f"{v.flows_selected} of {v.flows_total} flows; budget: "
+                        f"{run.budget.describe()}")
+            for f in v.flows:
+                case = ET.Element("testcase", name=f.name, classname=_classname(v.path),
+                                  time="0")
+                if not f.passed:
+                    fail = ET.SubElement(case, "failure", message="; ".join(f.reasons),
+                                         type="NagleStall")
+                    fail.text = flow_evidence_text(f)
+                else:
+                    ET.SubElement(case, "system-out").text = flow_evidence_text(f)
+                cases.append(case)
+            for i, c, s in v.clean_flows:
+                cases.append(ET.Element("testcase", name=f"flow {i} {c} -> {s}",
+                                        classname=_classname(v.path), time="0"))
+            if v.flows_selected - len(v.flows) > len(v.clean_flows):
+                more = v.flows_selected - len(v.flows) - len(v.clean_flows)
+                ET.SubElement(suite, "system-out").text = (
+                    f"{more} more selected flows without stalls are not listed")
+        counts = {"tests": len(cases),
+                  "failures": sum(1 for c in cases if c.find("failure") is not None),
+                  "errors": sum(1 for c in cases if c.find("error") is not None)}
+        for k, n in counts.items():
+            suite.set(k, str(n))
+            total[k] += n
+        suite.set("time", _secs(v.seconds))
+        suite.extend(cases)
+    for k, n in total.items():
+        root.set(k, str(n))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") \
+        + "\n"
+
+
+def render_github(run: CheckRun) -> str:
+    """GitHub Actions workflow commands: an error per failing flow or unreadable capture,
+    a warning per flow whose stalls the budget tolerates."""
+    found: dict[str, list[str]] = {"error": [], "warning": []}
+    for v in run.verdicts:
+        if v.error:
+            title = ("nagleprobe: unreadable capture" if v.status == ExitStatus.BAD_CAPTURE
+                     else "nagleprobe: internal error")
+            found["error"].append(_workflow_command("error", v.path, title, v.error))
+            continue
+        for f in sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id)):
+            msg = (f"{f.stalls} Nagle/delayed-ACK stall{_s(f.stalls)}, {f.stall_ms:.1f} ms "
+                   f"lost ({f.lost_share_pct:.1f}% of the flow)")
+            if f.reasons:
+                msg += f"; over budget: {'; '.join(f.reasons)}"
+            if f.fix:
+                msg += f"\nFix: {f.fix['text']}"
+            kind = "warning" if f.passed else "error"
+            title = f"Nagle stall{'s' if f.stalls != 1 else ''} in {f.name}"
+            found[kind].append(_workflow_command(kind, v.path, title, msg))
+    lines = []
+    for kind, found_lines in found.items():
+        if len(found_lines) > ANNOTATIONS:  # the rest would be dropped: say how many
+            more = len(found_lines) - ANNOTATIONS + 1
+            found_lines = found_lines[:ANNOTATIONS - 1] + [_workflow_command(
+                kind, run.verdicts[0].path, f"nagleprobe: {more} more",
+                f"{more} more {kind}s (GitHub shows {ANNOTATIONS} per step); the job log and "
+                f"--junit list them all")]
+        lines += found_lines
+    return "".join(line + "\n" for line in lines)
+
+
+def _workflow_command(kind: str, path: str, title: str, message: str) -> str:
+    """`::error file=F,title=T::message` with GitHub's escaping of data and properties."""
+    def data(s: str) -> str:
+        return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    def prop(s: str) -> str:
+        return data(s).replace(":", "%3A").replace(",", "%2C")
+
+    return f"::{kind} file={prop(path)},title={prop(title)}::{data(message)}"
+
+
+# ------------------------------------------------------------------------------- helpers
+def _classname(path: str) -> str:
+    stem = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return "nagleprobe.check." + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in stem)
+
+
+def _secs(s: float) -> str:
+    return f"{s:.3f}"
+
+
+def _s(n: int | float | None) -> str:
+    return "" if n == 1 else "s"
+
+
+def _num(x: float | None) -> str:
+    return f"{x:g}" if x is not None else "-"
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -1,0 +1,137 @@
+"""pytest plugin: fail a test whose own TCP traffic shows Nagle/delayed-ACK stalls.
+
+    def test_my_server_answers_fast(nagle_capture, my_server):
+        nagle_capture.watch_port(my_server.port)   # optional: check only this server's flows
+        ...talk to the server over loopback...
+
+The `nagle_capture` fixture runs tcpdump on the loopback interface for the duration of the
+test; when the test body has passed, the capture is analysed and held against the budget
+(`[tool.nagleprobe.check]` in the rootdir's pyproject.toml, overridden by a
+`@pytest.mark.nagle(max_stalls=..., ports=[...])` marker), and the test fails with the
+stall evidence if it is over budget. Where capture is not permitted (not root, no
+tcpdump) the test is skipped with the reason. Registered through the `pytest11` entry
+point; nothing heavy is imported until a test uses the fixture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+MARKER = "nagle"
+MARKER_KEYS = ("max_stalls", "max_stall_ms", "max_lost_share", "min_confidence", "ports",
+               "hosts")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("nagle_interface", default="lo",
+                  help="nagleprobe: interface the nagle_capture fixture captures on")
+    parser.getgroup("nagleprobe").addoption(
+        "--nagle-interface", default=None, metavar="IFACE",
+        help="interface the nagle_capture fixture captures on (default: ini nagle_interface, lo)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}({', '.join(f'{k}=...' for k in MARKER_KEYS)}): stall budget and "
+        "capture ports for the nagle_capture fixture (overrides [tool.nagleprobe.check])")
+
+
+class NagleCapture:
+    """The capture of one test: its file, the budget, and the verdict once stopped."""
+
+    def __init__(self, capture: Any, budget: Any, path: Path, interface: str) -> None:
+        self._capture = capture
+        self.budget = budget
+        self.path = path
+        self.interface = interface
+        self.watched_ports: list[int] = list(budget.ports)
+        self.auto_check = True  # set False to only inspect `verdict()` yourself
+        self._verdict: Any = None
+
+    def watch_port(self, port: int) -> None:
+        """Check only flows on this port (and others watched); call before the test ends."""
+        if port not in self.watched_ports:
+            self.watched_ports.append(int(port))
+
+    def stop(self) -> None:
+        """Stop tcpdump (the file is then complete); repeated calls do nothing."""
+        if self._capture is not None:
+            self._capture.stop()
+            self._capture = None
+
+    def verdict(self) -> Any:
+        """Stop the capture, analyse it and hold it against the budget (a CaptureVerdict)."""
+        from nagleprobe.check import check_capture
+
+        self.stop()
+        if self._verdict is None:
+            budget = self.budget.merged(ports=tuple(self.watched_ports))
+            self._verdict = check_capture(str(self.path), budget)
+        return self._verdict
+
+    def failure_text(self) -> str:
+        """The evidence a failing test shows: verdict, per-flow fix and stall frames."""
+        from nagleprobe.check import CheckRun, flow_evidence_text, render_text
+
+        v = self.verdict()
+        lines = [f"nagleprobe: Nagle/delayed-ACK stalls over budget in this test's traffic "
+                 f"(capture kept at {self.path})",
+                 render_text(CheckRun(self.budget, [v])).splitlines()[0]]
+        lines += [flow_evidence_text(f) for f in v.failing_flows]
+        return "\n".join(lines)
+
+
+@pytest.fixture
+def nagle_capture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NagleCapture]:
+    """Capture this test's TCP traffic on loopback; the test fails if it shows stalls."""
+    from nagleprobe.check import BudgetError, load_budget
+    from nagleprobe.record import Capture, RecordError
+
+    marker = request.node.get_closest_marker(MARKER)
+    settings = dict(marker.kwargs) if marker else {}
+    unknown = set(settings) - set(MARKER_KEYS)
+    if unknown:
+        pytest.fail(f"@pytest.mark.{MARKER}: unknown setting(s) {sorted(unknown)}; known: "
+                    f"{', '.join(MARKER_KEYS)}", pytrace=False)
+    for key in ("ports", "hosts"):
+        if key in settings and not isinstance(settings[key], (list, tuple)):
+            settings[key] = (settings[key],)
+    try:
+        budget, _ = load_budget(start=request.config.rootpath)
+        budget = budget.merged(**settings)
+    except (BudgetError, TypeError) as e:
+        pytest.fail(f"nagleprobe budget: {e}", pytrace=False)
+    interface = (request.config.getoption("--nagle-interface")
+                 or request.config.getini("nagle_interface") or "lo")
+    path = tmp_path / "nagle_capture.pcap"
+    capture = Capture(path, interface, ports=budget.ports)
+    try:
+        capture.start()
+    except RecordError as e:
+        pytest.skip(f"nagleprobe: cannot capture traffic here: {e}")
+    handle = NagleCapture(capture, budget, path, interface)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """After a passing test body, hold its capture against the budget (a failure then is the
+    test's own failure, not a teardown error)."""
+    result = yield
+    handle = getattr(item, "funcargs", {}).get("nagle_capture")
+    if isinstance(handle, NagleCapture) and handle.auto_check:
+        from nagleprobe.errors import ExitStatus
+
+        v = handle.verdict()
+        if v.status == ExitStatus.STALLS_FOUND:
+            pytest.fail(handle.failure_text(), pytrace=False)
+        if v.error:
+            pytest.fail(f"nagleprobe could not analyse this test's capture: {v.error}",
+                        pytrace=False)
+    return result
