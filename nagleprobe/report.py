@@ -222,11 +222,18 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         "confidence": st["confidence"][order],
     })
 
-    capture = {"path": info.path, "format": info.format, "compressed": info.compressed,
-               "link_types": list(info.link_types), "packets": info.packets,
-               "tcp_packets": int(len(f.seg["flow"])), "skipped": dict(sorted(skipped.items())),
-               "warnings": list(info.warnings), "time_origin_ns": int(origin_ns)}
+    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
     return Report(capture, flows, stalls, endpoints)
+
+
+def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, origin_ns: int,
+                warnings: list[str] | None = None) -> dict[str, Any]:
+    """The JSON document's `capture` object: how the file was read."""
+    return {"path": info.path, "format": info.format, "compressed": info.compressed,
+            "link_types": list(info.link_types), "packets": info.packets,
+            "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),
+            "warnings": list(info.warnings if warnings is None else warnings),
+            "time_origin_ns": int(origin_ns)}
 
 
 def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
