@@ -10,6 +10,8 @@ import click
 from . import __version__
 from .errors import CaptureError, ExitStatus
 from .pipeline import analyze as run_analysis
+from .progress import ProgressBar
+from .stream import DEFAULT_GRACE_S
 
 EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
              "3 unreadable/corrupt/unsupported capture, 4 internal error.")
@@ -26,10 +28,20 @@ def main() -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Text report for people, or the JSON document.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def analyze(capture: str, fmt: str, debug: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
+@click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S,
+              show_default=True, metavar="SECONDS",
+              help="Capture time a closed connection waits for late or out-of-order packets "
+                   "before it is analysed and its packets are freed.")
+def analyze(capture: str, fmt: str, debug: bool, quiet: bool, reorder_window: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
+    bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     try:
-        report = run_analysis(capture)
+        try:
+            report = run_analysis(capture, grace_s=reorder_window, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
     except CaptureError as e:
         if debug:
             traceback.print_exc()

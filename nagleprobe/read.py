@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import struct
 import sys
 import zlib
@@ -674,6 +675,19 @@ class CaptureReader:
                 s.close()
         except Exception:  # pragma: no cover
             pass
+
+    def input_progress(self) -> tuple[int, int | None]:
+        """(bytes of the input consumed so far, its total size or None when unknown), both
+        counting compressed bytes for gzip input: for progress displays."""
+        raw = getattr(self._stream, "_raw", self._stream)
+        try:
+            size = os.fstat(raw.fileno()).st_size if raw is not sys.stdin.buffer else None
+            if size is not None and not os.path.isfile(self.path):
+                size = None  # a pipe or device
+            done = raw.tell() if size is not None else self._pos
+        except (OSError, ValueError, AttributeError):
+            return self._pos, None
+        return done, size
 
     def __enter__(self) -> "CaptureReader":
         return self

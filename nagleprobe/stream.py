@@ -31,8 +31,8 @@ from .flows import ACK, FIN, RST, SYN, build_flows
 from .read import CaptureInfo
 from .report import Report, build_report, capture_doc
 
-DEFAULT_GRACE_S = 10.0  # RTO-backed-off FIN retransmissions and the last ACK fit in this
-DEFAULT_BATCH_ROWS = 1 << 20
+DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
+DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -202,9 +202,21 @@ class StreamAnalyzer:
         out = done[tid]
         rest = ~out
         self._pending = [({k: v[rest] for k, v in cols.items()}, tid[rest])] if rest.any() else []
+        # batches of about batch_rows rows, whole tuples each
+        sizes = np.where(done, self._rows, 0)
+        group = np.cumsum(sizes) // self.batch_rows  # batch of each tuple
         self._handed_on |= done
         self._rows[done] = 0
-        self._analyse({k: v[out] for k, v in cols.items()})
+        tid, cols = tid[out], {k: v[out] for k, v in cols.items()}
+        g = group[tid]
+        if g[0] == g[-1]:
+            self._analyse(cols)
+            return
+        order = np.argsort(g, kind="stable")
+        bounds = np.r_[0, np.flatnonzero(np.diff(g[order])) + 1, len(g)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            rows = np.sort(order[a:b])  # file order within the batch
+            self._analyse({k: v[rows] for k, v in cols.items()})
 
     def _analyse(self, cols: dict[str, np.ndarray]) -> None:
         flows = build_flows(cols)
