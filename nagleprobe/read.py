@@ -225,6 +225,35 @@ def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.nda
     return win[idx].view(">u4" if big else "<u4").astype(np.int64)
 
 
+def _walk_python(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
+    """Offsets of the caplen field (byte 8) of each pcap record header that starts in `buf`
+    (a record's caplen field must lie in the buffer), and the offset after the last one."""
+    unpack = struct.Struct(">I" if big else "<I").unpack_from
+    starts = array("q")
+    append = starts.append
+    p = 8
+    lim = len(buf) - 8
+    while p <= lim:  # the hot loop
+        cl, = unpack(buf, p)
+        append(p)
+        p += cl + 16
+    return np.frombuffer(starts, dtype=np.int64), p
+
+
+def _walk_compiled(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
+    """`_walk_python` in C (nagleprobe/_walk.c), about 30 times faster."""
+    out = np.empty(len(buf) // 16 + 1, dtype=np.int64)
+    k, p = _walk.walk(buf, big, out)
+    return out[:k], p
+
+
+try:
+    from . import _walk
+    walk_records = _walk_compiled
+except ImportError:  # built without a C compiler: the pure-Python walk
+    walk_records = _walk_python
+
+
 class CaptureReader:
     """Open a capture, validate its header; iterate to get `RecordBatch`es."""
 
@@ -369,26 +398,18 @@ class CaptureReader:
             buf, eof = self._fill(carry)
             base = self._pos  # file offset of buf[0]
             n = len(buf)
-            # The hot loop: p walks the caplen field (byte 8) of each record header.
-            starts = array("q")
-            append = starts.append
-            p = 8
-            lim = n - 8
-            while p <= lim:
-                cl, = unpack(buf, p)
-                append(p)
-                p += cl + 16
+            starts, p = walk_records(buf, self._big)
             k = len(starts)
             pos = p - 8
             corrupt = None
             if k and pos > n:  # the last record runs past the buffer: carry it over
-                last = starts.pop()
                 k -= 1
+                last = int(starts[k])
                 pos = last - 8
                 cl, = unpack(buf, last)
                 if cl > MAX_CAPLEN:
                     corrupt = (pos, f"captured length {cl} exceeds {MAX_CAPLEN}")
-            st = np.frombuffer(starts, dtype=np.int64)[:k] - 8 if k else None
+            st = starts[:k] - 8 if k else None
             if k:
                 data = np.frombuffer(buf, dtype=np.uint8)
                 hdr = _u32_rows(data, st, 4, self._big)
