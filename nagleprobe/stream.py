@@ -196,27 +196,43 @@ class StreamAnalyzer:
         return keep
 
     def _hand_on(self, done: np.ndarray) -> None:
-        """Analyse the rows of the finished tuples `done` (bool per tuple) and drop them."""
-        cols = {k: np.concatenate([p[0][k] for p in self._pending]) for k in TCP_COLUMNS}
-        tid = np.concatenate([p[1] for p in self._pending])
-        out = done[tid]
-        rest = ~out
-        self._pending = [({k: v[rest] for k, v in cols.items()}, tid[rest])] if rest.any() else []
-        # batches of about batch_rows rows, whole tuples each
+        """Analyse the rows of the finished tuples `done` (bool per tuple) in batches of about
+        batch_rows rows (whole tuples each), and drop them; every row is copied once."""
         sizes = np.where(done, self._rows, 0)
-        group = np.cumsum(sizes) // self.batch_rows  # batch of each tuple
+        label = np.where(done, (np.cumsum(sizes) - sizes) // self.batch_rows, -1)
+        nbatch = int(label.max()) + 1
+        picks, pending = [], []  # picks: (part, rows of it per batch)
+        for cols, tid in self._pending:
+            lab = label[tid]
+            out = np.flatnonzero(lab >= 0)
+            if not len(out):
+                pending.append((cols, tid))
+                continue
+            if len(out) < len(tid):
+                rest = lab < 0
+                pending.append(({k: v[rest] for k, v in cols.items()}, tid[rest]))
+            if nbatch > 1:
+                lab = lab[out]
+                out = out[np.argsort(lab, kind="stable")]
+                cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
+                picks.append((cols, np.split(out, cuts)))
+            else:
+                picks.append((cols, [out]))
+        self._pending = pending
         self._handed_on |= done
         self._rows[done] = 0
-        tid, cols = tid[out], {k: v[out] for k, v in cols.items()}
-        g = group[tid]
-        if g[0] == g[-1]:
-            self._analyse(cols)
-            return
-        order = np.argsort(g, kind="stable")
-        bounds = np.r_[0, np.flatnonzero(np.diff(g[order])) + 1, len(g)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            rows = np.sort(order[a:b])  # file order within the batch
-            self._analyse({k: v[rows] for k, v in cols.items()})
+        for j in range(nbatch):
+            n = sum(len(rows[j]) for _, rows in picks)
+            if not n:
+                continue
+            batch = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()}
+            at = 0
+            for cols, rows in picks:
+                r = rows[j]
+                for k, v in batch.items():
+                    np.take(cols[k], r, out=v[at:at + len(r)])
+                at += len(r)
+            self._analyse(batch)
 
     def _analyse(self, cols: dict[str, np.ndarray]) -> None:
         flows = build_flows(cols)
