@@ -701,13 +701,13 @@ class CaptureReader:
         """(bytes of the input consumed so far, its total size or None when unknown), both
         counting compressed bytes for gzip input: for progress displays."""
         raw = getattr(self._stream, "_raw", self._stream)
+        size = getattr(self, "_input_size", None)
         try:
-            size = os.fstat(raw.fileno()).st_size if raw is not sys.stdin.buffer else None
-            if size is not None and not os.path.isfile(self.path):
-                size = None  # a pipe or device
+            if size is None and raw is not sys.stdin.buffer and os.path.isfile(self.path):
+                size = self._input_size = os.fstat(raw.fileno()).st_size
             done = raw.tell() if size is not None else self._pos
-        except (OSError, ValueError, AttributeError):
-            return self._pos, None
+        except (OSError, ValueError, AttributeError):  # closed: read to the end
+            return (size if size is not None else self._pos), size
         return done, size
 
     def __enter__(self) -> "CaptureReader":
