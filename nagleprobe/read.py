@@ -251,6 +251,7 @@ try:
     from . import _walk
     walk_records = _walk_compiled
 except ImportError:  # built without a C compiler: the pure-Python walk
+    _walk = None
     walk_records = _walk_python
 
 
@@ -462,6 +463,13 @@ class CaptureReader:
             unpack = struct.Struct(">II" if big else "<II").unpack_from
             lim = n - 8
             while pos <= lim:
+                if shb_seen and _walk is not None:  # runs of packet blocks, compiled
+                    out = np.empty(n // 12 + 1, dtype=np.int64)
+                    k, pos, passed = _walk.walk_blocks(buf, pos, big, MAX_BLOCK, out)
+                    starts.frombytes(out[:k].tobytes())
+                    block_no += passed
+                    if pos > lim:
+                        break
                 bt, bl = unpack(buf, pos)
                 if bt == PCAPNG_SHB:
                     if pos + 12 > n:
