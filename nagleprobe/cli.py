@@ -56,6 +56,8 @@ def analyze(capture: str, fmt: str, debug: bool, quiet: bool, reorder_window: fl
                    f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
         sys.exit(ExitStatus.INTERNAL)
     if fmt == "json":
-        click.echo(report.to_json())
+        for piece in report.json_pieces():
+            sys.stdout.write(piece)
+        sys.stdout.write("\n")
     else:
         click.echo(report.to_text(), nl=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -99,13 +99,21 @@ class Report:
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
         writes the flat stall rows, and the nesting of frames/times is spliced into the text."""
+        return "".join(self.json_pieces())
+
+    def json_pieces(self, rows_per_piece: int = 100_000) -> Iterator[str]:
+        """`to_json()` in pieces (the stalls a slice at a time), to write a large document
+        without holding all its text at once."""
         head = json.dumps({"capture": self.capture, "summary": self.summary(),
                            "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
+        yield head[:-1] + ',"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns if c != "confidence"] + ["confidence"]]
-        rows = flat.to_json(orient="records", double_precision=6) if len(flat) else "[]"
-        for old, new in _STALL_SPLICE:
-            rows = rows.replace(old, new)
-        return head[:-1] + ',"stalls":' + rows + "}"
+        for a in range(0, len(flat), rows_per_piece):
+            rows = flat.iloc[a:a + rows_per_piece].to_json(orient="records", double_precision=6)
+            for old, new in _STALL_SPLICE:
+                rows = rows.replace(old, new)
+            yield ("," if a else "") + rows[1:-1]
+        yield "]}"
 
     def to_text(self) -> str:
         return render_text(self)

@@ -1,5 +1,6 @@
 """Streamed analysis (nagleprobe.stream) equals the whole-file analysis, in bounded memory."""
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -131,3 +132,12 @@ def test_progress_is_called_after_each_chunk_with_the_frames_read():
     analyze(str(path), chunk_bytes=TINY_CHUNK, progress=lambda r, frames: seen.append(frames))
     assert len(seen) > 10 and seen == sorted(seen)
     assert seen[-1] == 1755
+
+
+@pytest.mark.parametrize("name", ["proxy_any.pcap", "neg_bulk_cwnd_netns.pcap"])
+def test_json_written_in_pieces_is_the_same_document(name):
+    rep = analyze(str(SAMPLES / name))
+    pieces = list(rep.json_pieces(rows_per_piece=7))
+    assert len(pieces) == 2 + -(-rep.stall_count // 7)
+    assert "".join(pieces) == rep.to_json()
+    assert json.loads("".join(pieces)) == rep.to_dict()
