@@ -64,11 +64,11 @@ def load_template(paths: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return blob, starts, lens_a, np.array(tss, dtype=np.int64), np.array(port_offs, dtype=np.int64)
 
 
-def build(out: Path, n_packets: int, sources: list[str]) -> None:
+def build(out: Path, n_packets: int, sources: list[str], every_ms: float = 2.0) -> None:
     blob, starts, lens, ts, poff = load_template(sources)
     k = len(lens)
     reps = -(-n_packets // k)
-    step_ns = 2_000_000  # a new copy of the template every 2 ms: many concurrent flows
+    step_ns = int(every_ms * 1e6)  # a new copy of the template every 2 ms: many concurrent flows
     rep = np.repeat(np.arange(reps, dtype=np.int64), k)[:n_packets]
     rec = np.tile(np.arange(k, dtype=np.int64), reps)[:n_packets]
     t = ts[rec] + rep * step_ns + 1_700_000_000 * 10**9
@@ -115,16 +115,19 @@ def main() -> None:
     ap.add_argument("--sources", nargs="*", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--every-ms", type=float, default=2.0,
+                    help="a new copy of the sources every this many ms of capture time")
     ap.add_argument("--repeat", type=int, default=3, help="runs per format; the best is reported")
     args = ap.parse_args()
     sources = args.sources or [str(ROOT / s) for s in DEFAULT_SOURCES if (ROOT / s).exists()]
     if not sources:
         sources = sorted(glob.glob(str(ROOT / "samples" / "*.pcap")))[:3]
-    out = Path(args.out or ROOT / "benchmarks" / "out" / f"bench_{args.packets}.pcap")
+    every = "" if args.every_ms == 2.0 else f"_every{args.every_ms:g}ms"
+    out = Path(args.out or ROOT / "benchmarks" / "out" / f"bench_{args.packets}{every}.pcap")
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.rebuild or not out.exists():
         t0 = time.perf_counter()
-        build(out, args.packets, sources)
+        build(out, args.packets, sources, args.every_ms)
         print(f"built {out} ({out.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
     size = out.stat().st_size

@@ -12,7 +12,9 @@ import click
 from . import __version__
 from .errors import CaptureError, ExitStatus
 from .pipeline import analyze as run_analysis
+from .progress import ProgressBar
 from .report import Report
+from .stream import DEFAULT_GRACE_S
 
 EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
              "3 unreadable/corrupt/unsupported capture, 4 internal error.")
@@ -36,14 +38,25 @@ def main() -> None:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (pictures need the plot extra).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def analyze(capture: str, fmt: str, html_path: str | None, debug: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
+@click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S,
+              show_default=True, metavar="SECONDS",
+              help="Capture time a closed connection waits for late or out-of-order packets "
+                   "before it is analysed and its packets are freed.")
+def analyze(capture: str, fmt: str, html_path: str | None, debug: bool, quiet: bool,
+            reorder_window: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
     if html_path is not None and importlib.util.find_spec("matplotlib") is None:
         click.echo("nagleprobe: error: --html needs matplotlib for its pictures: "
                    "pip install 'nagleprobe[plot]'", err=True)
         sys.exit(ExitStatus.USAGE)
+    bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     try:
-        report = run_analysis(capture)
+        try:
+            report = run_analysis(capture, grace_s=reorder_window, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
         if html_path is not None:
             _write_html(report, html_path)
     except CaptureError as e:
@@ -65,7 +78,9 @@ def analyze(capture: str, fmt: str, html_path: str | None, debug: bool) -> None:
                    f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
         sys.exit(ExitStatus.INTERNAL)
     if fmt == "json":
-        click.echo(report.to_json())
+        for piece in report.json_pieces():
+            sys.stdout.write(piece)
+        sys.stdout.write("\n")
     else:
         click.echo(report.to_text(), nl=False)
 

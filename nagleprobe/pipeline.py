@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
@@ -11,15 +12,42 @@ from .detect import detect
 from .flows import build_flows
 from .read import CaptureReader
 from .report import Report, build_report
+from .stream import DEFAULT_GRACE_S, StreamAnalyzer
+
+Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
 
 
-def analyze(path: str, chunk_bytes: int = 32 << 20) -> Report:
+def analyze(path: str, chunk_bytes: int = 32 << 20, *, whole_file: bool = False,
+            grace_s: float = DEFAULT_GRACE_S, batch_rows: int | None = None,
+            progress: Progress | None = None) -> Report:
     """Analyse one capture file (pcap/pcapng, optionally gzip; "-" for stdin).
 
+    Streams by default: memory is bounded by the connections open at a time (see
+    `nagleprobe.stream`; `grace_s` is its reorder window). `whole_file` decodes everything
+    first and analyses it at once (the reference the streamed result must equal).
     Raises `nagleprobe.CaptureError` for input that cannot be read at all.
     """
     reader = CaptureReader(path, chunk_bytes=chunk_bytes)
     skipped: Counter = Counter()
+    if whole_file:
+        return _analyze_whole(reader, skipped)
+    stream = None
+    frames = 0
+    for batch in reader:
+        if stream is None and len(batch.ts_ns):
+            kw = {} if batch_rows is None else {"batch_rows": batch_rows}
+            stream = StreamAnalyzer(int(batch.ts_ns[0]), grace_s=grace_s, **kw)
+        if len(batch):
+            frames = int(batch.frame[-1])
+        if stream is not None:
+            stream.feed(decode(batch, skipped))
+        if progress is not None:
+            progress(reader, frames)
+    skipped.update(reader.info.skipped)
+    return (stream or StreamAnalyzer()).finish(reader.info, dict(skipped))
+
+
+def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:
     parts: list[dict[str, np.ndarray]] = []
     origin_ns = None
     for batch in reader:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import struct
 import sys
 import zlib
@@ -224,6 +225,36 @@ def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.nda
     return win[idx].view(">u4" if big else "<u4").astype(np.int64)
 
 
+def _walk_python(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
+    """Offsets of the caplen field (byte 8) of each pcap record header that starts in `buf`
+    (a record's caplen field must lie in the buffer), and the offset after the last one."""
+    unpack = struct.Struct(">I" if big else "<I").unpack_from
+    starts = array("q")
+    append = starts.append
+    p = 8
+    lim = len(buf) - 8
+    while p <= lim:  # the hot loop
+        cl, = unpack(buf, p)
+        append(p)
+        p += cl + 16
+    return np.frombuffer(starts, dtype=np.int64), p
+
+
+def _walk_compiled(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
+    """`_walk_python` in C (nagleprobe/_walk.c), about 30 times faster."""
+    out = np.empty(len(buf) // 16 + 1, dtype=np.int64)
+    k, p = _walk.walk(buf, big, out)
+    return out[:k], p
+
+
+try:
+    from . import _walk
+    walk_records = _walk_compiled
+except ImportError:  # built without a C compiler: the pure-Python walk
+    _walk = None
+    walk_records = _walk_python
+
+
 class CaptureReader:
     """Open a capture, validate its header; iterate to get `RecordBatch`es."""
 
@@ -368,26 +399,18 @@ class CaptureReader:
             buf, eof = self._fill(carry)
             base = self._pos  # file offset of buf[0]
             n = len(buf)
-            # The hot loop: p walks the caplen field (byte 8) of each record header.
-            starts = array("q")
-            append = starts.append
-            p = 8
-            lim = n - 8
-            while p <= lim:
-                cl, = unpack(buf, p)
-                append(p)
-                p += cl + 16
+            starts, p = walk_records(buf, self._big)
             k = len(starts)
             pos = p - 8
             corrupt = None
             if k and pos > n:  # the last record runs past the buffer: carry it over
-                last = starts.pop()
                 k -= 1
+                last = int(starts[k])
                 pos = last - 8
                 cl, = unpack(buf, last)
                 if cl > MAX_CAPLEN:
                     corrupt = (pos, f"captured length {cl} exceeds {MAX_CAPLEN}")
-            st = np.frombuffer(starts, dtype=np.int64)[:k] - 8 if k else None
+            st = starts[:k] - 8 if k else None
             if k:
                 data = np.frombuffer(buf, dtype=np.uint8)
                 hdr = _u32_rows(data, st, 4, self._big)
@@ -440,6 +463,13 @@ class CaptureReader:
             unpack = struct.Struct(">II" if big else "<II").unpack_from
             lim = n - 8
             while pos <= lim:
+                if shb_seen and _walk is not None:  # runs of packet blocks, compiled
+                    out = np.empty(n // 12 + 1, dtype=np.int64)
+                    k, pos, passed = _walk.walk_blocks(buf, pos, big, MAX_BLOCK, out)
+                    starts.frombytes(out[:k].tobytes())
+                    block_no += passed
+                    if pos > lim:
+                        break
                 bt, bl = unpack(buf, pos)
                 if bt == PCAPNG_SHB:
                     if pos + 12 > n:
@@ -674,6 +704,19 @@ class CaptureReader:
                 s.close()
         except Exception:  # pragma: no cover
             pass
+
+    def input_progress(self) -> tuple[int, int | None]:
+        """(bytes of the input consumed so far, its total size or None when unknown), both
+        counting compressed bytes for gzip input: for progress displays."""
+        raw = getattr(self._stream, "_raw", self._stream)
+        size = getattr(self, "_input_size", None)
+        try:
+            if size is None and raw is not sys.stdin.buffer and os.path.isfile(self.path):
+                size = self._input_size = os.fstat(raw.fileno()).st_size
+            done = raw.tell() if size is not None else self._pos
+        except (OSError, ValueError, AttributeError):  # closed: read to the end
+            return (size if size is not None else self._pos), size
+        return done, size
 
     def __enter__(self) -> "CaptureReader":
         return self

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -105,14 +106,22 @@ class Report:
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
         writes the flat stall rows, and the nesting of frames/times is spliced into the text."""
+        return "".join(self.json_pieces())
+
+    def json_pieces(self, rows_per_piece: int = 100_000) -> Iterator[str]:
+        """`to_json()` in pieces (the stalls a slice at a time), to write a large document
+        without holding all its text at once."""
         head = json.dumps({"capture": self.capture, "summary": self.summary(),
                            "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
+        yield head[:-1] + ',"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns
                             if c != "confidence" and c not in _TABLE_ONLY] + ["confidence"]]
-        rows = flat.to_json(orient="records", double_precision=6) if len(flat) else "[]"
-        for old, new in _STALL_SPLICE:
-            rows = rows.replace(old, new)
-        return head[:-1] + ',"stalls":' + rows + "}"
+        for a in range(0, len(flat), rows_per_piece):
+            rows = flat.iloc[a:a + rows_per_piece].to_json(orient="records", double_precision=6)
+            for old, new in _STALL_SPLICE:
+                rows = rows.replace(old, new)
+            yield ("," if a else "") + rows[1:-1]
+        yield "]}"
 
     def to_text(self) -> str:
         return render_text(self)
@@ -129,7 +138,7 @@ class Report:
         access from the reassembled flows so that `analyze` and the CLI do not pay for it."""
         if self._segments is None:
             if self.source is None:
-                raise ValueError("this Report was built without its flows, so it has no segments")
+                self.source = _reread(self.capture["path"], self.flows)
             self._segments = segment_table(self.source, self.capture["time_origin_ns"],
                                            self.flows["id"].to_numpy())
         return self._segments
@@ -309,11 +318,26 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         "confidence": st["confidence"][order],
     })
 
-    capture = {"path": info.path, "format": info.format, "compressed": info.compressed,
-               "link_types": list(info.link_types), "packets": info.packets,
-               "tcp_packets": int(len(f.seg["flow"])), "skipped": dict(sorted(skipped.items())),
-               "warnings": list(info.warnings), "time_origin_ns": int(origin_ns)}
-    return Report(capture, _settle(flows), _settle(stalls), _settle(endpoints), source=f)
+    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
+    return Report(capture, settle_dtypes(flows), settle_dtypes(stalls), settle_dtypes(endpoints),
+                  source=f)
+
+
+def _reread(path: str, flows: pd.DataFrame) -> Flows:
+    """The reassembled flows of a streamed analysis, which freed each connection's packets
+    once analysed: read the file again, whole, and check it gives the same flows."""
+    if path == "-" or not os.path.isfile(path):
+        raise ValueError(f"{path}: the segments of a streamed analysis come from reading the "
+                         "capture again, and it cannot be re-read (use nagleprobe.analyze(path, "
+                         "whole_file=True) to keep them)")
+    from .pipeline import analyze  # a cycle at import time otherwise
+
+    whole = analyze(path, whole_file=True)
+    ids = flows["id"].to_numpy()
+    if not (ids < len(whole.flows)).all() or not np.array_equal(
+            whole.flows["client"].to_numpy()[ids], flows["client"].to_numpy()):
+        raise ValueError(f"{path}: the file changed since it was analysed")
+    return whole.source
 
 
 def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
@@ -321,7 +345,7 @@ def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
     return pd.to_datetime(np.asarray(ns, dtype=np.int64), unit="ns", utc=True)
 
 
-def _settle(df: pd.DataFrame) -> pd.DataFrame:
+def settle_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     """Give every text column the same dtype whatever its content (an empty column or one
     of only None would otherwise stay `object` under pandas 3)."""
     for name in df.columns:
@@ -353,7 +377,7 @@ def segment_table(f: Flows, origin_ns: int, ids: np.ndarray | None = None) -> pd
     syn = (flags & 0x02) != 0
     window_bytes = pd.array(np.where(syn, window, window << np.maximum(wscale, 0)), dtype="Int64")
     window_bytes[(wscale < 0) & ~syn] = pd.NA
-    return _settle(pd.DataFrame({
+    return settle_dtypes(pd.DataFrame({
         "flow": fid.astype(np.int64),
         "sender": np.array(SIDES, dtype=object)[d],
         "frame": s["frame"][rows].astype(np.int64),
@@ -389,6 +413,16 @@ def _split_endpoints(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 def _id_list(flows: pd.DataFrame, limit: int = 10) -> str:
     ids = flows["id"].tolist()
     return ", ".join(map(str, ids[:limit])) + (" ..." if len(ids) > limit else "") or "none"
+
+
+def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, origin_ns: int,
+                warnings: list[str] | None = None) -> dict[str, Any]:
+    """The JSON document's `capture` object: how the file was read."""
+    return {"path": info.path, "format": info.format, "compressed": info.compressed,
+            "link_types": list(info.link_types), "packets": info.packets,
+            "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),
+            "warnings": list(info.warnings if warnings is None else warnings),
+            "time_origin_ns": int(origin_ns)}
 
 
 def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,

@@ -1,0 +1,126 @@
+"""Throughput and memory of `nagleprobe analyze` against tshark and tcptrace, and how they
+scale with the capture's size (not a test; run it by hand, it takes minutes):
+
+    python3 benchmarks/bench_scaling.py [--sizes 1000000 10000000 50000000] [--repeat 2]
+
+Captures are built deterministically from the real samples by bench_analyze.build (copies
+of five sample conversations every --every-ms of capture time, with shifted ports: stalled,
+clean, bulk and TCP_NODELAY flows mixed), cached in benchmarks/out/. For each size it runs
+nagleprobe on the pcap; on the smallest size also on a pcapng copy and a copy cut to a
+96-byte snap length (both made with editcap, when installed), and, where installed,
+`tshark -T fields` and `tcptrace -l` on the same pcap. Each command is timed whole (process
+start to exit, output to /dev/null) and its peak RSS read from the kernel (wait4). Prints
+one JSON object per run, then a Markdown table with the machine and its load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_analyze import DEFAULT_SOURCES, ROOT, build  # noqa: E402
+
+TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "tcp.stream", "tcp.srcport", "tcp.dstport",
+                 "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.len", "tcp.window_size_value"]
+
+
+def run(cmd: list[str]) -> dict:
+    """Wall time and peak RSS of one command (stdout discarded)."""
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen(cmd, stdout=null, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace").strip()
+    proc.stderr.close()
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # nagleprobe exits 0; tcptrace/tshark 0
+        raise SystemExit(f"{cmd[0]} failed ({code}): {err[-500:]}")
+    return {"seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def capture(n: int, every_ms: float) -> Path:
+    out = ROOT / "benchmarks" / "out" / f"bench_{n}_every{every_ms:g}ms.pcap"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        t0 = time.perf_counter()
+        build(out, n, [str(ROOT / s) for s in DEFAULT_SOURCES], every_ms)
+        print(f"# built {out.name} ({out.stat().st_size / 1e6:.0f} MB) in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return out
+
+
+def variant(src: Path, kind: str) -> Path | None:
+    """A pcapng copy or a 96-byte-snaplen copy of `src`, made once with editcap."""
+    if not shutil.which("editcap"):
+        return None
+    out = src.with_name(src.stem + (".pcapng" if kind == "pcapng" else "_snap96.pcap"))
+    if not out.exists():
+        args = ["-F", "pcapng"] if kind == "pcapng" else ["-F", "pcap", "-s", "96"]
+        subprocess.run(["editcap", *args, str(src), str(out)], check=True)
+    return out
+
+
+def best(cmd: list[str], repeat: int) -> dict:
+    runs = [run(cmd) for _ in range(repeat)]
+    b = min(runs, key=lambda r: r["seconds"])
+    return {**b, "all_seconds": [round(r["seconds"], 2) for r in runs]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000, 50_000_000])
+    ap.add_argument("--every-ms", type=float, default=20.0,
+                    help="capture time between copies of the samples (20 ms: ~110 k packets/s)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per measurement; best is kept")
+    ap.add_argument("--tools-max", type=int, default=1_000_000,
+                    help="run tshark and tcptrace only on captures up to this many packets")
+    args = ap.parse_args()
+    nagle = [sys.executable, "-m", "nagleprobe", "analyze", "--quiet", "--format", "json"]
+    rows = []
+    for n in sorted(args.sizes):
+        pcap = capture(n, args.every_ms)
+        files = [("pcap", pcap)]
+        if n == min(args.sizes):
+            files += [(k, f) for k in ("pcapng", "snap96") if (f := variant(pcap, k))]
+        for kind, f in files:
+            tools = [("nagleprobe", nagle + [str(f)])]
+            if kind == "pcap" and n <= args.tools_max:
+                if shutil.which("tcptrace"):
+                    tools.append(("tcptrace -l", ["tcptrace", "-l", "-n", str(f)]))
+                if shutil.which("tshark"):
+                    fields = [a for x in TSHARK_FIELDS for a in ("-e", x)]
+                    tools.append(("tshark -T fields", ["tshark", "-n", "-r", str(f), "-T", "fields",
+                                                        *fields]))
+            for name, cmd in tools:
+                r = best(cmd, args.repeat if name == "nagleprobe" else 1)
+                row = {"tool": name, "format": kind, "packets": n, "mb": f.stat().st_size / 1e6,
+                       **r, "load_avg_1min": os.getloadavg()[0]}
+                row["packets_per_s"] = n / r["seconds"]
+                row["mb_per_s"] = row["mb"] / r["seconds"]
+                rows.append(row)
+                print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                                  for k, v in row.items()}), flush=True)
+    ours = {(r["packets"], r["format"]): r["seconds"] for r in rows if r["tool"] == "nagleprobe"}
+    print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
+    print("\n| tool | file | packets | MB | seconds | packets/s | MB/s | peak RSS MB | "
+          "time vs nagleprobe | load avg |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        ratio = r["seconds"] / ours[(r["packets"], r["format"])]
+        print(f"| {r['tool']} | {r['format']} | {r['packets']:,} | {r['mb']:.0f} | "
+              f"{r['seconds']:.2f} | {r['packets_per_s'] / 1e6:.2f} M | {r['mb_per_s']:.0f} | "
+              f"{r['peak_rss_mb']:.0f} | {ratio:.1f}x | {r['load_avg_1min']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+/* The one loop numpy cannot vectorise: where each pcap record starts.
+ *
+ * walk(buf, big_endian, out) -> (count, end): from byte 8 of `buf` (the caplen field of the
+ * first record header), writes to the int64 buffer `out` the offset of every record's caplen
+ * field while it lies within the buffer (p <= len - 8), stepping caplen + 16 bytes; returns
+ * how many it wrote and the offset after the last one. Same result as read._walk_python.
+ * `out` must hold len(buf) / 16 + 1 entries. Plain C, no numpy headers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+static PyObject *walk(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, out;
+    int big;
+    if (!PyArg_ParseTuple(args, "y*pw*", &buf, &big, &out))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    int64_t *o = (int64_t *)out.buf;
+    Py_ssize_t n = buf.len, cap = out.len / (Py_ssize_t)sizeof(int64_t), k = 0;
+    int64_t p = 8, lim = (int64_t)n - 8;
+    Py_BEGIN_ALLOW_THREADS
+    while (p <= lim && k < cap) {
+        const unsigned char *q = b + p;
+        uint32_t cl = big ? ((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3])
+                          : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
+        o[k++] = p;
+        p += (int64_t)cl + 16;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&out);
+    if (p <= lim) {
+        PyErr_SetString(PyExc_ValueError, "output buffer too small");
+        return NULL;
+    }
+    return Py_BuildValue("nL", k, (long long)p);
+}
+
+/* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset
+ * `pos`, steps over pcapng blocks that lie wholly in `buf`, writing the offsets of packet
+ * blocks (EPB, SPB, PB) to `out`; stops before a section header, an interface description,
+ * a block with an invalid length or one that runs past the buffer (the caller handles
+ * those). Returns how many offsets it wrote, where it stopped and how many blocks it passed.
+ */
+static PyObject *walk_blocks(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, out;
+    Py_ssize_t pos;
+    int big;
+    long long max_block;
+    if (!PyArg_ParseTuple(args, "y*npLw*", &buf, &pos, &big, &max_block, &out))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    int64_t *o = (int64_t *)out.buf;
+    Py_ssize_t n = buf.len, cap = out.len / (Py_ssize_t)sizeof(int64_t), k = 0, blocks = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos >= 0 && pos + 8 <= n && k < cap) {
+        const unsigned char *q = b + pos;
+        uint32_t bt = big ? ((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3])
+                          : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
+        uint32_t bl = big ? ((uint32_t)q[4] << 24 | (uint32_t)q[5] << 16 | (uint32_t)q[6] << 8 | q[7])
+                          : ((uint32_t)q[7] << 24 | (uint32_t)q[6] << 16 | (uint32_t)q[5] << 8 | q[4]);
+        if (bt == 0x0A0D0D0AU || bt == 1 || bl < 12 || (bl & 3) || (long long)bl > max_block
+            || pos + (Py_ssize_t)bl > n)
+            break;
+        if (bt == 6 || bt == 3 || bt == 2)
+            o[k++] = pos;
+        pos += bl;
+        blocks++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&out);
+    return Py_BuildValue("nnn", k, pos, blocks);
+}
+
+static PyMethodDef methods[] = {
+    {"walk", walk, METH_VARARGS, "Offsets of the caplen fields of the pcap records in a buffer."},
+    {"walk_blocks", walk_blocks, METH_VARARGS, "Offsets of the packet blocks of a pcapng buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_walk", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__walk(void) { return PyModule_Create(&module); }

@@ -1,0 +1,301 @@
+"""Streamed analysis: decoded chunks in, one Report out, memory bounded by open connections.
+
+`build_flows` and `detect` judge every TCP connection from its own packets only (MSS,
+round trips, neighbours, medians: all per flow). So the stream holds the decoded rows of
+each 4-tuple while its connection is open, and hands the rows of finished connections to
+build_flows -> detect -> build_report in batches; the per-batch tables are joined at the end
+and the flows renumbered as the whole-file analysis numbers them (by first packet time, then
+frame number). Memory is the rows of connections still open, plus one batch, plus the result
+tables; it does not grow with the length of the capture.
+
+A 4-tuple is finished once its connection closed (FIN seen from both ends, or a RST) and the
+capture clock (the latest timestamp read so far) has moved `grace_s` past its last packet.
+That grace is also the reorder window: records need not be in time order (`tcpdump -i any`,
+merged files), since each connection's rows are sorted when it is analysed, but a packet that
+turns up for a connection already handed on (more than `grace_s` after it closed, in capture
+time) cannot join it. Such packets are left out, counted in a warning, and only then can the
+result differ from the whole-file analysis. A SYN with a new ISN on a finished 4-tuple starts
+a new connection, as in the whole-file analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .decode import TCP_COLUMNS
+from .detect import detect
+from .flows import ACK, FIN, RST, SYN, build_flows
+from .read import CaptureInfo
+from .report import Report, settle_dtypes, build_report, capture_doc
+
+DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
+DEFAULT_BATCH_ROWS = 1 << 18
+
+_LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint first),
+    and whether the row travels from the lower endpoint."""
+    a = (c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64))
+    b = (c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64))
+    a_low = (a[0] < b[0]) | ((a[0] == b[0]) & ((a[1] < b[1]) | ((a[1] == b[1]) & (a[2] <= b[2]))))
+    lo = [np.where(a_low, x, y) for x, y in zip(a, b)]
+    hi = [np.where(a_low, y, x) for x, y in zip(a, b)]
+    return [lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]], a_low
+
+
+def _mix(words: list[np.ndarray]) -> np.ndarray:
+    h = np.zeros(len(words[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for w in words:
+            h ^= w
+            h *= _MIX
+            h ^= h >> np.uint64(29)
+    return h
+
+
+@dataclass
+class _Parts:
+    """Per-batch result tables and, per flow, the key that orders flows globally."""
+
+    flows: list[pd.DataFrame] = field(default_factory=list)
+    stalls: list[pd.DataFrame] = field(default_factory=list)
+    endpoints: list[pd.DataFrame] = field(default_factory=list)
+    first_ns: list[np.ndarray] = field(default_factory=list)
+    first_frame: list[np.ndarray] = field(default_factory=list)
+    tcp_packets: int = 0
+
+
+class StreamAnalyzer:
+    """Feed decoded column chunks in file order (`feed`), then `finish` for the Report.
+
+    `grace_s`: capture time a closed connection waits for stragglers (the reorder window).
+    `batch_rows`: rows of finished connections gathered before they are analysed together.
+    """
+
+    def __init__(self, origin_ns: int = 0, grace_s: float = DEFAULT_GRACE_S,
+                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+        self.origin_ns = origin_ns
+        self.grace_ns = int(grace_s * 1e9)
+        self.batch_rows = max(int(batch_rows), 1)
+        self.now = None  # latest timestamp read (the capture clock)
+        self.late_packets = 0
+        self.peak_pending_rows = 0
+        self.batches = 0  # analysed so far
+        # per 4-tuple state, indexed by tuple id (first appearance)
+        self._index = pd.Index(np.zeros(0, dtype=np.uint64))
+        self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
+        self._last_ts = np.zeros(0, dtype=np.int64)
+        self._closed = np.zeros(0, dtype=np.uint8)  # _LOW_FIN | _HIGH_FIN | _RST seen
+        self._last_syn = np.zeros(0, dtype=np.int64)  # raw seq of its last SYN, -1 if none
+        self._handed_on = np.zeros(0, dtype=bool)
+        self._rows = np.zeros(0, dtype=np.int64)  # rows held
+        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray]] = []
+        self._parts = _Parts()
+
+    # ------------------------------------------------------------------ input
+    def feed(self, cols: dict[str, np.ndarray]) -> None:
+        """Take one chunk of decoded TCP rows (file order); analyse what has finished."""
+        n = len(cols["frame"])
+        if not n:
+            return
+        words, from_low = _tuple_words(cols)
+        codes, uniq = pd.factorize(_mix(words))
+        pos = self._index.get_indexer(uniq)
+        new = np.flatnonzero(pos < 0)
+        if len(new):
+            pos[new] = len(self._index) + np.arange(len(new))
+            self._grow(uniq[new], words, codes, new)
+        tid = pos[codes].astype(np.int64)
+        for w, stored in zip(words, self._words):
+            if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
+                raise RuntimeError("4-tuple hash collision while streaming")
+        ts, flags = cols["ts_ns"], cols["flags"]
+        # every row of this chunk comes at or after its earliest timestamp: connections
+        # finished by then are handed on before the chunk's rows are taken
+        self._tick(int(ts.min()))
+        syn_only = (flags & (SYN | ACK)) == SYN
+
+        keep = self._reopen(tid, syn_only, cols["seq"])
+        if not keep.all():
+            self.late_packets += int(n - keep.sum())
+            cols = {k: v[keep] for k, v in cols.items()}
+            tid, from_low, syn_only, ts, flags = (tid[keep], from_low[keep], syn_only[keep],
+                                                  ts[keep], flags[keep])
+            n = len(tid)
+            if not n:
+                return
+
+        # last SYN of each tuple in this chunk: its seq, and the closing flags after it
+        syn_rows = np.flatnonzero(syn_only)
+        last_syn_row = np.full(len(self._index), -1, dtype=np.int64)
+        if len(syn_rows):
+            last_syn_row[tid[syn_rows]] = syn_rows  # later rows win
+            with_syn = np.flatnonzero(last_syn_row >= 0)
+            self._last_syn[with_syn] = cols["seq"][last_syn_row[with_syn]].astype(np.int64)
+            self._closed[with_syn] = 0
+        fin_rows = np.flatnonzero((flags & (FIN | RST)) != 0)
+        fin_rows = fin_rows[fin_rows > last_syn_row[tid[fin_rows]]]
+        if len(fin_rows):
+            f = flags[fin_rows]
+            bits = np.where((f & RST) != 0, _RST, 0) | np.where(
+                (f & FIN) != 0, np.where(from_low[fin_rows], _LOW_FIN, _HIGH_FIN), 0)
+            np.bitwise_or.at(self._closed, tid[fin_rows], bits.astype(np.uint8))
+        np.maximum.at(self._last_ts, tid, ts)
+        self._rows += np.bincount(tid, minlength=len(self._rows))
+        self._pending.append((cols, tid))
+        self.peak_pending_rows = max(self.peak_pending_rows, int(self._rows.sum()))
+        self._tick(int(ts.max()))
+
+    def _tick(self, ts: int) -> None:
+        """Advance the capture clock to `ts`; analyse the connections finished by then once
+        they fill a batch (or half of all rows held, so long connections' rows are not
+        copied over and over)."""
+        self.now = ts if self.now is None else max(self.now, ts)
+        closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
+        done = closed & (self._last_ts + self.grace_ns <= self.now) & (self._rows > 0)
+        ready = int(self._rows[done].sum())
+        if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
+            self._hand_on(done)
+
+    def _grow(self, hashes: np.ndarray, words: list[np.ndarray], codes: np.ndarray,
+              new: np.ndarray) -> None:
+        """Register new tuples: `new` are their codes in this chunk."""
+        where = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+        rows = np.arange(len(codes))[::-1]
+        where[codes[rows]] = rows  # first row of each code
+        first = where[new]
+        self._index = self._index.append(pd.Index(np.asarray(hashes, dtype=np.uint64)))
+        self._words = [np.concatenate([s, w[first]]) for s, w in zip(self._words, words)]
+        k = len(new)
+        self._last_ts = np.concatenate([self._last_ts, np.full(k, np.iinfo(np.int64).min)])
+        self._closed = np.concatenate([self._closed, np.zeros(k, np.uint8)])
+        self._last_syn = np.concatenate([self._last_syn, np.full(k, -1, np.int64)])
+        self._handed_on = np.concatenate([self._handed_on, np.zeros(k, bool)])
+        self._rows = np.concatenate([self._rows, np.zeros(k, np.int64)])
+
+    def _reopen(self, tid: np.ndarray, syn_only: np.ndarray, seq: np.ndarray) -> np.ndarray:
+        """Rows to keep: a handed-on tuple takes rows again from a SYN with a new ISN on;
+        rows of a handed-on connection before that are late (left out)."""
+        late = self._handed_on[tid]
+        if not late.any():
+            return np.ones(len(tid), dtype=bool)
+        opens = np.flatnonzero(late & syn_only
+                               & (seq.astype(np.int64) != self._last_syn[tid]))
+        first_open = np.full(len(self._index), len(tid), dtype=np.int64)
+        first_open[tid[opens[::-1]]] = opens[::-1]  # earliest opening row per tuple
+        keep = ~late | (np.arange(len(tid)) >= first_open[tid])
+        again = np.unique(tid[opens])
+        self._handed_on[again] = False
+        self._closed[again] = 0
+        return keep
+
+    def _hand_on(self, done: np.ndarray) -> None:
+        """Analyse the rows of the finished tuples `done` (bool per tuple) in batches of about
+        batch_rows rows (whole tuples each), and drop them; every row is copied once."""
+        sizes = np.where(done, self._rows, 0)
+        label = np.where(done, (np.cumsum(sizes) - sizes) // self.batch_rows, -1)
+        nbatch = int(label.max()) + 1
+        picks, pending = [], []  # picks: (part, rows of it per batch)
+        for cols, tid in self._pending:
+            lab = label[tid]
+            out = np.flatnonzero(lab >= 0)
+            if not len(out):
+                pending.append((cols, tid))
+                continue
+            if len(out) < len(tid):
+                rest = lab < 0
+                pending.append(({k: v[rest] for k, v in cols.items()}, tid[rest]))
+            if nbatch > 1:
+                lab = lab[out]
+                out = out[np.argsort(lab, kind="stable")]
+                cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
+                picks.append((cols, np.split(out, cuts)))
+            else:
+                picks.append((cols, [out]))
+        self._pending = pending
+        self._handed_on |= done
+        self._rows[done] = 0
+        for j in range(nbatch):
+            n = sum(len(rows[j]) for _, rows in picks)
+            if not n:
+                continue
+            batch = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()}
+            at = 0
+            for cols, rows in picks:
+                r = rows[j]
+                for k, v in batch.items():
+                    np.take(cols[k], r, out=v[at:at + len(r)])
+                at += len(r)
+            self._analyse(batch)
+
+    def _analyse(self, cols: dict[str, np.ndarray]) -> None:
+        flows = build_flows(cols)
+        det = detect(flows)
+        part = build_report(CaptureInfo(path=""), {}, flows, det, self.origin_ns)
+        self.batches += 1
+        p = self._parts
+        p.flows.append(part.flows)
+        p.stalls.append(part.stalls)
+        p.endpoints.append(part.endpoints)
+        p.first_ns.append(flows.flow["first_ns"])
+        p.first_frame.append(flows.seg["frame"][flows.starts])
+        p.tcp_packets += len(flows.seg["flow"])
+
+    # ------------------------------------------------------------------ output
+    def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
+        """Analyse everything still held (end of input) and join the batches into a Report."""
+        if self._pending:
+            self._hand_on(self._rows > 0)
+        p = self._parts
+        if not p.flows:
+            self._analyse({k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()})
+        warnings = list(info.warnings)
+        if self.late_packets:
+            warnings.append(f"{self.late_packets} TCP packets arrived more than "
+                            f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
+                            "closed and were left out of it")
+        capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
+        return _join(p, capture)
+
+
+def _join(p: _Parts, capture: dict) -> Report:
+    """One Report from the batches: flows numbered by (first packet time, frame)."""
+    def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        full = [f for f in frames if len(f)]
+        if len(full) == 1:
+            return full[0].reset_index(drop=True)
+        return pd.concat(full or frames[:1], ignore_index=True)
+
+    first_ns, first_frame = np.concatenate(p.first_ns), np.concatenate(p.first_frame)
+    order = np.lexsort((first_frame, first_ns))  # old (concatenated) id of each new id
+    new_id = np.empty(len(order), dtype=np.int64)
+    new_id[order] = np.arange(len(order))
+    offsets = np.cumsum([0] + [len(f) for f in p.flows])
+
+    flows = cat(p.flows)
+    flows["id"] = np.arange(len(flows))  # concatenated ids, then renumbered below
+    flows = flows.iloc[order].reset_index(drop=True)
+    flows["id"] = np.arange(len(flows))
+
+    endpoints = cat(p.endpoints)
+    endpoints = endpoints.iloc[np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)]
+    endpoints = endpoints.reset_index(drop=True)
+    endpoints["flow"] = np.arange(len(flows)).repeat(2)
+
+    stall_parts = []
+    for j, st in enumerate(p.stalls):
+        if len(st):
+            st = st.copy()
+            st["flow"] = new_id[st["flow"].to_numpy() + offsets[j]]
+            stall_parts.append(st)
+    stalls = cat(stall_parts or p.stalls[:1])
+    if len(stalls):
+        so = np.lexsort((stalls["released_frame"].to_numpy(), stalls["flow"].to_numpy()))
+        stalls = stalls.iloc[so].reset_index(drop=True)
+    return Report(capture, settle_dtypes(flows), settle_dtypes(stalls), settle_dtypes(endpoints))

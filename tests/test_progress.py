@@ -1,0 +1,43 @@
+"""progress: the stderr line shown during long analyses, and when it is not shown."""
+
+import io
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from nagleprobe.cli import main
+from nagleprobe.pipeline import analyze
+from nagleprobe.progress import ProgressBar
+
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "neg_bulk_cwnd_netns.pcap"
+
+
+def test_line_shows_packets_bytes_rate_and_eta_when_the_size_is_known():
+    text = ProgressBar.line(1_204_000, 110_200_000, 453_000_000, 1.0)
+    assert text == ("1,204,000 packets, 110.2 MB of 453.0 MB (24%), 1.20 M packets/s, "
+                    "110.2 MB/s, ETA 0:03")
+
+
+def test_line_without_a_known_size_has_no_percentage_or_eta():
+    text = ProgressBar.line(5000, 2_000_000, None, 2.0)
+    assert text == "5,000 packets, 2.0 MB, 0.00 M packets/s, 1.0 MB/s"
+
+
+def test_bar_redraws_in_place_during_the_analysis_and_erases_itself():
+    out = io.StringIO()
+    bar = ProgressBar(out=out, interval=0)
+    analyze(str(SAMPLE), chunk_bytes=4096, progress=bar)
+    bar.close()
+    text = out.getvalue()
+    draws = text.split("\r")[1:-1]
+    assert len(draws) > 10
+    assert draws[-1].startswith("1,755 packets, ") and "of " in draws[-1] and "ETA" in draws[-1]
+    assert text.endswith("\r\x1b[K")
+
+
+def test_no_progress_output_when_stderr_is_not_a_terminal_or_with_quiet():
+    for args in ([], ["--quiet"]):
+        res = CliRunner().invoke(main, ["analyze", *args, str(SAMPLE)])
+        assert res.exit_code == 0
+        assert res.stderr == ""
+        assert "No Nagle/delayed-ACK stalls found" in res.stdout

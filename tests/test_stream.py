@@ -1,0 +1,143 @@
+"""Streamed analysis (nagleprobe.stream) equals the whole-file analysis, in bounded memory."""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nagleprobe
+from nagleprobe.decode import decode
+from nagleprobe.pipeline import analyze
+from nagleprobe.read import CaptureReader
+from nagleprobe.stream import StreamAnalyzer
+from replicate import replicate
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
+    p for p in (SAMPLES / "formats").iterdir() if p.name.endswith((".pcap", ".pcapng", ".gz")))
+TINY_CHUNK = 4096  # the reader's smallest chunk: every sample spans several
+
+
+def stream(path: Path, chunk: int = TINY_CHUNK, **kw) -> tuple[nagleprobe.Report, StreamAnalyzer]:
+    """Streamed analysis, returning the analyzer too (its batch and memory counters)."""
+    reader = CaptureReader(str(path), chunk_bytes=chunk)
+    skipped: Counter = Counter()
+    st = None
+    for batch in reader:
+        st = st or StreamAnalyzer(int(batch.ts_ns[0]), **kw)
+        st.feed(decode(batch, skipped))
+    skipped.update(reader.info.skipped)
+    return st.finish(reader.info, dict(skipped)), st
+
+
+def stream_rows(path: Path, rows: int = 1, **kw) -> tuple[nagleprobe.Report, StreamAnalyzer]:
+    """Streamed analysis fed `rows` decoded rows at a time (finer than any reader chunk)."""
+    reader = CaptureReader(str(path))
+    skipped: Counter = Counter()
+    batches = list(reader)
+    cols = decode(batches[0], skipped)
+    st = StreamAnalyzer(int(batches[0].ts_ns[0]), **kw)
+    for i in range(0, len(cols["frame"]), rows):
+        st.feed({k: v[i:i + rows] for k, v in cols.items()})
+    skipped.update(reader.info.skipped)
+    return st.finish(reader.info, dict(skipped)), st
+
+
+def chunk_of_frame(path: Path, chunk: int = TINY_CHUNK) -> dict[int, int]:
+    return {int(f): i for i, b in enumerate(CaptureReader(str(path), chunk_bytes=chunk))
+            for f in b.frame}
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_streamed_json_equals_whole_file_json_on_every_sample(path):
+    whole = analyze(str(path), whole_file=True).to_json()
+    assert analyze(str(path)).to_json() == whole
+    # tiny chunks, each connection handed on 50 ms after it closed, one batch per connection
+    assert stream(path, grace_s=0.05, batch_rows=1)[0].to_json() == whole
+    # one packet at a time: every stall and handshake is split between feeds
+    assert stream_rows(path, grace_s=0.05, batch_rows=1)[0].to_json() == whole
+
+
+def test_tiny_chunks_split_stalls_across_chunk_boundaries():
+    split = 0
+    for path in CAPTURES:
+        where = chunk_of_frame(path)
+        for s in analyze(str(path), chunk_bytes=TINY_CHUNK).stalls.itertuples():
+            split += where[s.small_frame] != where[s.released_frame]
+    assert split >= 10, split  # 17 with the committed samples
+
+
+MIX = ["echo_split_lo.pcap", "neg_bulk_cwnd_netns.pcap", "server_split_lo.pcap",
+       "neg_nodelay_split_netns.pcap", "neg_quickack_lo.pcap"]
+
+
+def test_many_interleaved_connections_are_analysed_in_batches_with_the_same_result(tmp_path):
+    cap = tmp_path / "mix.pcap"
+    cap.write_bytes(replicate(MIX, copies=30, every_ns=100_000_000))  # 150 connections
+    whole = analyze(str(cap), whole_file=True)
+    rep, st = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=2000)
+    assert rep.to_json() == whole.to_json()
+    assert len(whole.flows) == 150 and whole.stall_count == 30 * 2 * 19
+    assert st.batches >= 5
+    # memory: only the connections still open are held, far fewer rows than the capture has
+    assert st.peak_pending_rows < whole.capture["tcp_packets"] / 3
+
+
+def test_records_out_of_time_order_within_the_grace_window_change_nothing(tmp_path):
+    cap = tmp_path / "jitter.pcap"
+    cap.write_bytes(replicate(MIX[:3], copies=10, every_ns=100_000_000, jitter_ns=3_000_000))
+    whole = analyze(str(cap), whole_file=True)
+    rep, st = stream(cap, chunk=16 << 10, grace_s=0.2, batch_rows=500)
+    assert st.batches >= 3
+    assert rep.to_json() == whole.to_json()
+    assert whole.stall_count > 0
+
+
+def test_a_4tuple_reused_after_hand_on_starts_a_new_connection(tmp_path):
+    cap = tmp_path / "reuse.pcap"
+    # the same ports three times, 2 s apart, each time with new ISNs
+    cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=3, every_ns=2_000_000_000,
+                              port_step=0, isn_step=1_000_000))
+    whole = analyze(str(cap), whole_file=True)
+    rep, st = stream_rows(cap, rows=1, grace_s=0.1, batch_rows=1)
+    assert len(whole.flows) == 3 and whole.stall_count == 3 * 19
+    assert st.batches == 3
+    assert rep.to_json() == whole.to_json()
+
+
+def test_packets_after_the_grace_window_are_left_out_with_a_warning(tmp_path):
+    cap = tmp_path / "late.pcap"
+    cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=1, every_ns=0))
+    whole = analyze(str(cap), whole_file=True)
+    assert not whole.capture["warnings"]
+    rep, st = stream_rows(cap, grace_s=0.0, batch_rows=1)  # handed on at once: the last ACK is late
+    assert rep.capture["warnings"] == ["1 TCP packets arrived more than 0 s (capture time) "
+                                       "after their connection closed and were left out of it"]
+    assert rep.capture["tcp_packets"] == whole.capture["tcp_packets"] - 1
+    assert rep.stall_count == whole.stall_count
+
+
+def test_empty_and_non_tcp_captures_give_the_empty_report(tmp_path):
+    from capgen import pcap_bytes
+    cap = tmp_path / "empty.pcap"
+    cap.write_bytes(pcap_bytes([]))
+    assert analyze(str(cap)).to_json() == analyze(str(cap), whole_file=True).to_json()
+
+
+def test_progress_is_called_after_each_chunk_with_the_frames_read():
+    seen = []
+    path = SAMPLES / "neg_bulk_cwnd_netns.pcap"
+    analyze(str(path), chunk_bytes=TINY_CHUNK, progress=lambda r, frames: seen.append(frames))
+    assert len(seen) > 10 and seen == sorted(seen)
+    assert seen[-1] == 1755
+
+
+@pytest.mark.parametrize("name", ["proxy_any.pcap", "neg_bulk_cwnd_netns.pcap"])
+def test_json_written_in_pieces_is_the_same_document(name):
+    rep = analyze(str(SAMPLES / name))
+    pieces = list(rep.json_pieces(rows_per_piece=7))
+    assert len(pieces) == 2 + -(-rep.stall_count // 7)
+    assert "".join(pieces) == rep.to_json()
+    assert json.loads("".join(pieces)) == rep.to_dict()

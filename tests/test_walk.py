@@ -1,0 +1,93 @@
+"""read.walk_records: the compiled pcap record walk agrees with the pure-Python one."""
+
+import random
+from pathlib import Path
+
+from capgen import LT_EN10MB, LT_RAW, Iface, Section, pcapng_bytes
+
+import numpy as np
+import pytest
+
+from nagleprobe import read
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+compiled = pytest.mark.skipif(read._walk is None,
+                              reason="nagleprobe._walk not built (no C compiler at install)")
+
+
+def both(buf: bytearray, big: bool) -> tuple:
+    a, pa = read._walk_python(buf, big)
+    b, pb = read._walk_compiled(buf, big)
+    return a.tolist(), pa, b.tolist(), pb
+
+
+@compiled
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.pcap")) + [SAMPLES / "formats" / "base_lo_be.pcap"],
+                         ids=lambda p: p.name)
+def test_compiled_walk_finds_the_same_records_in_real_captures(path):
+    raw = path.read_bytes()
+    big = raw[:4] == b"\xa1\xb2\xc3\xd4"
+    body = bytearray(raw[24:])
+    a, pa, b, pb = both(body, big)
+    assert (a, pa) == (b, pb)
+    # every record: the walk ends exactly at the end of the file
+    assert pa - 8 == len(body)
+    # and on every prefix (records cut by a chunk boundary)
+    for cut in random.Random(1).sample(range(len(body)), 50):
+        assert both(body[:cut], big)[:2] == both(body[:cut], big)[2:]
+
+
+@compiled
+def test_compiled_walk_on_garbage_lengths_and_tiny_buffers():
+    rng = random.Random(7)
+    for _ in range(300):
+        buf = bytearray(rng.randbytes(rng.randrange(0, 200)))
+        for big in (False, True):
+            a, pa, b, pb = both(buf, big)
+            assert (a, pa) == (b, pb)
+
+
+def test_pure_python_walk_steps_over_caplen_plus_header():
+    rec = lambda n: (0).to_bytes(8, "little") + n.to_bytes(4, "little") * 2 + bytes(n)  # noqa: E731
+    buf = bytearray(rec(10) + rec(0) + rec(3))
+    starts, end = read._walk_python(buf, False)
+    assert starts.tolist() == [8, 34, 50] and end - 8 == len(buf)
+    assert np.array_equal(read.walk_records(buf, False)[0], starts)
+
+
+def read_all(path, chunk: int, monkeypatch=None, compiled: bool = True):
+    """Every batch field and the capture info, read with or without the compiled walks."""
+    if not compiled:
+        monkeypatch.setattr(read, "_walk", None)
+        monkeypatch.setattr(read, "walk_records", read._walk_python)
+    r = read.CaptureReader(str(path), chunk_bytes=chunk)
+    fields = ("offset", "caplen", "wirelen", "ts_ns", "linktype", "frame")
+    batches = [[getattr(b, f).tolist() for f in fields] + [b.data[b.offset].tolist()] for b in r]
+    return batches, r.info
+
+
+def several_sections() -> bytes:
+    """Two sections of both byte orders, interfaces declared between packets, unknown blocks
+    (synthetic: block layouts tcpdump does not write)."""
+    pkt = bytes(range(60))
+    a = Section([Iface(LT_EN10MB)], records=[("epb", 0, 10**18 + i, pkt) for i in range(30)]
+                + [("raw", 0x00000BAD, b"x" * 8), ("spb", pkt), ("pb", 0, 10**18 + 99, pkt)])
+    b = Section([Iface(LT_RAW, tsresol=9), Iface(LT_EN10MB)], big=True,
+                records=[("epb", i % 2, 2 * 10**18 + i, pkt[: 20 + i]) for i in range(40)])
+    return pcapng_bytes([a, b, a])
+
+
+@compiled
+@pytest.mark.parametrize("name", ["base_lo.pcapng", "multi_if.pcapng", "multi_if_tsresol.pcapng",
+                                  "spb.pcapng", "several_sections"])
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+def test_pcapng_reads_the_same_with_and_without_the_compiled_block_walk(name, chunk, tmp_path,
+                                                                         monkeypatch):
+    path = SAMPLES / "formats" / name
+    if name == "several_sections":
+        path = tmp_path / "s.pcapng"
+        path.write_bytes(several_sections())
+    fast, info_fast = read_all(path, chunk)
+    slow, info_slow = read_all(path, chunk, monkeypatch, compiled=False)
+    assert fast == slow and info_fast == info_slow
+    assert sum(len(b[0]) for b in fast) == info_fast.packets > 0
