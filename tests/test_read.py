@@ -120,14 +120,20 @@ def test_synthetic_truncated_last_record_is_a_warning(tmp_path):
     assert 0 < len(rec["frame"]) <= 10 and info.warnings
 
 
-def test_synthetic_corrupt_record_after_good_ones_is_a_warning(tmp_path):
+def test_synthetic_corrupt_record_after_good_ones_is_skipped_with_a_warning(tmp_path):
     b = bytearray(pcap_bytes([(T0 + i, pkt(i)) for i in range(5)]))
-    off = 24 + 3 * (16 + len(pkt(0)))
+    size = 16 + len(pkt(0))
+    off = 24 + 3 * size
     struct.pack_into("<I", b, off + 8, 10_000_000)
-    rec, info = records(write(tmp_path / "c.pcap", bytes(b)))
-    assert len(rec["frame"]) == 3
-    assert info.warnings == [f"corrupt record 4 at byte {off}: captured length 10000000 "
-                             f"exceeds 262144; analysed the first 3 records"]
+    for chunk in (32 << 20, 4096):
+        rec, info = records(write(tmp_path / "c.pcap", bytes(b)), chunk_bytes=chunk)
+        assert rec["first"] == [pkt(0), pkt(1), pkt(2), pkt(4)]  # the 5th record is found again
+        assert rec["frame"] == [1, 2, 3, 4]
+        assert info.warnings == [
+            f"corrupt record: captured length 10000000 exceeds the limit of 262144 bytes "
+            f"(record 4 at byte {off}); skipped {size} bytes to the next valid record at "
+            f"byte {off + size}"]
+        assert info.skipped == {"corrupt-record": 1}
 
 
 def err(path, **kw):
