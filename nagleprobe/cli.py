@@ -12,7 +12,8 @@ from .errors import CaptureError, ExitStatus
 from .pipeline import analyze as run_analysis
 
 EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
-             "3 unreadable/corrupt/unsupported capture, 4 internal error.")
+             "3 unreadable/corrupt/unsupported capture (with --strict: also a damaged one), "
+             "4 internal error.")
 
 
 @click.group(epilog=EXIT_HELP)
@@ -25,11 +26,14 @@ def main() -> None:
 @click.argument("capture", type=str)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Text report for people, or the JSON document.")
+@click.option("--strict", is_flag=True,
+              help="Fail (exit 3) on a truncated or partly corrupt capture instead of analysing "
+                   "what can be read and warning.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def analyze(capture: str, fmt: str, debug: bool) -> None:
+def analyze(capture: str, fmt: str, strict: bool, debug: bool) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
     try:
-        report = run_analysis(capture)
+        report = run_analysis(capture, strict=strict)
     except CaptureError as e:
         if debug:
             traceback.print_exc()

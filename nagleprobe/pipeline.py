@@ -13,12 +13,14 @@ from .read import CaptureReader
 from .report import Report, build_report
 
 
-def analyze(path: str, chunk_bytes: int = 32 << 20) -> Report:
+def analyze(path: str, chunk_bytes: int = 32 << 20, strict: bool = False) -> Report:
     """Analyse one capture file (pcap/pcapng, optionally gzip; "-" for stdin).
 
-    Raises `nagleprobe.CaptureError` for input that cannot be read at all.
+    Raises `nagleprobe.CaptureError` for input that cannot be read at all.  A damaged capture
+    (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
+    damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
     """
-    reader = CaptureReader(path, chunk_bytes=chunk_bytes)
+    reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict)
     skipped: Counter = Counter()
     parts: list[dict[str, np.ndarray]] = []
     origin_ns = None

@@ -145,6 +145,8 @@ class _Gunzip(io.RawIOBase):
         self.produced = 0  # uncompressed bytes returned so far
         self.truncated = False
         self.error: str | None = None
+        self.error_where = ""
+        self._salvaged = bytearray()  # output recovered from a failing zlib call
 
     def readable(self) -> bool:
         return True
@@ -152,11 +154,13 @@ class _Gunzip(io.RawIOBase):
     def readinto(self, b) -> int:
         mv = memoryview(b).cast("B")
         k = 0
-        while k < len(mv) and not self._done:
+        while k < len(mv):
             out = self._inflate(min(len(mv) - k, GZIP_OUT))
+            if not out:
+                break
             mv[k:k + len(out)] = out
             k += len(out)
-        self.produced += k
+            self.produced += len(out)
         return k
 
     def read(self, n: int = -1) -> bytes:
@@ -166,27 +170,39 @@ class _Gunzip(io.RawIOBase):
 
     def _inflate(self, limit: int) -> bytes:
         """Up to `limit` more uncompressed bytes; b"" only when the data has ended."""
-        while True:
+        if self._salvaged:
+            out = self._salvaged[:limit]
+            del self._salvaged[:limit]
+            return bytes(out)
+        while not self._done:
             if not self._in:
                 self._in = self._raw.read(GZIP_IN)
                 if not self._in:
                     self._done = True
                     self.truncated = not self._between
-                    return b""
+                    break
                 self.consumed += len(self._in)
-            if self._between:
+            fresh = self._between
+            if fresh:
                 rest = self._in.lstrip(b"\0")
                 self._in = rest
                 if not rest:
                     continue
                 self._d = zlib.decompressobj(31)
                 self._between = False
+            before = self._d.copy()
             try:
                 out = self._d.decompress(self._in, limit)
             except zlib.error as e:
-                self.error = f"corrupt gzip data: {e}"
                 self._done = True
-                return b""
+                if fresh:
+                    self.error = "data after the end of the gzip stream is not gzip"
+                    self.error_where = f"compressed byte {self.consumed - len(self._in)}"
+                    break
+                self._salvaged = self._salvage(before, self._in)
+                self.error = f"corrupt gzip data: {e}"
+                self.error_where = f"uncompressed byte {self.produced + len(self._salvaged)}"
+                return self._inflate(limit)
             if self._d.eof:
                 self._in = self._d.unused_data
                 self._between = True
@@ -194,6 +210,28 @@ class _Gunzip(io.RawIOBase):
                 self._in = self._d.unconsumed_tail
             if out:
                 return out
+        return b""
+
+    @staticmethod
+    def _salvage(d, data: bytes) -> bytearray:
+        """What decompressor `d` yields from `data` before the error it hits: zlib drops the
+        output of a failing call (and a bad CRC fails the call that ends the stream), so the
+        input is fed again in 64-byte pieces, and the failing piece byte by byte."""
+        out = bytearray()
+        for i in range(0, len(data), 64):
+            piece = data[i:i + 64]
+            saved = d.copy()
+            try:
+                out += d.decompress(piece)
+                continue
+            except zlib.error:
+                pass
+            for j in range(len(piece)):
+                try:
+                    out += saved.decompress(piece[j:j + 1])
+                except zlib.error:
+                    return out
+        return out
 
     def close(self) -> None:
         self._raw.close()
@@ -861,6 +899,8 @@ class CaptureReader:
         """End of input: report a corrupt stretch running to the end, a truncated last
         record or block, a truncated or corrupt gzip stream, and unlisted warnings."""
         gz = self._stream if isinstance(self._stream, _Gunzip) else None
+        gz_error = gz.error if gz else None
+        done = f"analysed the {self._frames} complete packet records"
         if resync:
             problem, where, start = self._damage
             self._damage = None
@@ -868,17 +908,20 @@ class CaptureReader:
                        f"{self._pos + leftover - start} bytes")
         elif leftover:
             num = self._frames + 1 if number is None else number
-            cut = " (the gzip stream is cut short too)" if gz and gz.truncated else ""
             which = "the first" if self._frames == 0 else "a"
-            self._damaged(f"truncated capture: the file ends inside {which} {unit}{cut}",
-                          f"{unit} {num} at byte {self._pos}",
-                          f"analysed the {self._frames} complete packet records")
+            inside = f"{unit} {num} at byte {self._pos}"
+            if gz_error:  # the gzip stream broke inside this record
+                self._damaged(gz_error, f"{gz.error_where}, inside {inside}", done)
+                gz_error = None
+            else:
+                cut = " (the gzip stream is cut short too)" if gz and gz.truncated else ""
+                self._damaged(f"truncated capture: the file ends inside {which} {unit}{cut}",
+                              inside, done)
         elif gz and gz.truncated:
             self._damaged("truncated gzip stream: it ends early",
-                          f"uncompressed byte {self._pos}",
-                          f"analysed the {self._frames} complete packet records")
-        if gz and gz.error:
-            self._damaged(gz.error, f"uncompressed byte {gz.produced}",
+                          f"uncompressed byte {self._pos}", done)
+        if gz_error:
+            self._damaged(gz_error, gz.error_where,
                           f"analysed the {self._frames} packet records before it")
         if self._unlisted:
             self.info.warnings.append(f"{self._unlisted} more warnings like these "
