@@ -914,8 +914,8 @@ class CaptureReader:
                 self._damaged(gz_error, f"{gz.error_where}, inside {inside}", done)
                 gz_error = None
             else:
-                cut = " (the gzip stream is cut short too)" if gz and gz.truncated else ""
-                self._damaged(f"truncated capture: the file ends inside {which} {unit}{cut}",
+                what = "gzip stream" if gz and gz.truncated else "file"
+                self._damaged(f"truncated capture: the {what} ends inside {which} {unit}",
                               inside, done)
         elif gz and gz.truncated:
             self._damaged("truncated gzip stream: it ends early",
