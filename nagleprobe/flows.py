@@ -192,7 +192,7 @@ def build_flows(cols: dict[str, np.ndarray]) -> Flows:
         c = _Sorted(cols, order)
         starts = _group_starts(fid)
     nflows = len(starts)
-    ends = np.r_[starts[1:], n].astype(np.int64) if nflows else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], n].astype(np.int64) if nflows else starts
 
     client_is_low, handshake = _roles(c, fid, starts, from_low, flags)
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server

@@ -335,6 +335,9 @@ class CaptureReader:
         self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
         self._pending = b""
         head = self._read(4)
+        if len(head) < 4 and self.info.compressed:
+            raise CaptureError(path, "truncated gzip stream: it holds only "
+                               f"{len(head)} bytes of data", f"uncompressed byte {len(head)}")
         if len(head) == 0:
             raise CaptureError(path, "empty file")
         if len(head) < 4:

@@ -18,47 +18,18 @@ from __future__ import annotations
 import gzip
 import json
 import struct
+import sys
 import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from capgen import pcap_records, pcapng_blocks  # noqa: E402
 ROOT = HERE.parent.parent
 BASE = ROOT / "samples" / "formats" / "base_lo.pcap"
 BASE_NG = ROOT / "samples" / "formats" / "base_lo.pcapng"
 LIMIT = 262144
 BLOCK_LIMIT = 16 << 20
-
-
-def pcap_records(b: bytes) -> list[tuple[int, bytes]]:
-    """(file offset, record bytes incl. its 16-byte header) of every record."""
-    out, o = [], 24
-    while o + 16 <= len(b):
-        cl = struct.unpack_from("<I", b, o + 8)[0]
-        out.append((o, b[o:o + 16 + cl]))
-        if cl > LIMIT:
-            break
-        o += 16 + cl
-    return out
-
-
-def pcapng_blocks(b: bytes) -> list[tuple[int, bytes]]:
-    out, o = [], 0
-    while o < len(b):
-        ln = struct.unpack_from("<I", b, o + 4)[0]
-        out.append((o, b[o:o + ln]))
-        o += ln
-    return out
-
-
-def epb_block_no(blocks, k: int) -> int:
-    """1-based block number of the k-th (1-based) packet block."""
-    seen = 0
-    for i, (_, blk) in enumerate(blocks, 1):
-        if struct.unpack_from("<I", blk)[0] == 6:
-            seen += 1
-            if seen == k:
-                return i
-    raise ValueError(k)
 
 
 def set_u32(b: bytes, at: int, v: int, fmt: str = "<I") -> bytes:
