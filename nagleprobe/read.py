@@ -314,6 +314,20 @@ def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.nda
 _KNOWN_BLOCKS = np.array(sorted(KNOWN_BLOCKS - {PCAPNG_SHB}), dtype=np.int64)
 
 
+def _first_decided(c: np.ndarray, status: np.ndarray,
+                   need: np.ndarray) -> tuple[int, bool, int] | None:
+    """Resync: the first candidate start in `c` that is valid (status 1) or undecided until
+    more data is read (status 2, `need` bytes from it), as (pos, found, need); None if all
+    candidates were rejected."""
+    hit = np.flatnonzero(status)
+    if not len(hit):
+        return None
+    i = int(hit[0])
+    if status[i] == 1:
+        return int(c[i]), True, 0
+    return int(c[i]), False, int(need[i])
+
+
 class CaptureReader:
     """Open a capture, validate its header; iterate to get `RecordBatch`es.
 
@@ -555,13 +569,9 @@ class CaptureReader:
             ok, cl = self._pcap_plausible(data, c)
             c, cl = c[ok], cl[ok]
             if len(c):
-                status, need = self._pcap_chain(data, c, cl, eof)
-                hit = np.flatnonzero(status)
-                if len(hit):
-                    i = int(hit[0])
-                    if status[i] == 1:
-                        return int(c[i]), True, 0
-                    return int(c[i]), False, int(need[i])
+                decided = _first_decided(c, *self._pcap_chain(data, c, cl, eof))
+                if decided:
+                    return decided
             q += m
         return (n if eof else q), False, 0
 
@@ -740,12 +750,9 @@ class CaptureReader:
                         sbig = data[c[j] + 8] == 0x1A
                         tl[j] = int(_u32(data, end[j:j + 1] - 4, bool(sbig))[0])
                 status = np.where(complete & (tl == bl), 1, np.where(~complete & (not eof), 2, 0))
-                hit = np.flatnonzero(status)
-                if len(hit):
-                    i = int(hit[0])
-                    if status[i] == 1:
-                        return int(c[i]), True, 0
-                    return int(c[i]), False, int(bl[i])
+                decided = _first_decided(c, status, bl)
+                if decided:
+                    return decided
             q += m
         return (n if eof else q), False, 0
 

@@ -61,6 +61,13 @@ def cases() -> dict[str, dict]:
         add(name, data, broken, exit=0, packets=packets, skipped=skipped or {},
             warnings=list(warnings), strict_error=strict)
 
+    def resumed(name, data, broken, packets, problem, unit, number, at, to):
+        """A corrupt record/block at byte `at` skipped up to the next valid one at `to`."""
+        where = f"({unit} {number} at byte {at})"
+        readable(name, data, broken, packets, skipped={f"corrupt-{unit}": 1},
+                 warnings=[f"{problem} {where}; skipped {to - at} bytes to the next valid "
+                           f"{unit} at byte {to}"], strict=f"{problem} {where}")
+
     # ---------------------------------------------------------------- pcap
     add("pcap_caplen_4g.pcap",
         base[:24] + set_u32(recs[0][1], 8, 0xFFFFFFFF) + base[24 + len(recs[0][1]):],
@@ -72,24 +79,17 @@ def cases() -> dict[str, dict]:
     o20, r20 = recs[19]
     o21 = recs[20][0]
     problem = f"corrupt record: captured length {LIMIT + 1} exceeds the limit of {LIMIT} bytes"
-    readable("pcap_caplen_over_limit_mid.pcap",
-             base[:o20] + set_u32(r20, 8, LIMIT + 1) + base[o21:],
-             f"record 20 claims a captured length of {LIMIT + 1}, one byte over libpcap's "
-             "limit; skipped, reading resumes at record 21",
-             packets=47, skipped={"corrupt-record": 1},
-             warnings=[f"{problem} (record 20 at byte {o20}); skipped {o21 - o20} bytes to the "
-                       f"next valid record at byte {o21}"],
-             strict=f"{problem} (record 20 at byte {o20})")
+    resumed("pcap_caplen_over_limit_mid.pcap",
+            base[:o20] + set_u32(r20, 8, LIMIT + 1) + base[o21:],
+            f"record 20 claims a captured length of {LIMIT + 1}, one byte over libpcap's "
+            "limit; skipped, reading resumes at record 21", 47, problem, "record", 20, o20, o21)
 
     o25 = recs[24][0]
     problem = "corrupt record: captured length 4008636142 exceeds the limit of 262144 bytes"
-    readable("pcap_garbage_inserted.pcap", base[:o25] + b"\xee" * 1000 + base[o25:],
-             "1000 bytes of 0xEE inserted before record 25 (as from a bad copy); read as a "
-             "record header its captured length is 0xEEEEEEEE",
-             packets=48, skipped={"corrupt-record": 1},
-             warnings=[f"{problem} (record 25 at byte {o25}); skipped 1000 bytes to the next "
-                       f"valid record at byte {o25 + 1000}"],
-             strict=f"{problem} (record 25 at byte {o25})")
+    resumed("pcap_garbage_inserted.pcap", base[:o25] + b"\xee" * 1000 + base[o25:],
+            "1000 bytes of 0xEE inserted before record 25 (as from a bad copy); read as a "
+            "record header its captured length is 0xEEEEEEEE", 48, problem, "record", 25, o25,
+            o25 + 1000)
 
     o48 = recs[47][0]
     problem = "truncated capture: the file ends inside a record"
@@ -142,32 +142,24 @@ def cases() -> dict[str, dict]:
         exit=3, error=f"truncated capture: the file ends inside the first block (block 3 at "
                       f"byte {o3})")
 
-    n20 = 20
-    p20, b20 = blocks[n20 - 1]
+    p20, b20 = blocks[19]
     L = len(b20)
     problem = (f"corrupt block: block length {L} does not match the length {L + 4} at the end "
                "of the block")
-    readable("pcapng_trailer_mismatch.pcapng", ng[:p20] + set_u32(b20, L - 4, L + 4)
-             + ng[p20 + L:],
-             f"block 20 (a packet block) has {L + 4} in its trailing length copy instead of "
-             f"{L}; the block is skipped, reading resumes at block 21",
-             packets=47, skipped={"corrupt-block": 1},
-             warnings=[f"{problem} (block 20 at byte {p20}); skipped {L} bytes to the next "
-                       f"valid block at byte {p20 + L}"],
-             strict=f"{problem} (block 20 at byte {p20})")
+    resumed("pcapng_trailer_mismatch.pcapng", ng[:p20] + set_u32(b20, L - 4, L + 4)
+            + ng[p20 + L:],
+            f"block 20 (a packet block) has {L + 4} in its trailing length copy instead of "
+            f"{L}; the block is skipped, reading resumes at block 21", 47, problem, "block", 20,
+            p20, p20 + L)
 
     p30, b30 = blocks[29]
     L = len(b30)
     next_len = len(blocks[30][1])  # the trailer is read where block 31's length field is
     problem = (f"corrupt block: block length {L + 8} does not match the length {next_len} at "
                "the end of the block")
-    readable("pcapng_length_off_by_8.pcapng", ng[:p30] + set_u32(b30, 4, L + 8) + ng[p30 + L:],
-             f"block 30 says it is {L + 8} bytes long, 8 more than it is; skipped, reading "
-             "resumes at block 31",
-             packets=47, skipped={"corrupt-block": 1},
-             warnings=[f"{problem} (block 30 at byte {p30}); skipped {L} bytes to the next "
-                       f"valid block at byte {p30 + L}"],
-             strict=f"{problem} (block 30 at byte {p30})")
+    resumed("pcapng_length_off_by_8.pcapng", ng[:p30] + set_u32(b30, 4, L + 8) + ng[p30 + L:],
+            f"block 30 says it is {L + 8} bytes long, 8 more than it is; skipped, reading "
+            "resumes at block 31", 47, problem, "block", 30, p30, p30 + L)
 
     p11 = blocks[10][0]
     readable("pcapng_unknown_block.pcapng", ng[:p11] + block(0xBEE, b"whatever") + ng[p11:],
