@@ -8,7 +8,7 @@
 Seeds: every capture in samples/ and tests/broken/ up to 64 KiB, copied to a seed directory;
 new inputs that reach new code go to --corpus (kept between runs if you pass the same one).
 Crashes, timeouts (an input over 10 s) and memory blow-ups (over 2 GiB RSS) are written to
---artifacts and make the exit status non-zero.  Runs single-process unless you pass libFuzzer
+--artifacts and make the exit status non-zero; libFuzzer's own log is --artifacts/last-TARGET.log.  Runs single-process unless you pass libFuzzer
 options after `--`.
 """
 
@@ -61,10 +61,10 @@ def main() -> int:
                "-max_len=65536", "-timeout=10", "-rss_limit_mb=2048", "-print_final_stats=1",
                f"-artifact_prefix={a.artifacts}/", *a.libfuzzer, str(corpus), str(seed_dir)]
         env = dict(os.environ, NAGLEPROBE_FUZZ_TARGET=a.target)
-        proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True,
-                              errors="replace")
-    log = proc.stderr
-    (a.artifacts / f"last-{a.target}.log").write_text(log)
+        log_path = a.artifacts / f"last-{a.target}.log"  # libFuzzer's progress, as it goes
+        with open(log_path, "w") as log_file:
+            proc = subprocess.run(cmd, env=env, stderr=log_file)
+    log = log_path.read_text(errors="replace")
     done = re.findall(r"^Done (\d+) runs in (\d+) second", log, re.M)
     cov = re.findall(r"cov: (\d+) ft: (\d+)", log)
     if done:

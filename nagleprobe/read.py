@@ -420,7 +420,7 @@ class CaptureReader:
             raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
         gz_error = getattr(self._stream, "error", None)
         if len(out) < n and gz_error:
-            raise CaptureError(self.path, gz_error, f"uncompressed byte {self._pos + len(out)}")
+            raise CaptureError(self.path, gz_error, self._stream.error_where)
         return out
 
     def _fill(self, carry: bytes, need: int = 0) -> tuple[bytearray, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -182,3 +183,27 @@ def test_synthetic_unsupported_link_type_only_in_pcapng_is_skipped(tmp_path):
         decode(b, c)
     assert c == Counter({"unsupported-link-type": 1})
     assert r.info.link_types == ["USB_LINUX"]
+
+
+def test_synthetic_many_corrupt_stretches_are_all_skipped_and_the_warnings_capped(tmp_path):
+    # 26 groups of 3 records with 40 bytes of garbage between groups: reading resumes where
+    # three consistent record headers follow each other, i.e. at the start of every group
+    whole = pcap_bytes([(T0 + i, pkt(i)) for i in range(78)])
+    size = 16 + len(pkt(0))
+    groups = [whole[24 + g * 3 * size:24 + (g + 1) * 3 * size] for g in range(26)]
+    rec, info = records(write(tmp_path / "many.pcap", whole[:24] + (b"\xee" * 40).join(groups)),
+                        chunk_bytes=4096)
+    assert rec["first"] == [pkt(i) for i in range(78)]
+    assert info.skipped == {"corrupt-record": 25}
+    assert len(info.warnings) == 21
+    assert all(w.startswith("corrupt record: ") and "skipped 40 bytes" in w
+               for w in info.warnings[:20])
+    assert info.warnings[20] == "5 more warnings like these were not listed"
+
+
+def test_synthetic_gzip_corrupt_from_the_start_is_an_error_naming_where(tmp_path):
+    z = bytearray(gz(pcap_bytes([(T0, pkt(1))])))
+    z[12:15] = bytes(b ^ 0xFF for b in z[12:15])  # inside the first deflate block
+    p = write(tmp_path / "bad.pcap.gz", bytes(z))
+    m = re.fullmatch(re.escape(p) + r": corrupt gzip data: .+ \(uncompressed byte (\d+)\)", err(p))
+    assert m and int(m.group(1)) < 24  # broken before the pcap header was complete
