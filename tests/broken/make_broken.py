@@ -171,6 +171,11 @@ def cases() -> dict[str, dict]:
              "between blocks 10 and 11: skipped and counted (it is numbered as frame 10)",
              packets=49, skipped={"corrupt-block": 1})
 
+    readable("pcapng_short_packet_block_at_end.pcapng", ng + block(6, b"\0" * 4),
+             "the same 16-byte packet block as the last block of the file (its fixed part "
+             "would run past the end of the data; this used to be an IndexError)",
+             packets=49, skipped={"corrupt-block": 1})
+
     p15, b15 = blocks[14]
     readable("pcapng_caplen_exceeds_block.pcapng", ng[:p15] + set_u32(b15, 20, 4000)
              + ng[p15 + len(b15):],
