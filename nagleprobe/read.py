@@ -613,7 +613,6 @@ class CaptureReader:
         need = 0
         eof = False
         block_no = 0  # blocks fully consumed so far
-        shb_seen = False
         resync = False
         while not eof:
             buf, eof = self._fill(carry, need)
@@ -637,71 +636,91 @@ class CaptureReader:
                 unpack = struct.Struct(">II" if big else "<II").unpack_from
                 trailer = struct.Struct(">I" if big else "<I").unpack_from
                 lim = n - 8
+                checked = 0  # starts[:checked] have had their trailing length checked
+                max_block, epb, spb, pb = MAX_BLOCK, BT_EPB, BT_SPB, BT_PB
                 while pos <= lim:
                     bt, bl = unpack(buf, pos)
-                    if bt == PCAPNG_SHB:
-                        if pos + 12 > n:
+                    end = pos + bl
+                    # The hot loop: packet blocks with a sane length; their trailing length
+                    # copies are compared in bulk before any other block is read, and at the end.
+                    if (bt == epb or bt == spb or bt == pb) and (
+                            12 <= bl <= max_block and not bl & 3 and end <= n):
+                        append(pos)
+                        pos = end
+                        block_no += 1
+                        continue
+                    j = self._bad_trailer(data, starts, checked, big)
+                    checked = len(starts)
+                    if j is not None:
+                        break
+                    if bt != PCAPNG_SHB:
+                        if bl < 12 or bl & 3 or bl > MAX_BLOCK:
+                            bad = (pos, f"block length {bl} is invalid (must be a multiple of 4 "
+                                   f"between 12 and {MAX_BLOCK})")
                             break
-                        bom = buf[pos + 8:pos + 12]
-                        if bom == b"\x4d\x3c\x2b\x1a":
-                            big = False
-                        elif bom == b"\x1a\x2b\x3c\x4d":
-                            big = True
-                        else:
-                            bad = (pos, f"section header with a bad byte-order magic {bom.hex()}")
-                            break
-                        unpack = struct.Struct(">II" if big else "<II").unpack_from
-                        trailer = struct.Struct(">I" if big else "<I").unpack_from
-                        bt, bl = unpack(buf, pos)
-                        if bl < 28 or bl & 3 or bl > MAX_BLOCK:
-                            bad = (pos, f"section header block length {bl} is invalid")
-                            break
-                        if pos + bl > n:
+                        if end > n:
                             need = bl
                             break
-                        tl, = trailer(buf, pos + bl - 4)
+                        tl, = trailer(buf, end - 4)
                         if tl != bl:
                             bad = (pos, f"block length {bl} does not match the length {tl} "
                                    "at the end of the block")
                             break
-                        major = struct.unpack_from(">H" if big else "<H", buf, pos + 12)[0]
-                        if major != 1:
-                            bad = (pos, f"unsupported pcapng version {major}")
-                            break
-                        shb_seen = True
-                        self._big = big
-                        self._sec_base = len(self._ifaces)
-                        segs.append((len(starts), big, self._sec_base))
-                        pos += bl
+                        if bt == BT_IDB:
+                            err = self._parse_idb(buf, pos, bl, big)
+                            if err:
+                                bad = (pos, err)
+                                break
+                        elif bt not in KNOWN_BLOCKS:
+                            self._skip("unknown-block-type", 1)
+                        pos = end
                         block_no += 1
                         continue
-                    if bl < 12 or bl & 3 or bl > MAX_BLOCK:
-                        bad = (pos, f"block length {bl} is invalid (must be a multiple of 4 "
-                               f"between 12 and {MAX_BLOCK})")
+                    # a section header: its byte-order magic sets how the section is read
+                    if pos + 12 > n:
                         break
-                    end = pos + bl
-                    if end > n:
+                    bom = buf[pos + 8:pos + 12]
+                    if bom == b"\x4d\x3c\x2b\x1a":
+                        big = False
+                    elif bom == b"\x1a\x2b\x3c\x4d":
+                        big = True
+                    else:
+                        bad = (pos, f"section header with a bad byte-order magic {bom.hex()}")
+                        break
+                    unpack = struct.Struct(">II" if big else "<II").unpack_from
+                    trailer = struct.Struct(">I" if big else "<I").unpack_from
+                    bt, bl = unpack(buf, pos)
+                    if bl < 28 or bl & 3 or bl > MAX_BLOCK:
+                        bad = (pos, f"section header block length {bl} is invalid")
+                        break
+                    if pos + bl > n:
                         need = bl
                         break
-                    tl, = trailer(buf, end - 4)
+                    tl, = trailer(buf, pos + bl - 4)
                     if tl != bl:
-                        bad = (pos, f"block length {bl} does not match the length {tl} at the "
-                               "end of the block")
+                        bad = (pos, f"block length {bl} does not match the length {tl} "
+                               "at the end of the block")
                         break
-                    if not shb_seen:
-                        bad = (pos, "pcapng data does not start with a section header")
+                    major = struct.unpack_from(">H" if big else "<H", buf, pos + 12)[0]
+                    if major != 1:
+                        bad = (pos, f"unsupported pcapng version {major}")
                         break
-                    if bt == BT_EPB or bt == BT_SPB or bt == BT_PB:
-                        append(pos)
-                    elif bt == BT_IDB:
-                        err = self._parse_idb(buf, pos, bl, big)
-                        if err:
-                            bad = (pos, err)
-                            break
-                    elif bt not in KNOWN_BLOCKS:
-                        self._skip("unknown-block-type", 1)
-                    pos = end
+                    self._big = big
+                    self._sec_base = len(self._ifaces)
+                    segs.append((len(starts), big, self._sec_base))
+                    pos += bl
                     block_no += 1
+                else:
+                    j = self._bad_trailer(data, starts, checked, big)
+                if j is not None:  # a packet block walked over had a wrong length
+                    block_no -= len(starts) - j
+                    at = starts[j]
+                    bl, = trailer(buf, at + 4)
+                    tl, = trailer(buf, at + bl - 4)
+                    bad = (at, f"block length {bl} does not match the length {tl} at the end "
+                           "of the block")
+                    need = 0
+                    del starts[j:]
                 if len(starts):
                     yield self._pcapng_batch(data, starts, segs)
                 if bad is None:
@@ -713,6 +732,17 @@ class CaptureReader:
             carry = bytes(buf[pos:]) if pos < n else b""
             self._pos = base + pos
         self._finish(len(carry), resync, unit="block", number=block_no + 1)
+
+    @staticmethod
+    def _bad_trailer(data: np.ndarray, starts: array, first: int, big: bool) -> int | None:
+        """Index of the first packet block in starts[first:] whose trailing length copy differs
+        from its length (the blocks are complete), or None."""
+        if len(starts) <= first:
+            return None
+        st = np.array(starts[first:], dtype=np.int64)
+        bl = _u32_rows(data, st + 4, 1, big)[:, 0]
+        bad = np.flatnonzero(_u32_rows(data, st + bl - 4, 1, big)[:, 0] != bl)
+        return first + int(bad[0]) if len(bad) else None
 
     def _pcapng_resync(self, data: np.ndarray, start: int, eof: bool) -> tuple[int, bool, int]:
         """The first position >= start where a block of a known type starts whose trailing

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capgen import Iface, Section, gz, pcap_bytes, pcapng_bytes, write
+from capgen import Iface, Section, gz, pcap_bytes, pcapng_blocks, pcapng_bytes, write
 from nagleprobe.decode import decode
 from nagleprobe.errors import CaptureError
 from nagleprobe.read import CaptureReader, read_capture
@@ -207,3 +207,21 @@ def test_synthetic_gzip_corrupt_from_the_start_is_an_error_naming_where(tmp_path
     p = write(tmp_path / "bad.pcap.gz", bytes(z))
     m = re.fullmatch(re.escape(p) + r": corrupt gzip data: .+ \(uncompressed byte (\d+)\)", err(p))
     assert m and int(m.group(1)) < 24  # broken before the pcap header was complete
+
+
+def test_synthetic_bad_trailer_before_a_new_section_is_found_before_the_section_is_read(tmp_path):
+    s1 = Section([Iface(1)], records=[("epb", 0, T0 + i, pkt(i)) for i in range(3)])
+    s2 = Section([Iface(1)], big=True, records=[("epb", 0, T0 + 9 + i, pkt(9 + i))
+                                                for i in range(2)])
+    b = bytearray(pcapng_bytes([s1, s2]))
+    blocks = pcapng_blocks(bytes(b))
+    at, blk = blocks[4]  # block 5: the third packet block of section 1
+    struct.pack_into("<I", b, at + len(blk) - 4, len(blk) + 4)
+    for chunk in (32 << 20, 4096):
+        rec, info = records(write(tmp_path / "t.pcapng", bytes(b)), chunk_bytes=chunk)
+        assert rec["first"] == [pkt(0), pkt(1), pkt(9), pkt(10)]  # the big-endian section too
+        assert info.warnings == [
+            f"corrupt block: block length {len(blk)} does not match the length {len(blk) + 4} "
+            f"at the end of the block (block 5 at byte {at}); skipped {len(blk)} bytes to the "
+            f"next valid block at byte {at + len(blk)}"]
+        assert info.skipped == {"corrupt-block": 1}
