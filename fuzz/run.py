@@ -8,8 +8,8 @@
 Seeds: every capture in samples/ and tests/broken/ up to 64 KiB, copied to a seed directory;
 new inputs that reach new code go to --corpus (kept between runs if you pass the same one).
 Crashes, timeouts (an input over 10 s) and memory blow-ups (over 2 GiB RSS) are written to
---artifacts and make the exit status non-zero; libFuzzer's own log is --artifacts/last-TARGET.log.  Runs single-process unless you pass libFuzzer
-options after `--`.
+--artifacts and make the exit status non-zero; libFuzzer's own log goes to
+--artifacts/last-TARGET.log.  Runs single-process unless you pass libFuzzer options after `--`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0  # analysed; with `check`: within budget
     STALLS_FOUND = 1  # reserved for `check`: budget exceeded
     USAGE = 2  # bad command line (click's own status)
-    BAD_CAPTURE = 3  # unreadable, corrupt or cut before any packet, unsupported; with --strict: damaged
+    BAD_CAPTURE = 3  # unreadable, cut before any packet, unsupported; --strict: any damage
     INTERNAL = 4  # a bug in nagleprobe
 
 

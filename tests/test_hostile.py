@@ -362,7 +362,8 @@ def test_a_gzip_bomb_inflates_in_bounded_memory():
 
 # ------------------------------------------------------------------ determinism
 DETERMINISM_SAMPLES = ["samples/proxy_any.pcap", "samples/formats/multi_if.pcapng",
-                       "samples/formats/base_lo.pcap.gz", "tests/broken/pcap_garbage_inserted.pcap"]
+                       "samples/formats/base_lo.pcap.gz",
+                       "tests/broken/pcap_garbage_inserted.pcap"]
 
 
 @pytest.mark.parametrize("sample", DETERMINISM_SAMPLES)
