@@ -306,9 +306,17 @@ def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.nda
     """Gather `width` consecutive 32-bit words at each offset: (n, width) int64."""
     if len(idx) == 0:
         return np.zeros((0, width), dtype=np.int64)
+    dt = ">u4" if big else "<u4"
+    r = int(idx[0]) & 3
+    if not ((idx & 3) != r).any():  # all on one 4-byte grid (pcapng blocks): index words
+        words = np.frombuffer(buf, dtype=dt, offset=r, count=(len(buf) - r) // 4)
+        at = (idx - r) >> 2
+        if width == 1:
+            return words[at].astype(np.int64)[:, None]
+        return words[at[:, None] + np.arange(width)].astype(np.int64)
     w = width * 4
     win = as_strided(buf, shape=(len(buf) - w + 1, w), strides=(1, 1), writeable=False)
-    return win[idx].view(">u4" if big else "<u4").astype(np.int64)
+    return win[idx].view(dt).astype(np.int64)
 
 
 _KNOWN_BLOCKS = np.array(sorted(KNOWN_BLOCKS - {PCAPNG_SHB}), dtype=np.int64)
@@ -739,7 +747,7 @@ class CaptureReader:
         from its length (the blocks are complete), or None."""
         if len(starts) <= first:
             return None
-        st = np.array(starts[first:], dtype=np.int64)
+        st = np.frombuffer(starts, dtype=np.int64)[first:].copy()  # no view left: `starts` grows
         bl = _u32_rows(data, st + 4, 1, big)[:, 0]
         bad = np.flatnonzero(_u32_rows(data, st + bl - 4, 1, big)[:, 0] != bl)
         return first + int(bad[0]) if len(bad) else None
