@@ -1,6 +1,6 @@
 """Benchmark read+decode (not a test): synthetic ~2 M-packet pcap built with numpy.
 
-    python benchmarks/bench_decode.py [packets] [--gzip] [--pcapng-like-sll]
+    python benchmarks/bench_decode.py [packets] [--pcapng]
 
 A small crafted TCP conversation (handshake, request/response, pure ACKs, Nagle-style small
 segments, options on the SYNs, timestamps on every segment) is replicated with shifted client
@@ -61,7 +61,7 @@ def conversation() -> list[tuple[int, bytes]]:
     return pk
 
 
-def build(path: str, n_packets: int, snap: int = 0) -> int:
+def build(path: str, n_packets: int, snap: int = 0, pcapng: bool = False) -> int:
     conv = conversation()
     k = len(conv)
     reps = max(1, n_packets // k)
@@ -72,10 +72,19 @@ def build(path: str, n_packets: int, snap: int = 0) -> int:
             wire, data = len(data), data[:snap]
         else:
             wire = len(data)
-        recs.append(struct.pack("<IIII", 0, ts // 1000, len(data), wire) + data)
-        pos_ts.append(o)
-        pos_sport.append(o + 16 + 34)
-        pos_dport.append(o + 16 + 36)
+        if pcapng:  # EPB: type, length, interface, ts high/low (us), caplen, origlen, data, length
+            body = data + b"\0" * (-len(data) % 4)
+            ln = 32 + len(body)
+            recs.append(struct.pack("<IIIIIII", 6, ln, 0, 0, 0, len(data), wire) + body
+                        + struct.pack("<I", ln))
+            pos_ts.append(o + 12)
+            hdr_len = 28
+        else:
+            recs.append(struct.pack("<IIII", 0, ts // 1000, len(data), wire) + data)
+            pos_ts.append(o)
+            hdr_len = 16
+        pos_sport.append(o + hdr_len + 34)
+        pos_dport.append(o + hdr_len + 36)
         o += len(recs[-1])
     tmpl = np.frombuffer(b"".join(recs), np.uint8)
     m = np.tile(tmpl, (reps, 1))
@@ -86,16 +95,25 @@ def build(path: str, n_packets: int, snap: int = 0) -> int:
     port = (1024 + r % 60000).astype(">u2").view(np.uint8).reshape(reps, 2)
     for j, (ts, _) in enumerate(conv):
         us = base_us + ts // 1000
-        sec = (base_sec + us // 1_000_000).astype("<u4").view(np.uint8).reshape(reps, 4)
-        usec = (us % 1_000_000).astype("<u4").view(np.uint8).reshape(reps, 4)
         p = pos_ts[j]
-        m[:, p:p + 4] = sec
-        m[:, p + 4:p + 8] = usec
+        if pcapng:
+            units = (base_sec + us // 1_000_000) * 1_000_000 + us % 1_000_000
+            m[:, p:p + 4] = (units >> 32).astype("<u4").view(np.uint8).reshape(reps, 4)
+            m[:, p + 4:p + 8] = (units & 0xFFFFFFFF).astype("<u4").view(np.uint8).reshape(reps, 4)
+        else:
+            sec = (base_sec + us // 1_000_000).astype("<u4").view(np.uint8).reshape(reps, 4)
+            usec = (us % 1_000_000).astype("<u4").view(np.uint8).reshape(reps, 4)
+            m[:, p:p + 4] = sec
+            m[:, p + 4:p + 8] = usec
         # the client port is sport on client->server segments, dport otherwise
         client_is_src = conv[j][1][34:36] == b"\x9c\x40"
         q = pos_sport[j] if client_is_src else pos_dport[j]
         m[:, q:q + 2] = port
-    hdr = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)
+    if pcapng:
+        hdr = (struct.pack("<IIIHHqI", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1, 28)
+               + struct.pack("<IIHHII", 1, 20, 1, 0, 262144, 20))
+    else:
+        hdr = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)
     with open(path, "wb") as f:
         f.write(hdr)
         m.tofile(f)
@@ -104,9 +122,10 @@ def build(path: str, n_packets: int, snap: int = 0) -> int:
 
 def main() -> None:
     n = int(next((a for a in sys.argv[1:] if a.isdigit()), 2_000_000))
-    path = "/tmp/nagleprobe_bench_decode.pcap"
+    pcapng = "--pcapng" in sys.argv[1:]
+    path = "/tmp/nagleprobe_bench_decode." + ("pcapng" if pcapng else "pcap")
     t0 = time.perf_counter()
-    total = build(path, n)
+    total = build(path, n, pcapng=pcapng)
     t1 = time.perf_counter()
     size = os.path.getsize(path)
     print(f"built {total:,} packets ({size / 1e6:.0f} MB) in {t1 - t0:.2f} s: {path}")

@@ -39,10 +39,10 @@ static PyObject *walk(PyObject *self, PyObject *args)
 }
 
 /* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset
- * `pos`, steps over pcapng blocks that lie wholly in `buf`, writing the offsets of packet
- * blocks (EPB, SPB, PB) to `out`; stops before a section header, an interface description,
- * a block with an invalid length or one that runs past the buffer (the caller handles
- * those). Returns how many offsets it wrote, where it stopped and how many blocks it passed.
+ * `pos`, steps over the packet blocks (EPB, SPB, PB) that lie wholly in `buf`, writing their
+ * offsets to `out`; stops before any other block, a block with an invalid length or one that
+ * runs past the buffer (the caller handles those, and checks the packet blocks' trailing
+ * lengths). Returns how many offsets it wrote, where it stopped and how many blocks it passed.
  */
 static PyObject *walk_blocks(PyObject *self, PyObject *args)
 {
@@ -62,11 +62,10 @@ static PyObject *walk_blocks(PyObject *self, PyObject *args)
                           : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
         uint32_t bl = big ? ((uint32_t)q[4] << 24 | (uint32_t)q[5] << 16 | (uint32_t)q[6] << 8 | q[7])
                           : ((uint32_t)q[7] << 24 | (uint32_t)q[6] << 16 | (uint32_t)q[5] << 8 | q[4]);
-        if (bt == 0x0A0D0D0AU || bt == 1 || bl < 12 || (bl & 3) || (long long)bl > max_block
+        if ((bt != 6 && bt != 3 && bt != 2) || bl < 12 || (bl & 3) || (long long)bl > max_block
             || pos + (Py_ssize_t)bl > n)
             break;
-        if (bt == 6 || bt == 3 || bt == 2)
-            o[k++] = pos;
+        o[k++] = pos;
         pos += bl;
         blocks++;
     }

@@ -17,7 +17,8 @@ from .report import Report
 from .stream import DEFAULT_GRACE_S
 
 EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
-             "3 unreadable/corrupt/unsupported capture, 4 internal error.")
+             "3 unreadable/corrupt/unsupported capture (with --strict: also a damaged one), "
+             "4 internal error.")
 
 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
@@ -37,14 +38,17 @@ def main() -> None:
               show_default=True, help="Text report for people, or the JSON document.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (pictures need the plot extra).")
+@click.option("--strict", is_flag=True,
+              help="Fail (exit 3) on a truncated or partly corrupt capture instead of analysing "
+                   "what can be read and warning.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
 @click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S,
               show_default=True, metavar="SECONDS",
               help="Capture time a closed connection waits for late or out-of-order packets "
                    "before it is analysed and its packets are freed.")
-def analyze(capture: str, fmt: str, html_path: str | None, debug: bool, quiet: bool,
-            reorder_window: float) -> None:
+def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: bool,
+            quiet: bool, reorder_window: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
     if html_path is not None and importlib.util.find_spec("matplotlib") is None:
         click.echo("nagleprobe: error: --html needs matplotlib for its pictures: "
@@ -53,7 +57,8 @@ def analyze(capture: str, fmt: str, html_path: str | None, debug: bool, quiet: b
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     try:
         try:
-            report = run_analysis(capture, grace_s=reorder_window, progress=bar)
+            report = run_analysis(capture, strict=strict, grace_s=reorder_window,
+                                  progress=bar)
         finally:
             if bar is not None:
                 bar.close()

@@ -49,6 +49,9 @@ VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
 MAX_VLAN_TAGS = 4
 V6_EXT = (0, 43, 60, 44, 51)
 V4_MAPPED = 0x0000FFFF00000000
+# An IP length of 0 (TSO/GSO super-frames, IPv6 jumbograms) is taken from the record's wire
+# length; beyond this it is a corrupt record, not a real segment (Linux BIG TCP stops at 512 KiB).
+MAX_LENGTH_FROM_WIRE = 1 << 24
 
 # network-layer classification codes (internal)
 _NOT_IP, _UNSUPPORTED, _TRUNC = 0, 1, 2
@@ -233,6 +236,7 @@ def _ipv4(data, batch, rows, l3, drops):
     if tso.any():
         wire = batch.wirelen[rows]
         tot = np.where(tso, wire - (l3 - batch.offset[rows]), tot)
+        good &= ~(tso & (tot > MAX_LENGTH_FROM_WIRE))
     # order of reasons: bad version/ihl, truncated options, not tcp, fragment, bad lengths
     bad1 = ~good
     trunc = good & (l3 + ihl > end)
@@ -269,6 +273,7 @@ def _ipv6(data, batch, rows, l3, drops):
     jumbo = plen == 0
     if jumbo.any():
         plen = np.where(jumbo, batch.wirelen[rows] - (l3 - batch.offset[rows]) - 40, plen)
+        good &= ~(jumbo & (plen > MAX_LENGTH_FROM_WIRE))
     l4 = l3 + 40
     avail = plen.copy()
     ext = good & np.isin(nh, V6_EXT)

@@ -11,7 +11,7 @@ class ExitStatus(enum.IntEnum):
     OK = 0  # analysed; with `check`: within budget
     STALLS_FOUND = 1  # `check`: a capture is over the stall budget
     USAGE = 2  # bad command line (click's own status)
-    BAD_CAPTURE = 3  # unreadable, corrupt, truncated-before-any-packet or unsupported capture
+    BAD_CAPTURE = 3  # unreadable, cut before any packet, unsupported; --strict: any damage
     INTERNAL = 4  # a bug in nagleprobe
     CANNOT_CAPTURE = 5  # `record`: not permitted (not root), no tcpdump, interface, output file
     COMMAND_NOT_FOUND = 127  # `record`: the command to run does not exist (the shell's status)

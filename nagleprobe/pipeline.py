@@ -17,17 +17,19 @@ from .stream import DEFAULT_GRACE_S, StreamAnalyzer
 Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
 
 
-def analyze(path: str, chunk_bytes: int = 32 << 20, *, whole_file: bool = False,
-            grace_s: float = DEFAULT_GRACE_S, batch_rows: int | None = None,
-            progress: Progress | None = None) -> Report:
+def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
+            whole_file: bool = False, grace_s: float = DEFAULT_GRACE_S,
+            batch_rows: int | None = None, progress: Progress | None = None) -> Report:
     """Analyse one capture file (pcap/pcapng, optionally gzip; "-" for stdin).
 
     Streams by default: memory is bounded by the connections open at a time (see
     `nagleprobe.stream`; `grace_s` is its reorder window). `whole_file` decodes everything
     first and analyses it at once (the reference the streamed result must equal).
-    Raises `nagleprobe.CaptureError` for input that cannot be read at all.
+    Raises `nagleprobe.CaptureError` for input that cannot be read at all. A damaged capture
+    (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
+    damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
     """
-    reader = CaptureReader(path, chunk_bytes=chunk_bytes)
+    reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict)
     skipped: Counter = Counter()
     if whole_file:
         return _analyze_whole(reader, skipped)

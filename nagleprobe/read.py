@@ -5,16 +5,24 @@ the chain of record (pcap) or block (pcapng) headers to find where each record s
 loop only appends start offsets to an `array('q')`.  Everything else (timestamps, lengths,
 interface link types) is gathered afterwards with numpy over the chunk's bytes.
 
-Lengths read from the file are never trusted for allocation: a record/block length beyond
-libpcap's / Wireshark's sanity limits stops the reader (an error before the first record,
-a warning after it).
+Hostile input: lengths read from the file are checked against libpcap's / Wireshark's limits
+before anything is read or allocated from them, and buffers never exceed the chunk size plus
+one bounded record.  Damage is handled the same way everywhere:
+
+* before the first packet record it is a `CaptureError` (nothing to analyse);
+* after it (a truncated last record, a corrupt record or block in the middle, a corrupt gzip
+  stream) it is a warning in `CaptureInfo.warnings`, and the reader goes on with whatever
+  can still be trusted: after a record or block with an impossible length it looks for the
+  next position where a consistent chain of records (pcap) or a block whose trailing length
+  matches (pcapng) starts, and counts the skipped stretch in `CaptureInfo.skipped`;
+* with `strict=True` every such warning is raised as a `CaptureError` instead.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
+import stat
 import struct
 import sys
 import zlib
@@ -29,13 +37,29 @@ from .errors import CaptureError
 
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
 MAX_BLOCK = 16 << 20  # Wireshark's MAX_BLOCK_SIZE for pcapng blocks
+MAX_WARNINGS = 20  # listed one by one; more are summed up in a last warning
+GZIP_IN = 64 << 10  # compressed bytes read at a time
+GZIP_OUT = 1 << 20  # at most this many uncompressed bytes per zlib call
+# Resynchronising after a corrupt pcap record: a candidate record header must be plausible
+# (fraction below one second, caplen <= MAX_CAPLEN and <= wire length, wire length below
+# RESYNC_MAX_WIRELEN, time within RESYNC_WINDOW_S of the last good record) and so must the
+# headers of the next two records it implies.
+RESYNC_WINDOW_S = 86400
+RESYNC_MAX_WIRELEN = 1 << 24
+RESYNC_SPAN = 1 << 16  # candidate positions examined per numpy pass
 
 PCAP_US = 0xA1B2C3D4
 PCAP_NS = 0xA1B23C4D
 PCAP_KUZNETSOV = 0xA1B2CD34
 PCAPNG_SHB = 0x0A0D0D0A
 PCAPNG_BOM = 0x1A2B3C4D
-BT_IDB, BT_PB, BT_SPB, BT_EPB = 1, 2, 3, 6
+BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB = 1, 2, 3, 4, 5, 6
+# block types of the pcapng spec that are not packets: skipped silently (journal export,
+# decryption secrets, custom blocks); anything else is counted as "unknown-block-type"
+KNOWN_BLOCKS = frozenset({BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB, 9, 10, 0xBAD,
+                          0x40000BAD, PCAPNG_SHB})
+MIN_BLOCK = {BT_EPB: 32, BT_PB: 32, BT_SPB: 16, BT_IDB: 20}
+
 
 LINKTYPE_NAMES = {
     0: "NULL", 1: "EN10MB", 12: "RAW", 101: "RAW", 108: "LOOP", 113: "LINUX_SLL",
@@ -106,54 +130,108 @@ class _Prefixed(io.RawIOBase):
 
 
 class _Gunzip(io.RawIOBase):
-    """Streaming gzip decompression (multi-member) that keeps what it decompressed from a
-    truncated stream and just flags the truncation."""
+    """Streaming gzip decompression (multi-member, zero padding between members allowed) in
+    bounded memory: each zlib call may produce at most GZIP_OUT bytes, so a decompression bomb
+    costs time, never memory.  A truncated or corrupt stream ends the data early and is flagged
+    (`truncated`, `error`) rather than raised, so the records before it can still be used."""
 
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
         self._d = zlib.decompressobj(31)
-        self._out = bytearray()
+        self._in = b""
+        self._between = False  # a member ended; the next one (or padding) has not started
         self._done = False
+        self.consumed = 0  # compressed bytes read so far
+        self.produced = 0  # uncompressed bytes returned so far
         self.truncated = False
+        self.error: str | None = None
+        self.error_where = ""
+        self._salvaged = bytearray()  # output recovered from a failing zlib call
 
     def readable(self) -> bool:
         return True
 
-    def _more(self) -> bool:
-        while not self._done:
-            comp = self._raw.read(1 << 20)
-            if not comp:
-                self._done = True
-                tail = self._d.flush()
-                if not self._d.eof:
-                    self.truncated = True
-                if tail:
-                    self._out += tail
-                    return True
-                return False
-            out = self._d.decompress(comp)
-            while self._d.eof and self._d.unused_data:  # next gzip member
-                rest = self._d.unused_data
-                self._d = zlib.decompressobj(31)
-                out += self._d.decompress(rest)
-            if out:
-                self._out += out
-                return True
-        return False
-
     def readinto(self, b) -> int:
-        want = len(b)
-        while len(self._out) < want and self._more():
-            pass
-        k = min(want, len(self._out))
-        b[:k] = self._out[:k]
-        del self._out[:k]
+        mv = memoryview(b).cast("B")
+        k = 0
+        while k < len(mv):
+            out = self._inflate(min(len(mv) - k, GZIP_OUT))
+            if not out:
+                break
+            mv[k:k + len(out)] = out
+            k += len(out)
+            self.produced += len(out)
         return k
 
     def read(self, n: int = -1) -> bytes:
-        buf = bytearray(n)
+        buf = bytearray(n if n is not None and n >= 0 else GZIP_OUT)
         k = self.readinto(buf)
         return bytes(buf[:k])
+
+    def _inflate(self, limit: int) -> bytes:
+        """Up to `limit` more uncompressed bytes; b"" only when the data has ended."""
+        if self._salvaged:
+            out = self._salvaged[:limit]
+            del self._salvaged[:limit]
+            return bytes(out)
+        while not self._done:
+            if not self._in:
+                self._in = self._raw.read(GZIP_IN)
+                if not self._in:
+                    self._done = True
+                    self.truncated = not self._between
+                    break
+                self.consumed += len(self._in)
+            fresh = self._between
+            if fresh:
+                rest = self._in.lstrip(b"\0")
+                self._in = rest
+                if not rest:
+                    continue
+                self._d = zlib.decompressobj(31)
+                self._between = False
+            before = self._d.copy()
+            try:
+                out = self._d.decompress(self._in, limit)
+            except zlib.error as e:
+                self._done = True
+                if fresh:
+                    self.error = "data after the end of the gzip stream is not gzip"
+                    self.error_where = f"compressed byte {self.consumed - len(self._in)}"
+                    break
+                self._salvaged = self._salvage(before, self._in)
+                self.error = f"corrupt gzip data: {e}"
+                self.error_where = f"uncompressed byte {self.produced + len(self._salvaged)}"
+                return self._inflate(limit)
+            if self._d.eof:
+                self._in = self._d.unused_data
+                self._between = True
+            else:
+                self._in = self._d.unconsumed_tail
+            if out:
+                return out
+        return b""
+
+    @staticmethod
+    def _salvage(d, data: bytes) -> bytearray:
+        """What decompressor `d` yields from `data` before the error it hits: zlib drops the
+        output of a failing call (and a bad CRC fails the call that ends the stream), so the
+        input is fed again in 64-byte pieces, and the failing piece byte by byte."""
+        out = bytearray()
+        for i in range(0, len(data), 64):
+            piece = data[i:i + 64]
+            saved = d.copy()
+            try:
+                out += d.decompress(piece)
+                continue
+            except zlib.error:
+                pass
+            for j in range(len(piece)):
+                try:
+                    out += saved.decompress(piece[j:j + 1])
+                except zlib.error:
+                    return out
+        return out
 
     def close(self) -> None:
         self._raw.close()
@@ -162,6 +240,8 @@ class _Gunzip(io.RawIOBase):
 
 class _Interface:
     __slots__ = ("linktype", "snaplen", "tsmul", "tsdiv", "tsshift", "tsoffset_ns")
+
+    MAX_TSOFFSET_S = 1 << 33  # if_tsoffset beyond ~270 years is nonsense: ignored
 
     def __init__(self, linktype: int, snaplen: int) -> None:
         self.linktype = linktype
@@ -173,7 +253,7 @@ class _Interface:
 
     def set_tsresol(self, v: int) -> None:
         if v & 0x80:
-            self.tsshift = v & 0x7F
+            self.tsshift = min(v & 0x7F, 64)
             self.tsmul, self.tsdiv = 0, 1
         else:
             e = v & 0x7F
@@ -183,11 +263,17 @@ class _Interface:
                 self.tsmul, self.tsdiv = 1, 10 ** min(e - 9, 18)
             self.tsshift = 0
 
+    def set_tsoffset(self, seconds: int) -> None:
+        if abs(seconds) <= self.MAX_TSOFFSET_S:
+            self.tsoffset_ns = seconds * 1_000_000_000
+
     def ts_ns(self, units: np.ndarray) -> np.ndarray:
-        """units: uint64 raw timestamps -> int64 ns since the epoch."""
+        """units: uint64 raw timestamps -> int64 ns since the epoch (wraps, never raises, on
+        absurd values)."""
         if self.tsshift:
             k = self.tsshift
-            sec = (units >> np.uint64(k)).astype(np.int64)
+            sec = (units >> np.uint64(k)).astype(np.int64) if k < 64 else np.zeros_like(
+                units, dtype=np.int64)
             frac = units & np.uint64((1 << k) - 1) if k < 64 else units
             if k > 33:  # keep frac * 1e9 inside 64 bits
                 frac = frac >> np.uint64(k - 33)
@@ -201,7 +287,7 @@ class _Interface:
         else:
             out = units.astype(np.int64) * self.tsmul
         if self.tsoffset_ns:
-            out = out + self.tsoffset_ns
+            out = out + np.int64(self.tsoffset_ns)
         return out
 
 
@@ -220,18 +306,43 @@ def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.nda
     """Gather `width` consecutive 32-bit words at each offset: (n, width) int64."""
     if len(idx) == 0:
         return np.zeros((0, width), dtype=np.int64)
+    dt = ">u4" if big else "<u4"
+    r = int(idx[0]) & 3
+    if not ((idx & 3) != r).any():  # all on one 4-byte grid (pcapng blocks): index words
+        words = np.frombuffer(buf, dtype=dt, offset=r, count=(len(buf) - r) // 4)
+        at = (idx - r) >> 2
+        if width == 1:
+            return words[at].astype(np.int64)[:, None]
+        return words[at[:, None] + np.arange(width)].astype(np.int64)
     w = width * 4
     win = as_strided(buf, shape=(len(buf) - w + 1, w), strides=(1, 1), writeable=False)
-    return win[idx].view(">u4" if big else "<u4").astype(np.int64)
+    return win[idx].view(dt).astype(np.int64)
 
 
-def _walk_python(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
-    """Offsets of the caplen field (byte 8) of each pcap record header that starts in `buf`
-    (a record's caplen field must lie in the buffer), and the offset after the last one."""
+_KNOWN_BLOCKS = np.array(sorted(KNOWN_BLOCKS - {PCAPNG_SHB}), dtype=np.int64)
+
+
+def _first_decided(c: np.ndarray, status: np.ndarray,
+                   need: np.ndarray) -> tuple[int, bool, int] | None:
+    """Resync: the first candidate start in `c` that is valid (status 1) or undecided until
+    more data is read (status 2, `need` bytes from it), as (pos, found, need); None if all
+    candidates were rejected."""
+    hit = np.flatnonzero(status)
+    if not len(hit):
+        return None
+    i = int(hit[0])
+    if status[i] == 1:
+        return int(c[i]), True, 0
+    return int(c[i]), False, int(need[i])
+
+
+def _walk_python(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarray, int]:
+    """Offsets of the caplen field (byte 8) of each pcap record header from `start` on whose
+    caplen field lies in `buf`, and the offset after the last record."""
     unpack = struct.Struct(">I" if big else "<I").unpack_from
     starts = array("q")
     append = starts.append
-    p = 8
+    p = start + 8
     lim = len(buf) - 8
     while p <= lim:  # the hot loop
         cl, = unpack(buf, p)
@@ -240,11 +351,11 @@ def _walk_python(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
     return np.frombuffer(starts, dtype=np.int64), p
 
 
-def _walk_compiled(buf: bytearray, big: bool) -> tuple[np.ndarray, int]:
+def _walk_compiled(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarray, int]:
     """`_walk_python` in C (nagleprobe/_walk.c), about 30 times faster."""
-    out = np.empty(len(buf) // 16 + 1, dtype=np.int64)
-    k, p = _walk.walk(buf, big, out)
-    return out[:k], p
+    out = np.empty((len(buf) - start) // 16 + 1, dtype=np.int64)
+    k, p = _walk.walk(memoryview(buf)[start:], big, out)
+    return out[:k] + start, p + start
 
 
 try:
@@ -256,18 +367,29 @@ except ImportError:  # built without a C compiler: the pure-Python walk
 
 
 class CaptureReader:
-    """Open a capture, validate its header; iterate to get `RecordBatch`es."""
+    """Open a capture, validate its header; iterate to get `RecordBatch`es.
 
-    def __init__(self, path: str, chunk_bytes: int = 32 << 20) -> None:
+    Damage after the first packet record (truncation, corrupt records or blocks, a corrupt
+    gzip stream) becomes a warning in `info.warnings`, or with `strict=True` a `CaptureError`.
+    """
+
+    def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False) -> None:
         self.path = path
         self.chunk_bytes = max(int(chunk_bytes), 4096)
+        self.strict = strict
         self.info = CaptureInfo(path=path)
         self._frames = 0
         self._iterated = False
+        self._size: int | None = None  # size of a plain regular file: sizes the buffers
+        self._unlisted = 0  # warnings beyond MAX_WARNINGS
+        self._damage: tuple[str, str, int] | None = None  # corrupt stretch being skipped
         self._stream = self._open(path)
         self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
         self._pending = b""
         head = self._read(4)
+        if len(head) < 4 and self.info.compressed:
+            raise CaptureError(path, "truncated gzip stream: it holds only "
+                               f"{len(head)} bytes of data", f"uncompressed byte {len(head)}")
         if len(head) == 0:
             raise CaptureError(path, "empty file")
         if len(head) < 4:
@@ -278,6 +400,10 @@ class CaptureReader:
         if le == PCAPNG_SHB:
             self.info.format = "pcapng"
             self._pending = head
+            self._ifaces: list[_Interface] = []
+            self._sec_base = 0
+            self._big = False
+            self._last_ts = 0
         elif le in (PCAP_US, PCAP_NS) or be in (PCAP_US, PCAP_NS):
             self.info.format = "pcap"
             self._open_pcap(head)
@@ -288,11 +414,6 @@ class CaptureReader:
             what = "gzip-compressed data" if self.info.compressed else "data"
             raise CaptureError(path, f"not a pcap or pcapng capture: {what} starts with "
                                f"{head.hex(' ')}", "byte 0")
-        if self.info.format == "pcapng":
-            self._ifaces: list[_Interface] = []
-            self._sec_base = 0
-            self._big = False
-            self._last_ts = 0
 
     # ------------------------------------------------------------------ input plumbing
     def _open(self, path: str):
@@ -305,6 +426,9 @@ class CaptureReader:
                 raw = open(path, "rb")
                 magic = raw.read(2)
                 raw.seek(0)
+                st = os.fstat(raw.fileno())
+                if stat.S_ISREG(st.st_mode):
+                    self._size = st.st_size
         except FileNotFoundError:
             raise CaptureError(path, "no such file") from None
         except IsADirectoryError:
@@ -315,11 +439,12 @@ class CaptureReader:
             raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
         if magic == b"\x1f\x8b":
             self.info.compressed = True
+            self._size = None
             return _Gunzip(raw)
         return raw
 
     def _read(self, n: int) -> bytes:
-        """Read up to n bytes (fewer only at end of input)."""
+        """Read up to n bytes of the file header (fewer only at end of input)."""
         try:
             out = self._stream.read(n)
             if out is None:  # pragma: no cover - non-blocking streams
@@ -329,15 +454,40 @@ class CaptureReader:
                 if not more:
                     break
                 out += more
-            return out
-        except EOFError:
-            self._gzip_truncated = True
-            return b""
-        except (gzip.BadGzipFile, zlib.error) as e:
-            raise CaptureError(self.path, f"corrupt gzip data: {e}",
-                               f"near uncompressed byte {self._pos}") from None
         except OSError as e:
             raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
+        gz_error = getattr(self._stream, "error", None)
+        if len(out) < n and gz_error:
+            raise CaptureError(self.path, gz_error, self._stream.error_where)
+        return out
+
+    def _fill(self, carry: bytes, need: int = 0) -> tuple[bytearray, bool]:
+        """A fresh buffer: `carry` followed by up to chunk_bytes of input (at least enough for
+        `need` bytes in all, for a record known to be that long); (buf, at_eof)."""
+        c = len(carry)
+        want = max(self.chunk_bytes, need - c)
+        if self._size is not None:  # don't allocate a whole chunk for a small file
+            want = min(want, max(self._size - self._pos - c, 0) + 4096)
+        buf = bytearray(c + want)
+        buf[:c] = carry
+        got = self._readinto(memoryview(buf)[c:])
+        if got < want:
+            del buf[c + got:]
+        return buf, got == 0
+
+    def _readinto(self, mv: memoryview) -> int:
+        total, want = 0, len(mv)
+        try:
+            while total < want:
+                k = self._stream.readinto(mv[total:])
+                if not k:
+                    break
+                total += k
+        except OSError as e:
+            raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
+        finally:
+            mv.release()
+        return total
 
     # ------------------------------------------------------------------ pcap
     def _open_pcap(self, head: bytes) -> None:
@@ -349,6 +499,8 @@ class CaptureReader:
         self._big = le not in (PCAP_US, PCAP_NS)
         magic = int.from_bytes(head, "big" if self._big else "little")
         self._ts_frac_mul = 1000 if magic == PCAP_US else 1
+        self._frac_lim = 1_000_000 if magic == PCAP_US else 1_000_000_000
+        self._last_sec = 0
         e = ">" if self._big else "<"
         major, minor, _zone, _sigfigs, snaplen, network = struct.unpack(e + "HHiIII", rest)
         if major != 2:
@@ -362,75 +514,60 @@ class CaptureReader:
         self.info.link_types.append(linktype_name(lt))
         self._pos = 24
 
-    def _fill(self, carry) -> tuple[bytearray, bool]:
-        """A fresh buffer: `carry` followed by up to chunk_bytes of input; (buf, at_eof)."""
-        c = len(carry)
-        buf = bytearray(c + self.chunk_bytes)
-        buf[:c] = carry
-        got = self._readinto(memoryview(buf)[c:])
-        if got < self.chunk_bytes:
-            del buf[c + got:]
-        return buf, got == 0
-
-    def _readinto(self, mv: memoryview) -> int:
-        total, want = 0, len(mv)
-        try:
-            while total < want:
-                k = self._stream.readinto(mv[total:])
-                if not k:
-                    break
-                total += k
-        except EOFError:
-            self._gzip_truncated = True
-        except (gzip.BadGzipFile, zlib.error) as e:
-            raise CaptureError(self.path, f"corrupt gzip data: {e}",
-                               f"near uncompressed byte {self._pos + total}") from None
-        except OSError as e:
-            raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
-        finally:
-            mv.release()
-        return total
-
     def _pcap_chunks(self) -> Iterator[RecordBatch]:
-        unpack = struct.Struct(">I" if self._big else "<I").unpack_from
+        big = self._big
+        unpack = struct.Struct(">I" if big else "<I").unpack_from
         carry = b""
+        need = 0
         eof = False
+        resync = False  # skipping a corrupt stretch: looking for the next valid record
         while not eof:
-            buf, eof = self._fill(carry)
-            base = self._pos  # file offset of buf[0]
-            n = len(buf)
-            starts, p = walk_records(buf, self._big)
-            k = len(starts)
-            pos = p - 8
-            corrupt = None
-            if k and pos > n:  # the last record runs past the buffer: carry it over
-                k -= 1
-                last = int(starts[k])
-                pos = last - 8
-                cl, = unpack(buf, last)
-                if cl > MAX_CAPLEN:
-                    corrupt = (pos, f"captured length {cl} exceeds {MAX_CAPLEN}")
-            st = starts[:k] - 8 if k else None
-            if k:
-                data = np.frombuffer(buf, dtype=np.uint8)
-                hdr = _u32_rows(data, st, 4, self._big)
-                over = hdr[:, 2] > MAX_CAPLEN
-                if over.any():
-                    j = int(np.argmax(over))
-                    corrupt = (int(st[j]), f"captured length {int(hdr[j, 2])} exceeds "
-                               f"{MAX_CAPLEN}")
-                    st, hdr, k = st[:j], hdr[:j], j
+            buf, eof = self._fill(carry, need)
+            base, n, need = self._pos, len(buf), 0  # base: file offset of buf[0]
+            data = np.frombuffer(buf, dtype=np.uint8)
+            p = 0  # where the next record starts
+            while True:
+                if resync:
+                    p, found, need = self._pcap_resync(data, p, eof)
+                    if not found:
+                        break
+                    resync = False
+                    self._resynced(base + p, "record")
+                # the caplen field (byte 8) of each record header, walked from p
+                starts, w = walk_records(buf, big, p)
+                k = len(starts)
+                end = w - 8  # where the record after the walked ones starts
+                bad = None
+                if k and end > n:  # the last record runs past the buffer: carry it over
+                    k -= 1
+                    last = int(starts[k])
+                    end = last - 8
+                    cl, = unpack(buf, last)
+                    if cl > MAX_CAPLEN:
+                        bad = (end, cl)
+                    else:
+                        need = cl + 16
                 if k:
-                    yield self._pcap_batch(data, st, hdr)
-            if corrupt is not None:
-                self._pos = base + corrupt[0]
-                self._corrupt(corrupt[1], base + corrupt[0])
-                return
-            carry = bytes(buf[pos:]) if pos < n else b""
-            self._pos = base + pos
-        if carry:
-            self._truncated(len(carry))
-        self._end_of_input()
+                    st = starts[:k] - 8
+                    hdr = _u32_rows(data, st, 4, big)
+                    over = hdr[:, 2] > MAX_CAPLEN
+                    if over.any():
+                        j = int(np.argmax(over))
+                        bad = (int(st[j]), int(hdr[j, 2]))
+                        st, hdr, k = st[:j], hdr[:j], j
+                    if k:
+                        yield self._pcap_batch(data, st, hdr)
+                if bad is None:
+                    p = end
+                    break
+                self._corrupt(f"corrupt record: captured length {bad[1]} exceeds the limit of "
+                              f"{MAX_CAPLEN} bytes", "record", self._frames + 1, base + bad[0])
+                resync = True
+                need = 0
+                p = bad[0] + 1
+            carry = bytes(buf[p:]) if p < n else b""
+            self._pos = base + p
+        self._finish(len(carry), resync)
 
     def _pcap_batch(self, data: np.ndarray, st: np.ndarray, hdr: np.ndarray) -> RecordBatch:
         k = len(st)
@@ -438,40 +575,146 @@ class CaptureReader:
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
         self._frames += k
         self.info.packets += k
+        self._last_sec = int(hdr[-1, 0])
         return RecordBatch(data=data, offset=st + 16, caplen=hdr[:, 2].copy(),
                            wirelen=hdr[:, 3].copy(), ts_ns=ts,
                            linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame)
+
+    def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Could a record header start at each of `pos`? (mask, caplen)."""
+        h = _u32_rows(data, pos, 4, self._big)
+        cl, wl = h[:, 2], h[:, 3]
+        ok = ((h[:, 1] < self._frac_lim) & (cl <= MAX_CAPLEN) & (cl <= wl)
+              & (wl <= RESYNC_MAX_WIRELEN) & (np.abs(h[:, 0] - self._last_sec) <= RESYNC_WINDOW_S))
+        return ok, cl
+
+    def _pcap_resync(self, data: np.ndarray, start: int, eof: bool) -> tuple[int, bool, int]:
+        """The first position >= start where three plausible record headers follow each other
+        (or plausible records end exactly at the end of the file): (pos, True, 0).  Without
+        one in the buffer: (pos to carry on from, False, bytes needed from there)."""
+        n = len(data)
+        q = start
+        while q <= n - 16:
+            m = min(n - 15 - q, RESYNC_SPAN)
+            c = np.arange(q, q + m, dtype=np.int64)
+            ok, cl = self._pcap_plausible(data, c)
+            c, cl = c[ok], cl[ok]
+            if len(c):
+                decided = _first_decided(c, *self._pcap_chain(data, c, cl, eof))
+                if decided:
+                    return decided
+            q += m
+        return (n if eof else q), False, 0
+
+    def _pcap_chain(self, data: np.ndarray, c: np.ndarray, cl: np.ndarray,
+                    eof: bool) -> tuple[np.ndarray, np.ndarray]:
+        """For candidate record starts `c` (plausible headers, captured lengths `cl`): status
+        1 = the next two headers are plausible too (or the records end exactly at EOF),
+        2 = undecided until more data is read (`need` bytes from c), 0 = rejected."""
+        n = len(data)
+        status = np.zeros(len(c), np.int8)
+        need = np.zeros(len(c), np.int64)
+        undecided = np.ones(len(c), bool)
+        p, length = c, cl
+        for _ in range(2):
+            end = p + 16 + length  # end of this record = start of the next header
+            done = undecided & (end == n) & eof
+            status[done] = 1
+            undecided &= ~done
+            short = undecided & (end + 16 > n)
+            if not eof:
+                status[short] = 2
+                need[short] = end[short] + 16 - c[short]
+            undecided &= ~short
+            idx = np.flatnonzero(undecided)
+            if not len(idx):
+                break
+            ok, nxt = self._pcap_plausible(data, end[idx])
+            undecided[idx[~ok]] = False
+            length = np.zeros(len(c), np.int64)
+            length[idx] = nxt
+            p = end
+        status[undecided] = 1
+        return status, need
 
     # ------------------------------------------------------------------ pcapng
     def _pcapng_chunks(self) -> Iterator[RecordBatch]:
         carry = self._pending
         self._pending = b""
+        need = 0
         eof = False
         block_no = 0  # blocks fully consumed so far
-        shb_seen = False
+        resync = False
         while not eof:
-            buf, eof = self._fill(carry)
-            base = self._pos
-            n = len(buf)
-            starts = array("q")
-            append = starts.append
-            # segments: (first record index, big-endian?, interface base) - new one per SHB
-            segs = [(0, self._big, self._sec_base)]
+            buf, eof = self._fill(carry, need)
+            base, n, need = self._pos, len(buf), 0
+            data = np.frombuffer(buf, dtype=np.uint8)
             pos = 0
-            corrupt = None
-            big = self._big
-            unpack = struct.Struct(">II" if big else "<II").unpack_from
-            lim = n - 8
-            while pos <= lim:
-                if shb_seen and _walk is not None:  # runs of packet blocks, compiled
-                    out = np.empty(n // 12 + 1, dtype=np.int64)
-                    k, pos, passed = _walk.walk_blocks(buf, pos, big, MAX_BLOCK, out)
-                    starts.frombytes(out[:k].tobytes())
-                    block_no += passed
-                    if pos > lim:
+            while True:
+                if resync:
+                    pos, found, need = self._pcapng_resync(data, pos, eof)
+                    if not found:
                         break
-                bt, bl = unpack(buf, pos)
-                if bt == PCAPNG_SHB:
+                    resync = False
+                    block_no += 1  # the corrupt stretch
+                    self._resynced(base + pos, "block")
+                starts = array("q")
+                append = starts.append
+                # segments: (first record index, big-endian?, interface base) - new one per SHB
+                segs = [(0, self._big, self._sec_base)]
+                bad = None
+                big = self._big
+                unpack = struct.Struct(">II" if big else "<II").unpack_from
+                trailer = struct.Struct(">I" if big else "<I").unpack_from
+                lim = n - 8
+                checked = 0  # starts[:checked] have had their trailing length checked
+                max_block, epb, spb, pb = MAX_BLOCK, BT_EPB, BT_SPB, BT_PB
+                while pos <= lim:
+                    if _walk is not None:  # a run of packet blocks, compiled
+                        out = np.empty((n - pos) // 12 + 1, dtype=np.int64)
+                        k, pos, passed = _walk.walk_blocks(buf, pos, big, max_block, out)
+                        starts.frombytes(out[:k].tobytes())
+                        block_no += passed
+                        if pos > lim:
+                            break
+                    bt, bl = unpack(buf, pos)
+                    end = pos + bl
+                    # The hot loop: packet blocks with a sane length; their trailing length
+                    # copies are compared in bulk before any other block is read, and at the end.
+                    if (bt == epb or bt == spb or bt == pb) and (
+                            12 <= bl <= max_block and not bl & 3 and end <= n):
+                        append(pos)
+                        pos = end
+                        block_no += 1
+                        continue
+                    j = self._bad_trailer(data, starts, checked, big)
+                    checked = len(starts)
+                    if j is not None:
+                        break
+                    if bt != PCAPNG_SHB:
+                        if bl < 12 or bl & 3 or bl > MAX_BLOCK:
+                            bad = (pos, f"block length {bl} is invalid (must be a multiple of 4 "
+                                   f"between 12 and {MAX_BLOCK})")
+                            break
+                        if end > n:
+                            need = bl
+                            break
+                        tl, = trailer(buf, end - 4)
+                        if tl != bl:
+                            bad = (pos, f"block length {bl} does not match the length {tl} "
+                                   "at the end of the block")
+                            break
+                        if bt == BT_IDB:
+                            err = self._parse_idb(buf, pos, bl, big)
+                            if err:
+                                bad = (pos, err)
+                                break
+                        elif bt not in KNOWN_BLOCKS:
+                            self._skip("unknown-block-type", 1)
+                        pos = end
+                        block_no += 1
+                        continue
+                    # a section header: its byte-order magic sets how the section is read
                     if pos + 12 > n:
                         break
                     bom = buf[pos + 8:pos + 12]
@@ -480,60 +723,110 @@ class CaptureReader:
                     elif bom == b"\x1a\x2b\x3c\x4d":
                         big = True
                     else:
-                        corrupt = (pos, block_no, f"section header with bad byte-order magic "
-                                   f"{bom.hex()}")
+                        bad = (pos, f"section header with a bad byte-order magic {bom.hex()}")
                         break
                     unpack = struct.Struct(">II" if big else "<II").unpack_from
+                    trailer = struct.Struct(">I" if big else "<I").unpack_from
                     bt, bl = unpack(buf, pos)
                     if bl < 28 or bl & 3 or bl > MAX_BLOCK:
-                        corrupt = (pos, block_no, f"section header block length {bl} is invalid")
+                        bad = (pos, f"section header block length {bl} is invalid")
                         break
                     if pos + bl > n:
+                        need = bl
+                        break
+                    tl, = trailer(buf, pos + bl - 4)
+                    if tl != bl:
+                        bad = (pos, f"block length {bl} does not match the length {tl} "
+                               "at the end of the block")
                         break
                     major = struct.unpack_from(">H" if big else "<H", buf, pos + 12)[0]
                     if major != 1:
-                        corrupt = (pos, block_no, f"unsupported pcapng version {major}")
+                        bad = (pos, f"unsupported pcapng version {major}")
                         break
-                    shb_seen = True
                     self._big = big
                     self._sec_base = len(self._ifaces)
                     segs.append((len(starts), big, self._sec_base))
                     pos += bl
                     block_no += 1
-                    continue
-                if bl < 12 or bl & 3 or bl > MAX_BLOCK:
-                    corrupt = (pos, block_no, f"block length {bl} is invalid (must be a "
-                               f"multiple of 4 between 12 and {MAX_BLOCK})")
+                else:
+                    j = self._bad_trailer(data, starts, checked, big)
+                if j is not None:  # a packet block walked over had a wrong length
+                    block_no -= len(starts) - j
+                    at = starts[j]
+                    bl, = trailer(buf, at + 4)
+                    tl, = trailer(buf, at + bl - 4)
+                    bad = (at, f"block length {bl} does not match the length {tl} at the end "
+                           "of the block")
+                    need = 0
+                    del starts[j:]
+                if len(starts):
+                    yield self._pcapng_batch(data, starts, segs)
+                if bad is None:
                     break
-                end = pos + bl
-                if end > n:
-                    break
-                if not shb_seen:
-                    corrupt = (pos, block_no, "pcapng data does not start with a section header")
-                    break
-                if bt == BT_EPB or bt == BT_SPB or bt == BT_PB:
-                    append(pos)
-                elif bt == BT_IDB:
-                    err = self._parse_idb(buf, pos, bl, big)
-                    if err:
-                        corrupt = (pos, block_no, err)
-                        break
-                pos = end
-                block_no += 1
-            if len(starts):
-                yield self._pcapng_batch(buf, starts, segs, base, block_no - 0)
-            if corrupt is not None:
-                self._corrupt(corrupt[2], base + corrupt[0], block=corrupt[1] + 1)
-                return
+                self._corrupt(f"corrupt block: {bad[1]}", "block", block_no + 1, base + bad[0])
+                resync = True
+                need = 0
+                pos = bad[0] + 1
             carry = bytes(buf[pos:]) if pos < n else b""
             self._pos = base + pos
-        if carry:
-            self._truncated(len(carry))
-        self._end_of_input()
+        self._finish(len(carry), resync, unit="block", number=block_no + 1)
+
+    @staticmethod
+    def _bad_trailer(data: np.ndarray, starts: array, first: int, big: bool) -> int | None:
+        """Index of the first packet block in starts[first:] whose trailing length copy differs
+        from its length (the blocks are complete), or None."""
+        if len(starts) <= first:
+            return None
+        st = np.frombuffer(starts, dtype=np.int64)[first:].copy()  # no view left: `starts` grows
+        bl = _u32_rows(data, st + 4, 1, big)[:, 0]
+        bad = np.flatnonzero(_u32_rows(data, st + bl - 4, 1, big)[:, 0] != bl)
+        return first + int(bad[0]) if len(bad) else None
+
+    def _pcapng_resync(self, data: np.ndarray, start: int, eof: bool) -> tuple[int, bool, int]:
+        """The first position >= start where a block of a known type starts whose trailing
+        length copy matches its length: (pos, True, 0).  Without one in the buffer: (pos to
+        carry on from, False, bytes needed from there)."""
+        n = len(data)
+        big = self._big
+        q = start
+        while q <= n - 12:
+            m = min(n - 11 - q, RESYNC_SPAN)
+            c = np.arange(q, q + m, dtype=np.int64)
+            h = _u32_rows(data, c, 2, big)
+            bt, bl = h[:, 0], h[:, 1]
+            ok = (np.isin(bt, _KNOWN_BLOCKS) & (bl >= 12) & ((bl & 3) == 0)
+                  & (bl <= MAX_BLOCK))
+            shb = np.flatnonzero(bt == PCAPNG_SHB)
+            for i in shb:  # a section header has its own byte order
+                bom = bytes(data[q + i + 8:q + i + 12])
+                if bom in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+                    sbig = bom[0] == 0x1A
+                    v = int(_u32(data, c[i:i + 1] + 4, sbig)[0])
+                    if 28 <= v <= MAX_BLOCK and not v & 3:
+                        ok[i] = True
+                        bl[i] = v
+            idx = np.flatnonzero(ok)
+            if len(idx):
+                c, bl = c[idx], bl[idx]
+                end = c + bl
+                complete = end <= n
+                tl = np.full(len(c), -1, np.int64)
+                ic = np.flatnonzero(complete)
+                if len(ic):
+                    tl[ic] = _u32(data, end[ic] - 4, big)
+                    for j in ic[np.isin(idx[ic], shb)]:  # SHB trailers in their own order
+                        sbig = data[c[j] + 8] == 0x1A
+                        tl[j] = int(_u32(data, end[j:j + 1] - 4, bool(sbig))[0])
+                status = np.where(complete & (tl == bl), 1, np.where(~complete & (not eof), 2, 0))
+                decided = _first_decided(c, status, bl)
+                if decided:
+                    return decided
+            q += m
+        return (n if eof else q), False, 0
 
     def _parse_idb(self, buf: bytes, pos: int, bl: int, big: bool) -> str | None:
         e = ">" if big else "<"
-        if bl < 20:
+        if bl < MIN_BLOCK[BT_IDB]:
             return f"interface description block length {bl} is too short"
         lt, _res, snaplen = struct.unpack_from(e + "HHI", buf, pos + 8)
         iface = _Interface(lt, snaplen)
@@ -548,7 +841,7 @@ class CaptureReader:
             if code == 9 and ln >= 1:
                 iface.set_tsresol(buf[v])
             elif code == 14 and ln >= 8:
-                iface.tsoffset_ns = struct.unpack_from(e + "q", buf, v)[0] * 1_000_000_000
+                iface.set_tsoffset(struct.unpack_from(e + "q", buf, v)[0])
             o = v + ((ln + 3) & ~3)
         self._ifaces.append(iface)
         name = linktype_name(lt)
@@ -556,9 +849,7 @@ class CaptureReader:
             self.info.link_types.append(name)
         return None
 
-    def _pcapng_batch(self, buf: bytes, starts: array, segs: list, base: int,
-                      _blocks: int) -> RecordBatch:
-        data = np.frombuffer(buf, dtype=np.uint8)
+    def _pcapng_batch(self, data: np.ndarray, starts: array, segs: list) -> RecordBatch:
         st = np.frombuffer(starts, dtype=np.int64)
         k = len(st)
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
@@ -571,6 +862,7 @@ class CaptureReader:
         have_ts = np.zeros(k, bool)
         ifidx = np.full(k, -1, np.int64)
         blen = np.zeros(k, np.int64)
+        short = np.zeros(k, bool)
         bounds = [s[0] for s in segs[1:]] + [k]
         for (lo, big, ibase), hi in zip(segs, bounds):
             if hi <= lo:
@@ -579,12 +871,14 @@ class CaptureReader:
             w = _u32_rows(data, s, 2, big)  # type, length
             btype, bl = w[:, 0], w[:, 1]
             blen[lo:hi] = bl
+            spb = btype == BT_SPB
+            too_short = bl < np.where(spb, MIN_BLOCK[BT_SPB], MIN_BLOCK[BT_EPB])
+            short[lo:hi] = too_short
             ifaces_here = len(self._ifaces) - ibase
             # EPB: ifid ts_hi ts_lo caplen origlen at +8; data at +28
             # PB : ifid(16) drops(16) ts_hi ts_lo caplen origlen; data at +28
             # SPB: origlen at +8; data at +12
-            full = btype != BT_SPB
-            idx = np.nonzero(full)[0]
+            idx = np.nonzero(~spb & ~too_short)[0]
             if len(idx):
                 f = _u32_rows(data, s[idx] + 8, 5, big)
                 ifid = f[:, 0]
@@ -611,7 +905,7 @@ class CaptureReader:
                     tsv[ok] = sub
                 ts[g] = tsv
                 have_ts[g] = ok
-            sidx = np.nonzero(~full)[0]
+            sidx = np.nonzero(spb & ~too_short)[0]
             if len(sidx):
                 g = lo + sidx
                 ol = _u32_rows(data, s[sidx] + 8, 1, big)[:, 0]
@@ -626,65 +920,93 @@ class CaptureReader:
                 offset[g] = s[sidx] + 12
         # caplen must fit in the block: EPB/PB 32 bytes of overhead, SPB 16
         overhead = np.where(offset - st == 12, 16, 32)
-        bad = (caplen > blen - overhead) | (caplen < 0)
+        bad = ~short & ((caplen > blen - overhead) | (caplen < 0))
         # SPB timestamps: the previous packet's
         pos_idx = np.where(have_ts, np.arange(k), -1)
         np.maximum.accumulate(pos_idx, out=pos_idx)
-        filled = np.where(pos_idx >= 0, ts[np.maximum(pos_idx, 0)], self._last_ts)
-        ts = filled
+        ts = np.where(pos_idx >= 0, ts[np.maximum(pos_idx, 0)], self._last_ts)
         if k:
             self._last_ts = int(ts[-1])
         lt_table = np.array([i.linktype for i in self._ifaces] + [-1], dtype=np.int32)
         linktype = lt_table[ifidx]  # -1 -> last entry (-1)
         keep = (ifidx >= 0) & ~bad
         if not keep.all():
-            nb = int(((ifidx < 0)).sum())
-            if nb:
-                self._skip("unknown-interface", nb)
-            nbad = int((bad & (ifidx >= 0)).sum())
-            if nbad:
-                self._skip("caplen-exceeds-block", nbad)
+            self._skip("corrupt-block", int(short.sum()))
+            self._skip("unknown-interface", int(((ifidx < 0) & ~short).sum()))
+            self._skip("caplen-exceeds-block", int((bad & (ifidx >= 0)).sum()))
             sel = np.nonzero(keep)[0]
             offset, caplen, wirelen, ts = offset[sel], caplen[sel], wirelen[sel], ts[sel]
             linktype, frame = linktype[sel], frame[sel]
         return RecordBatch(data=data, offset=offset, caplen=caplen, wirelen=wirelen,
                            ts_ns=ts, linktype=linktype, frame=frame)
 
-    # ------------------------------------------------------------------ shared
+    # ------------------------------------------------------------------ damage
     def _skip(self, reason: str, n: int) -> None:
-        self.info.skipped[reason] = self.info.skipped.get(reason, 0) + n
+        if n:
+            self.info.skipped[reason] = self.info.skipped.get(reason, 0) + n
 
-    def _corrupt(self, problem: str, at: int, block: int | None = None) -> None:
-        rec = self._frames + 1
-        where = (f"block {block} at byte {at}" if block is not None
-                 else f"record {rec} at byte {at}")
-        if self._frames == 0:
-            raise CaptureError(self.path, f"corrupt capture: {problem}", where)
-        what = f"block {block}" if block is not None else f"record {rec}"
-        self.info.warnings.append(
-            f"corrupt {what} at byte {at}: {problem}; analysed the first {self._frames} records")
+    def _warn(self, text: str) -> None:
+        if len(self.info.warnings) < MAX_WARNINGS:
+            self.info.warnings.append(text)
+        else:
+            self._unlisted += 1
 
-    def _truncated(self, leftover: int) -> None:
-        rec = self._frames + 1
-        at = self._pos
-        gz = " (gzip stream also ends early)" if self._gz_truncated() else ""
-        if self._frames == 0:
-            unit = "record" if self.info.format == "pcap" else "block"
-            raise CaptureError(self.path, f"truncated capture: file ends inside the first "
-                               f"{unit}{gz}", f"{unit} {rec} at byte {at}")
-        self.info.warnings.append(
-            f"capture ends inside record {rec} at byte {at} (truncated file){gz}; "
-            f"analysed the {self._frames} complete records")
+    def _damaged(self, problem: str, where: str, consequence: str) -> None:
+        """Damage found: an error before the first record (or when strict), else a warning."""
+        if self._frames == 0 or self.strict:
+            raise CaptureError(self.path, problem, where)
+        self._warn(f"{problem} ({where}); {consequence}")
 
-    def _gz_truncated(self) -> bool:
-        return getattr(self, "_gzip_truncated", False) or getattr(self._stream, "truncated", False)
+    def _corrupt(self, problem: str, unit: str, number: int, at: int) -> None:
+        """A record/block with impossible lengths at file offset `at`: skipped, with the
+        bytes up to the next valid one (the warning is written once that is known)."""
+        where = f"{unit} {number} at byte {at}"
+        if self._frames == 0 or self.strict:
+            raise CaptureError(self.path, problem, where)
+        self._skip(f"corrupt-{unit}", 1)
+        self._damage = (problem, where, at)
 
-    def _end_of_input(self) -> None:
-        if self._gz_truncated() and not any(
-                "truncated" in w for w in self.info.warnings):
-            self.info.warnings.append("gzip stream ends early (truncated file); analysed the "
-                                      f"{self._frames} complete records")
+    def _resynced(self, at: int, unit: str) -> None:
+        problem, where, start = self._damage
+        self._damage = None
+        self._warn(f"{problem} ({where}); skipped {at - start} bytes to the next valid {unit} "
+                   f"at byte {at}")
 
+    def _finish(self, leftover: int, resync: bool, unit: str = "record",
+                number: int | None = None) -> None:
+        """End of input: report a corrupt stretch running to the end, a truncated last
+        record or block, a truncated or corrupt gzip stream, and unlisted warnings."""
+        gz = self._stream if isinstance(self._stream, _Gunzip) else None
+        gz_error = gz.error if gz else None
+        done = f"analysed the {self._frames} complete packet records"
+        if resync:
+            problem, where, start = self._damage
+            self._damage = None
+            self._warn(f"{problem} ({where}); nothing valid after it: ignored the last "
+                       f"{self._pos + leftover - start} bytes")
+        elif leftover:
+            num = self._frames + 1 if number is None else number
+            which = "the first" if self._frames == 0 else "a"
+            inside = f"{unit} {num} at byte {self._pos}"
+            if gz_error:  # the gzip stream broke inside this record
+                self._damaged(gz_error, f"{gz.error_where}, inside {inside}", done)
+                gz_error = None
+            else:
+                what = "gzip stream" if gz and gz.truncated else "file"
+                self._damaged(f"truncated capture: the {what} ends inside {which} {unit}",
+                              inside, done)
+        elif gz and gz.truncated:
+            self._damaged("truncated gzip stream: it ends early",
+                          f"uncompressed byte {self._pos}", done)
+        if gz_error:
+            self._damaged(gz_error, gz.error_where,
+                          f"analysed the {self._frames} packet records before it")
+        if self._unlisted:
+            self.info.warnings.append(f"{self._unlisted} more warnings like these "
+                                      "were not listed")
+            self._unlisted = 0
+
+    # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[RecordBatch]:
         if self._iterated:
             raise RuntimeError("a CaptureReader can be iterated only once")
@@ -725,5 +1047,6 @@ class CaptureReader:
         self.close()
 
 
-def read_capture(path: str) -> CaptureReader:
-    return CaptureReader(path)
+def read_capture(path: str, strict: bool = False) -> CaptureReader:
+    """A `CaptureReader` for `path` ("-" for standard input)."""
+    return CaptureReader(path, strict=strict)

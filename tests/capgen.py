@@ -114,6 +114,29 @@ def pcapng_bytes(sections: list[Section]) -> bytes:
     return b"".join(out)
 
 
+def pcap_records(b: bytes, limit: int = 262144) -> list[tuple[int, bytes]]:
+    """(file offset, bytes incl. the 16-byte header) of each record of a little-endian pcap,
+    up to and including the first whose captured length is over `limit`."""
+    out, o = [], 24
+    while o + 16 <= len(b):
+        cl = struct.unpack_from("<I", b, o + 8)[0]
+        out.append((o, b[o:o + 16 + cl]))
+        if cl > limit:
+            break
+        o += 16 + cl
+    return out
+
+
+def pcapng_blocks(b: bytes) -> list[tuple[int, bytes]]:
+    """(file offset, bytes) of each block of a well-formed little-endian pcapng."""
+    out, o = [], 0
+    while o + 8 <= len(b):
+        ln = struct.unpack_from("<I", b, o + 4)[0]
+        out.append((o, b[o:o + ln]))
+        o += ln
+    return out
+
+
 def gz(b: bytes) -> bytes:
     return gzip.compress(b, compresslevel=1)
 

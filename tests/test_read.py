@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capgen import Iface, Section, gz, pcap_bytes, pcapng_bytes, write
+from capgen import Iface, Section, gz, pcap_bytes, pcapng_blocks, pcapng_bytes, write
 from nagleprobe.decode import decode
 from nagleprobe.errors import CaptureError
 from nagleprobe.read import CaptureReader, read_capture
@@ -120,14 +121,20 @@ def test_synthetic_truncated_last_record_is_a_warning(tmp_path):
     assert 0 < len(rec["frame"]) <= 10 and info.warnings
 
 
-def test_synthetic_corrupt_record_after_good_ones_is_a_warning(tmp_path):
+def test_synthetic_corrupt_record_after_good_ones_is_skipped_with_a_warning(tmp_path):
     b = bytearray(pcap_bytes([(T0 + i, pkt(i)) for i in range(5)]))
-    off = 24 + 3 * (16 + len(pkt(0)))
+    size = 16 + len(pkt(0))
+    off = 24 + 3 * size
     struct.pack_into("<I", b, off + 8, 10_000_000)
-    rec, info = records(write(tmp_path / "c.pcap", bytes(b)))
-    assert len(rec["frame"]) == 3
-    assert info.warnings == [f"corrupt record 4 at byte {off}: captured length 10000000 "
-                             f"exceeds 262144; analysed the first 3 records"]
+    for chunk in (32 << 20, 4096):
+        rec, info = records(write(tmp_path / "c.pcap", bytes(b)), chunk_bytes=chunk)
+        assert rec["first"] == [pkt(0), pkt(1), pkt(2), pkt(4)]  # the 5th record is found again
+        assert rec["frame"] == [1, 2, 3, 4]
+        assert info.warnings == [
+            f"corrupt record: captured length 10000000 exceeds the limit of 262144 bytes "
+            f"(record 4 at byte {off}); skipped {size} bytes to the next valid record at "
+            f"byte {off + size}"]
+        assert info.skipped == {"corrupt-record": 1}
 
 
 def err(path, **kw):
@@ -176,3 +183,45 @@ def test_synthetic_unsupported_link_type_only_in_pcapng_is_skipped(tmp_path):
         decode(b, c)
     assert c == Counter({"unsupported-link-type": 1})
     assert r.info.link_types == ["USB_LINUX"]
+
+
+def test_synthetic_many_corrupt_stretches_are_all_skipped_and_the_warnings_capped(tmp_path):
+    # 26 groups of 3 records with 40 bytes of garbage between groups: reading resumes where
+    # three consistent record headers follow each other, i.e. at the start of every group
+    whole = pcap_bytes([(T0 + i, pkt(i)) for i in range(78)])
+    size = 16 + len(pkt(0))
+    groups = [whole[24 + g * 3 * size:24 + (g + 1) * 3 * size] for g in range(26)]
+    rec, info = records(write(tmp_path / "many.pcap", whole[:24] + (b"\xee" * 40).join(groups)),
+                        chunk_bytes=4096)
+    assert rec["first"] == [pkt(i) for i in range(78)]
+    assert info.skipped == {"corrupt-record": 25}
+    assert len(info.warnings) == 21
+    assert all(w.startswith("corrupt record: ") and "skipped 40 bytes" in w
+               for w in info.warnings[:20])
+    assert info.warnings[20] == "5 more warnings like these were not listed"
+
+
+def test_synthetic_gzip_corrupt_from_the_start_is_an_error_naming_where(tmp_path):
+    z = bytearray(gz(pcap_bytes([(T0, pkt(1))])))
+    z[12:15] = bytes(b ^ 0xFF for b in z[12:15])  # inside the first deflate block
+    p = write(tmp_path / "bad.pcap.gz", bytes(z))
+    m = re.fullmatch(re.escape(p) + r": corrupt gzip data: .+ \(uncompressed byte (\d+)\)", err(p))
+    assert m and int(m.group(1)) < 24  # broken before the pcap header was complete
+
+
+def test_synthetic_bad_trailer_before_a_new_section_is_found_before_the_section_is_read(tmp_path):
+    s1 = Section([Iface(1)], records=[("epb", 0, T0 + i, pkt(i)) for i in range(3)])
+    s2 = Section([Iface(1)], big=True, records=[("epb", 0, T0 + 9 + i, pkt(9 + i))
+                                                for i in range(2)])
+    b = bytearray(pcapng_bytes([s1, s2]))
+    blocks = pcapng_blocks(bytes(b))
+    at, blk = blocks[4]  # block 5: the third packet block of section 1
+    struct.pack_into("<I", b, at + len(blk) - 4, len(blk) + 4)
+    for chunk in (32 << 20, 4096):
+        rec, info = records(write(tmp_path / "t.pcapng", bytes(b)), chunk_bytes=chunk)
+        assert rec["first"] == [pkt(0), pkt(1), pkt(9), pkt(10)]  # the big-endian section too
+        assert info.warnings == [
+            f"corrupt block: block length {len(blk)} does not match the length {len(blk) + 4} "
+            f"at the end of the block (block 5 at byte {at}); skipped {len(blk)} bytes to the "
+            f"next valid block at byte {at + len(blk)}"]
+        assert info.skipped == {"corrupt-block": 1}
