@@ -676,7 +676,7 @@ class CaptureReader:
                         starts.frombytes(out[:k].tobytes())
                         block_no += passed
                         if pos > lim:
-                            break
+                            continue  # ends the loop through its `else`: the trailer check
                     bt, bl = unpack(buf, pos)
                     end = pos + bl
                     # The hot loop: packet blocks with a sane length; their trailing length
