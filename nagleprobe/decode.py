@@ -322,6 +322,49 @@ def _walk_v6_ext(data: np.ndarray, l3: int, end: int, nh: int) -> int | str:
 
 
 # ---------------------------------------------------------------------- transport layer
+def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
+                      ) -> tuple[np.ndarray, ...]:
+    """`_tcp_options` for many packets at once: (mss, wscale, sack_ok, tsval, has_ts) arrays
+    from the `length` option bytes at each offset `at`. Every packet's parser state (its
+    position in its options) advances one option per step, in lockstep; at most 40 steps."""
+    m = len(at)
+    width = 40
+    cols = np.minimum(at[:, None] + np.arange(width), len(data) - 1)
+    opts = data[cols].astype(np.int64)
+    mss = np.full(m, -1, np.int64)
+    ws = np.full(m, -1, np.int64)
+    sack = np.zeros(m, np.int64)
+    tsval = np.zeros(m, np.int64)
+    has_ts = np.zeros(m, np.int64)
+    n = np.minimum(length.astype(np.int64), width)
+    live = np.flatnonzero(n > 0)
+    pos = np.zeros(m, np.int64)
+    while len(live):
+        p, r = pos[live], live
+        kind = opts[r, p]
+        nop = kind == 1
+        pos[r[nop]] += 1
+        opt = (kind != 0) & ~nop & (p + 1 < n[r])
+        r, p, kind = r[opt], p[opt], kind[opt]
+        ln = opts[r, np.minimum(p + 1, width - 1)]
+        ok = (ln >= 2) & (p + ln <= n[r])
+        r, p, kind, ln = r[ok], p[ok], kind[ok], ln[ok]
+        at_ = lambda k: opts[r, np.minimum(p + k, width - 1)]  # noqa: E731
+        sel = (kind == 2) & (ln == 4)
+        mss[r[sel]] = (at_(2)[sel] << 8) | at_(3)[sel]
+        sel = (kind == 3) & (ln == 3)
+        ws[r[sel]] = at_(2)[sel]
+        sack[r[(kind == 4) & (ln == 2)]] = 1
+        sel = (kind == 8) & (ln == 10)
+        tsval[r[sel]] = ((at_(2)[sel] << 24) | (at_(3)[sel] << 16) | (at_(4)[sel] << 8)
+                         | at_(5)[sel])
+        has_ts[r[sel]] = 1
+        pos[r] += ln
+        nxt = np.concatenate([live[nop], r])
+        live = np.sort(nxt[pos[nxt] < n[nxt]])
+    return mss, ws, sack, tsval, has_ts
+
+
 def _tcp_options(opts: bytes) -> tuple[int, int, int, int, int]:
     """(mss, wscale, sack_ok, tsval, has_ts) from raw option bytes."""
     mss, ws, sack, tsval, has_ts = -1, -1, 0, 0, 0
@@ -431,10 +474,11 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
             slow[big[hit]] = False
         slow |= (flags & SYN) != 0
         slow &= doff > 20
-        for i in np.nonzero(slow)[0]:
-            a = int(l4[i])
-            mss[i], wscale[i], sack_ok[i], tsval[i], has_ts[i] = _tcp_options(
-                data[a + 20:a + int(doff[i])].tobytes())
+        rest = np.nonzero(slow)[0]
+        if len(rest):
+            got = _tcp_options_rows(data, l4[rest] + 20, doff[rest] - 20)
+            for col, vals in zip((mss, wscale, sack_ok, tsval, has_ts), got):
+                col[rest] = vals
 
     return {
         "frame": batch.frame[rows],

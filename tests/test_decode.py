@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from capgen import Iface, Section, corpus, pcap_bytes, pcapng_bytes, write
-from nagleprobe.decode import TCP_COLUMNS, decode, format_address
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nagleprobe.decode import TCP_COLUMNS, _tcp_options, _tcp_options_rows, decode, format_address
 from nagleprobe.read import CaptureReader
 
 
@@ -131,3 +133,20 @@ def test_synthetic_empty_batch_dtypes(tmp_path):
     cols, skipped, _ = run(path)
     assert skipped == Counter({"not-ip": 1})
     assert all(len(cols[k]) == 0 and cols[k].dtype == t for k, t in TCP_COLUMNS.items())
+
+
+_OPTION = st.sampled_from([b"\x00", b"\x01", b"\x02\x04\x05\xb4", b"\x03\x03\x07", b"\x04\x02",
+                           b"\x08\x0a\x01\x02\x03\x04\x05\x06\x07\x08", b"\x05\x0a" + bytes(8),
+                           b"\x02\x05\x01\x02\x03", b"\x08\x01", b"\x1e\x00", b"\xfe\x04\xf9\x89"])
+_OPTIONS = st.one_of(st.binary(max_size=40),
+                     st.lists(_OPTION, max_size=12).map(lambda parts: b"".join(parts)[:40]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_OPTIONS, min_size=1, max_size=30))
+def test_options_of_many_packets_at_once_match_the_one_packet_parser(blobs):
+    data = np.frombuffer(b"".join(blobs) + b"\0", dtype=np.uint8)
+    at = np.cumsum([0] + [len(b) for b in blobs[:-1]])
+    got = _tcp_options_rows(data, at, np.array([len(b) for b in blobs]))
+    for i, b in enumerate(blobs):
+        assert tuple(int(col[i]) for col in got) == _tcp_options(b)
