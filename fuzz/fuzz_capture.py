@@ -33,15 +33,18 @@ with import_hook.HookManager({"nagleprobe"}, set(), enable_loader_override=True,
     from nagleprobe.read import CaptureReader
 
 PIPELINE = os.environ.get("NAGLEPROBE_FUZZ_TARGET") == "pipeline"
-_fd, PATH = tempfile.mkstemp(prefix="nagleprobe-fuzz-", suffix=".cap",
-                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-os.close(_fd)
+# The input file is unlinked at once and reopened through /proc, so that nothing is left
+# behind when libFuzzer ends the process (it exits without unwinding Python).
+_FD, _NAME = tempfile.mkstemp(prefix="nagleprobe-fuzz-", suffix=".cap",
+                              dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+os.unlink(_NAME)
+PATH = f"/proc/self/fd/{_FD}"
 
 
 def test_one_input(data: bytes) -> None:
     """Read (and decode, or fully analyse) one fuzzer-made capture."""
-    with open(PATH, "wb") as f:
-        f.write(data)
+    os.ftruncate(_FD, 0)
+    os.pwrite(_FD, data, 0)
     try:
         if PIPELINE:
             nagleprobe.analyze(PATH, chunk_bytes=4096).to_json()
@@ -56,10 +59,7 @@ def test_one_input(data: bytes) -> None:
 
 def main() -> None:
     atheris.Setup(sys.argv, test_one_input)
-    try:
-        atheris.Fuzz()
-    finally:
-        os.unlink(PATH)
+    atheris.Fuzz()
 
 
 if __name__ == "__main__":
