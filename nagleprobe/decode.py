@@ -324,8 +324,9 @@ def _walk_v6_ext(data: np.ndarray, l3: int, end: int, nh: int) -> int | str:
 # ---------------------------------------------------------------------- transport layer
 def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
                       ) -> tuple[np.ndarray, ...]:
-    """`_tcp_options` for many packets at once: (mss, wscale, sack_ok, tsval, has_ts) arrays
-    from the `length` option bytes at each offset `at`. Every packet's parser state (its
+    """TCP options of many packets at once: (mss, wscale, sack_ok, tsval, has_ts) arrays from
+    the `length` option bytes at each offset `at` (the last of a kind wins; parsing stops at
+    end-of-list or a malformed option). Every packet's parser state (its
     position in its options) advances one option per step, in lockstep; at most 40 steps."""
     m = len(at)
     width = 40
@@ -362,35 +363,6 @@ def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
         pos[r] += ln
         nxt = np.concatenate([live[nop], r])
         live = np.sort(nxt[pos[nxt] < n[nxt]])
-    return mss, ws, sack, tsval, has_ts
-
-
-def _tcp_options(opts: bytes) -> tuple[int, int, int, int, int]:
-    """(mss, wscale, sack_ok, tsval, has_ts) from raw option bytes."""
-    mss, ws, sack, tsval, has_ts = -1, -1, 0, 0, 0
-    i, n = 0, len(opts)
-    while i < n:
-        kind = opts[i]
-        if kind == 0:
-            break
-        if kind == 1:
-            i += 1
-            continue
-        if i + 1 >= n:
-            break
-        ln = opts[i + 1]
-        if ln < 2 or i + ln > n:
-            break
-        if kind == 2 and ln == 4:
-            mss = (opts[i + 2] << 8) | opts[i + 3]
-        elif kind == 3 and ln == 3:
-            ws = opts[i + 2]
-        elif kind == 4 and ln == 2:
-            sack = 1
-        elif kind == 8 and ln == 10:
-            tsval = int.from_bytes(opts[i + 2:i + 6], "big")
-            has_ts = 1
-        i += ln
     return mss, ws, sack, tsval, has_ts
 
 

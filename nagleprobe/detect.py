@@ -122,7 +122,7 @@ def detect(f: Flows) -> Detection:
     # Nagle off is proven by a small new segment sent while an earlier small one was unacked.
     rows = np.flatnonzero(s["new_data"] & ~s["keepalive"])
     rows = rows[small(rows)]
-    same, other = f.before(rows)
+    other = f.before(rows)[1]
     p = f.before(rows, data=True)[0]
     pp = np.maximum(p, 0)
     y_ack_seen = np.where(other >= 0, s["ack_max"][np.maximum(other, 0)], -1)  # Y's ACKs so far
