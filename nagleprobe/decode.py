@@ -20,6 +20,11 @@ from numpy.lib.stride_tricks import as_strided
 
 from .read import RecordBatch
 
+try:
+    from . import _decode as _compiled
+except ImportError:  # built without a C compiler: the numpy decoder does everything
+    _compiled = None
+
 TCP_COLUMNS: dict[str, np.dtype] = {
     "frame": np.dtype(np.int64),
     "ts_ns": np.dtype(np.int64),
@@ -367,7 +372,41 @@ def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
 
 
 def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
-    """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`."""
+    """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`.
+
+    Records in the usual shapes are decoded by the compiled loop (nagleprobe/_decode.c) when
+    it is built; the rest, and everything without it, by the numpy decoder below."""
+    if _compiled is None or len(batch.offset) == 0:
+        return decode_numpy(batch, skipped)
+    n = len(batch.offset)
+    out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items() if k not in ("frame", "ts_ns")}
+    row = np.empty(n, np.int64)
+    slow = np.empty(n, np.int64)
+    k, s = _compiled.decode(batch.data, np.ascontiguousarray(batch.offset, np.int64),
+                            np.ascontiguousarray(batch.caplen, np.int64),
+                            np.ascontiguousarray(batch.linktype, np.int32), row, slow,
+                            *out.values())
+    if k == n:  # every record decoded: no row selection needed
+        return {"frame": batch.frame, "ts_ns": batch.ts_ns, **out}
+    row = row[:k]
+    cols = {"frame": batch.frame[row], "ts_ns": batch.ts_ns[row],
+            **{c: v[:k] for c, v in out.items()}}
+    if not s:
+        return cols
+    slow = slow[:s]
+    rest = decode_numpy(RecordBatch(data=batch.data, offset=batch.offset[slow],
+                                    caplen=batch.caplen[slow], wirelen=batch.wirelen[slow],
+                                    ts_ns=batch.ts_ns[slow], linktype=batch.linktype[slow],
+                                    frame=batch.frame[slow]), skipped)
+    if not len(rest["frame"]):
+        return cols
+    order = np.argsort(np.concatenate([row, np.searchsorted(batch.frame, rest["frame"])]),
+                       kind="stable")
+    return {c: np.concatenate([cols[c], rest[c]])[order] for c in TCP_COLUMNS}
+
+
+def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+    """`decode` with numpy alone: every record shape, and the reference for the compiled loop."""
     n = len(batch.offset)
     if n == 0:
         return empty_columns()

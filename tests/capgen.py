@@ -147,6 +147,13 @@ def write(path, b: bytes) -> str:
     return str(path)
 
 
+# TCP options, whole and broken: EOL, NOP, MSS, WS, SACK-permitted, timestamps, SACK, and
+# malformed ones (wrong lengths, a length running past the list, unknown kinds)
+TCP_OPTION_ATOMS = [b"\x00", b"\x01", b"\x02\x04\x05\xb4", b"\x03\x03\x07", b"\x04\x02",
+                    b"\x08\x0a\x01\x02\x03\x04\x05\x06\x07\x08", b"\x05\x0a" + bytes(8),
+                    b"\x02\x05\x01\x02\x03", b"\x08\x01", b"\x1e\x00", b"\xfe\x04\xf9\x89"]
+
+
 def corpus():
     """Synthetic packets: list of (linktype, full_bytes, captured_bytes, wirelen, expect).
 

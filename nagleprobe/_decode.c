@@ -1,0 +1,258 @@
+/* The common case of decode.decode in one pass over the records, compiled.
+ *
+ * decode(data, offset, caplen, linktype, row, slow, ipver, src_hi, src_lo, dst_hi, dst_lo,
+ *        sport, dport, seq, ack, flags, window, payload, mss, wscale, sack_ok, tsval, has_ts)
+ *     -> (k, s)
+ *
+ * For each record i (its bytes at data[offset[i]:offset[i] + caplen[i]], link type
+ * linktype[i]) that is a well-formed TCP segment in one of the usual shapes (supported link
+ * type, IPv4 or IPv6 without extension headers, not a fragment, headers within the captured
+ * bytes and the IP lengths, IP length not 0), writes its header fields to the next row k of
+ * the output columns and i to row[k]. Every other record's index goes to slow[s], for the
+ * numpy decoder, which counts why it is skipped or decodes it (IPv6 extension headers, TSO
+ * super-frames). The fields are exactly those of the numpy decoder; tests/test_decode.py
+ * checks that. Input columns: int64 offset and caplen, int32 linktype; outputs have
+ * decode.TCP_COLUMNS' types and room for every record. Plain C, no numpy headers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_VLAN_TAGS 4
+#define V4_MAPPED 0x0000FFFF00000000ULL
+#define SYN 0x02
+
+static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static inline uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
+
+static int ver_of_ethertype(uint32_t et) { return et == 0x0800 ? 4 : et == 0x86DD ? 6 : 0; }
+
+static int ver_of_family(uint32_t fam)
+{
+    return fam == 2 ? 4 : (fam == 24 || fam == 28 || fam == 30) ? 6 : 0;
+}
+
+/* Offset of the network header from the record start and the IP version; version 0 when
+ * the record is not plainly IP (the numpy decoder then says why). */
+static int link_layer(const uint8_t *p, int64_t cap, int32_t lt, int64_t *l3)
+{
+    switch (lt) {
+    case 1: { /* EN10MB, up to MAX_VLAN_TAGS 802.1Q / QinQ tags */
+        if (cap < 14)
+            return 0;
+        uint32_t et = be16(p + 12);
+        int64_t hdr = 14;
+        for (int t = 0; t < MAX_VLAN_TAGS && (et == 0x8100 || et == 0x88A8 || et == 0x9100); t++) {
+            if (cap < hdr + 4)
+                return 0;
+            et = be16(p + hdr + 2);
+            hdr += 4;
+        }
+        *l3 = hdr;
+        return ver_of_ethertype(et);
+    }
+    case 113: /* LINUX_SLL */
+        if (cap < 16)
+            return 0;
+        *l3 = 16;
+        return ver_of_ethertype(be16(p + 14));
+    case 276: /* LINUX_SLL2 */
+        if (cap < 20)
+            return 0;
+        *l3 = 20;
+        return ver_of_ethertype(be16(p));
+    case 12: case 101: /* RAW */
+        if (cap < 1)
+            return 0;
+        *l3 = 0;
+        return (p[0] >> 4) == 4 ? 4 : (p[0] >> 4) == 6 ? 6 : 0;
+    case 228: *l3 = 0; return 4;
+    case 229: *l3 = 0; return 6;
+    case 0: { /* NULL: the family in the capturing host's byte order */
+        if (cap < 4)
+            return 0;
+        uint32_t le = (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
+        *l3 = 4;
+        return ver_of_family(le <= 0xFFFF ? le : be32(p));
+    }
+    case 108: /* LOOP */
+        if (cap < 4)
+            return 0;
+        *l3 = 4;
+        return ver_of_family(be32(p));
+    }
+    return 0;
+}
+
+typedef struct {
+    uint8_t *ipver; uint64_t *src_hi, *src_lo, *dst_hi, *dst_lo;
+    uint16_t *sport, *dport; uint32_t *seq, *ack; uint16_t *flags, *window;
+    int32_t *payload, *mss; int16_t *wscale; uint8_t *sack_ok; uint32_t *tsval; uint8_t *has_ts;
+} Columns;
+
+/* TCP options as the numpy decoder reads them: a non-SYN segment whose options start with
+ * the usual timestamp layout (and are at least 12 bytes) gives only its timestamp; others
+ * are parsed option by option, the last of a kind winning, up to end-of-list or a malformed
+ * option. */
+static void options(const uint8_t *o, int n, uint16_t flags, const Columns *c, Py_ssize_t k)
+{
+    int32_t mss = -1;
+    int16_t ws = -1;
+    uint8_t sack = 0, has_ts = 0;
+    uint32_t tsval = 0;
+    if (n >= 12 && !(flags & SYN)) {
+        if (o[0] == 1 && o[1] == 1 && o[2] == 8 && o[3] == 10) {
+            tsval = be32(o + 4);
+            has_ts = 1;
+            goto done;
+        }
+        if (o[0] == 8 && o[1] == 10) {
+            tsval = be32(o + 2);
+            has_ts = 1;
+            goto done;
+        }
+    }
+    for (int pos = 0; pos < n;) {
+        int kind = o[pos];
+        if (kind == 1) {
+            pos++;
+            continue;
+        }
+        if (kind == 0 || pos + 1 >= n)
+            break;
+        int ln = o[pos + 1];
+        if (ln < 2 || pos + ln > n)
+            break;
+        const uint8_t *v = o + pos + 2;
+        if (kind == 2 && ln == 4)
+            mss = (int32_t)be16(v);
+        else if (kind == 3 && ln == 3)
+            ws = v[0];
+        else if (kind == 4 && ln == 2)
+            sack = 1;
+        else if (kind == 8 && ln == 10) {
+            tsval = be32(v);
+            has_ts = 1;
+        }
+        pos += ln;
+    }
+done:
+    c->mss[k] = mss;
+    c->wscale[k] = ws;
+    c->sack_ok[k] = sack;
+    c->tsval[k] = tsval;
+    c->has_ts[k] = has_ts;
+}
+
+/* Decode one record into row k; 0 if it is not in the common shape. */
+static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_ssize_t k)
+{
+    int64_t l3 = 0, l4, avail;
+    int ver = link_layer(p, cap, lt, &l3);
+    const uint8_t *h = p + l3;
+    if (ver == 4) {
+        if (l3 + 20 > cap || (h[0] >> 4) != 4)
+            return 0;
+        int64_t ihl = (int64_t)(h[0] & 0x0F) * 4, tot = be16(h + 2);
+        if (ihl < 20 || tot == 0 || l3 + ihl > cap || h[9] != 6 || (be16(h + 6) & 0x3FFF)
+            || tot < ihl + 20)
+            return 0;
+        c->src_hi[k] = c->dst_hi[k] = 0;
+        c->src_lo[k] = be32(h + 12) | V4_MAPPED;
+        c->dst_lo[k] = be32(h + 16) | V4_MAPPED;
+        l4 = l3 + ihl;
+        avail = tot - ihl;
+    } else if (ver == 6) {
+        if (l3 + 40 > cap || (h[0] >> 4) != 6)
+            return 0;
+        avail = be16(h + 4);
+        if (avail == 0 || h[6] != 6)
+            return 0;
+        c->src_hi[k] = be64(h + 8);
+        c->src_lo[k] = be64(h + 16);
+        c->dst_hi[k] = be64(h + 24);
+        c->dst_lo[k] = be64(h + 32);
+        l4 = l3 + 40;
+    } else {
+        return 0;
+    }
+    if (l4 + 20 > cap)
+        return 0;
+    const uint8_t *t = p + l4;
+    int64_t doff = (int64_t)(t[12] >> 4) * 4;
+    if (doff < 20 || l4 + doff > cap || doff > avail)
+        return 0;
+    uint16_t flags = (uint16_t)((t[12] & 1) << 8 | t[13]);
+    c->ipver[k] = (uint8_t)ver;
+    c->sport[k] = (uint16_t)be16(t);
+    c->dport[k] = (uint16_t)be16(t + 2);
+    c->seq[k] = be32(t + 4);
+    c->ack[k] = be32(t + 8);
+    c->flags[k] = flags;
+    c->window[k] = (uint16_t)be16(t + 14);
+    c->payload[k] = (int32_t)(avail - doff);
+    options(t + 20, (int)(doff - 20), flags, c, k);
+    return 1;
+}
+
+#define NIN 4
+#define NOUT 19
+
+static PyObject *decode(PyObject *self, PyObject *args)
+{
+    Py_buffer b[NIN + NOUT];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
+                          &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8],
+                          &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15], &b[16],
+                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22]))
+        return NULL;
+    /* element sizes of offset caplen linktype row slow, then the 17 columns */
+    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 2,
+                                                     2, 4, 4, 2, 1, 4, 1};
+    Py_ssize_t n = b[1].len / 8, k = 0, s = 0;
+    int ok = 1;
+    for (int j = 1; j < NIN + NOUT; j++)
+        if (b[j].len != n * size[j - 1])
+            ok = 0;
+    if (!ok) {
+        for (int j = 0; j < NIN + NOUT; j++)
+            PyBuffer_Release(&b[j]);
+        PyErr_SetString(PyExc_ValueError, "column buffers of the wrong size");
+        return NULL;
+    }
+    const uint8_t *data = b[0].buf;
+    const int64_t *off = b[1].buf, *cap = b[2].buf;
+    const int32_t *lt = b[3].buf;
+    int64_t *row = b[4].buf, *slow = b[5].buf;
+    Columns c = {b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf, b[11].buf, b[12].buf,
+                 b[13].buf, b[14].buf, b[15].buf, b[16].buf, b[17].buf, b[18].buf, b[19].buf,
+                 b[20].buf, b[21].buf, b[22].buf};
+    Py_ssize_t len = b[0].len;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (off[i] < 0 || cap[i] < 0 || off[i] > len || cap[i] > len - off[i]
+            || !one(data + off[i], cap[i], lt[i], &c, k))
+            slow[s++] = i;
+        else
+            row[k++] = i;
+    }
+    Py_END_ALLOW_THREADS
+    for (int j = 0; j < NIN + NOUT; j++)
+        PyBuffer_Release(&b[j]);
+    return Py_BuildValue("nn", k, s);
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS, "TCP headers of the records in the usual shapes."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__decode(void) { return PyModule_Create(&module); }
