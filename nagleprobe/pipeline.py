@@ -35,18 +35,22 @@ def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
         return _analyze_whole(reader, skipped)
     stream = None
     frames = 0
-    for batch in reader:
-        if stream is None and len(batch.ts_ns):
-            kw = {} if batch_rows is None else {"batch_rows": batch_rows}
-            stream = StreamAnalyzer(int(batch.ts_ns[0]), grace_s=grace_s, **kw)
-        if len(batch):
-            frames = int(batch.frame[-1])
+    try:
+        for batch in reader:
+            if stream is None and len(batch.ts_ns):
+                kw = {} if batch_rows is None else {"batch_rows": batch_rows}
+                stream = StreamAnalyzer(int(batch.ts_ns[0]), grace_s=grace_s, **kw)
+            if len(batch):
+                frames = int(batch.frame[-1])
+            if stream is not None:
+                stream.feed(decode(batch, skipped))
+            if progress is not None:
+                progress(reader, frames)
+        skipped.update(reader.info.skipped)
+        return (stream or StreamAnalyzer(workers=0)).finish(reader.info, dict(skipped))
+    finally:
         if stream is not None:
-            stream.feed(decode(batch, skipped))
-        if progress is not None:
-            progress(reader, frames)
-    skipped.update(reader.info.skipped)
-    return (stream or StreamAnalyzer()).finish(reader.info, dict(skipped))
+            stream.close()
 
 
 def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:

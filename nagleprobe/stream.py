@@ -8,6 +8,10 @@ and the flows renumbered as the whole-file analysis numbers them (by first packe
 frame number). Memory is the rows of connections still open, plus one batch, plus the result
 tables; it does not grow with the length of the capture.
 
+The batches are independent, so on a machine with several cores they are analysed in
+worker threads while the calling thread reads and decodes on (numpy lets go of the GIL for
+its array work, so the threads really run at once).
+
 A 4-tuple is finished once its connection closed (FIN seen from both ends, or a RST) and the
 capture clock (the latest timestamp read so far) has moved `grace_s` past its last packet.
 That grace is also the reorder window: records need not be in time order (`tcpdump -i any`,
@@ -20,6 +24,9 @@ a new connection, as in the whole-file analysis.
 
 from __future__ import annotations
 
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +66,68 @@ def _mix(words: list[np.ndarray]) -> np.ndarray:
     return h
 
 
+def default_workers() -> int:
+    """Threads to analyse batches in: one per core (up to 4), none on a single core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(cores or 1, 4) if (cores or 1) > 1 else 0
+
+
+@dataclass
+class _Part:
+    """One batch's result."""
+
+    flows: pd.DataFrame
+    stalls: pd.DataFrame
+    endpoints: pd.DataFrame
+    first_ns: np.ndarray
+    first_frame: np.ndarray
+    tcp_packets: int
+
+
+def _gather(picks: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> dict[str, np.ndarray]:
+    """One table of the given rows of several chunks."""
+    n = sum(len(rows) for _, rows in picks)
+    batch = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()}
+    at = 0
+    for cols, rows in picks:
+        for k, v in batch.items():
+            np.take(cols[k], rows, out=v[at:at + len(rows)])
+        at += len(rows)
+    return batch
+
+
+@dataclass
+class _Held:
+    """A decoded chunk held for its open connections: its rows still held are `live`
+    (None: all of them)."""
+
+    cols: dict[str, np.ndarray]
+    tid: np.ndarray
+    live: np.ndarray | None = None
+    count: int = 0
+
+    def without(self, gone: np.ndarray, k: int) -> _Held | None:
+        """This chunk less the rows `gone` (k of them); copied smaller once fewer than half
+        its rows are held, so it keeps no more than twice its live rows' memory."""
+        live = ~gone if self.live is None else self.live & ~gone
+        count = (len(self.tid) if self.live is None else self.count) - k
+        if count == 0:
+            return None
+        if count * 2 >= len(self.tid):
+            return _Held(self.cols, self.tid, live, count)
+        keep = np.flatnonzero(live)
+        return _Held({c: v[keep] for c, v in self.cols.items()}, self.tid[keep])
+
+
+def _analyse(cols: dict[str, np.ndarray], origin_ns: int) -> _Part:
+    """build_flows -> detect -> build_report for one batch of whole connections."""
+    flows = build_flows(cols)
+    det = detect(flows)
+    part = build_report(CaptureInfo(path=""), {}, flows, det, origin_ns)
+    return _Part(part.flows, part.stalls, part.endpoints, flows.flow["first_ns"],
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]))
+
+
 @dataclass
 class _Parts:
     """Per-batch result tables and, per flow, the key that orders flows globally."""
@@ -76,11 +145,17 @@ class StreamAnalyzer:
 
     `grace_s`: capture time a closed connection waits for stragglers (the reorder window).
     `batch_rows`: rows of finished connections gathered before they are analysed together.
+    `workers`: threads analysing batches in parallel (0: all in the calling thread).
+    Call `finish` for the report, or `close` to stop the threads without one.
     """
 
     def __init__(self, origin_ns: int = 0, grace_s: float = DEFAULT_GRACE_S,
-                 batch_rows: int = DEFAULT_BATCH_ROWS) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
         self.origin_ns = origin_ns
+        workers = default_workers() if workers is None else workers
+        self._pool = ThreadPoolExecutor(workers, "nagleprobe-analyse") if workers > 0 else None
+        self._running: deque[Future] = deque()  # batches being analysed, oldest first
+        self._max_running = 2 * workers  # then wait: bounds the memory of batches in flight
         self.grace_ns = int(grace_s * 1e9)
         self.batch_rows = max(int(batch_rows), 1)
         self.now = None  # latest timestamp read (the capture clock)
@@ -95,7 +170,7 @@ class StreamAnalyzer:
         self._last_syn = np.zeros(0, dtype=np.int64)  # raw seq of its last SYN, -1 if none
         self._handed_on = np.zeros(0, dtype=bool)
         self._rows = np.zeros(0, dtype=np.int64)  # rows held
-        self._pending: list[tuple[dict[str, np.ndarray], np.ndarray]] = []
+        self._pending: list[_Held] = []
         self._parts = _Parts()
 
     # ------------------------------------------------------------------ input
@@ -148,7 +223,7 @@ class StreamAnalyzer:
             np.bitwise_or.at(self._closed, tid[fin_rows], bits.astype(np.uint8))
         np.maximum.at(self._last_ts, tid, ts)
         self._rows += np.bincount(tid, minlength=len(self._rows))
-        self._pending.append((cols, tid))
+        self._pending.append(_Held(cols, tid))
         self.peak_pending_rows = max(self.peak_pending_rows, int(self._rows.sum()))
         self._tick(int(ts.max()))
 
@@ -197,64 +272,76 @@ class StreamAnalyzer:
 
     def _hand_on(self, done: np.ndarray) -> None:
         """Analyse the rows of the finished tuples `done` (bool per tuple) in batches of about
-        batch_rows rows (whole tuples each), and drop them; every row is copied once."""
+        batch_rows rows (whole tuples each), and let go of them."""
         sizes = np.where(done, self._rows, 0)
         label = np.where(done, (np.cumsum(sizes) - sizes) // self.batch_rows, -1)
         nbatch = int(label.max()) + 1
-        picks, pending = [], []  # picks: (part, rows of it per batch)
-        for cols, tid in self._pending:
-            lab = label[tid]
-            out = np.flatnonzero(lab >= 0)
-            if not len(out):
-                pending.append((cols, tid))
-                continue
-            if len(out) < len(tid):
-                rest = lab < 0
-                pending.append(({k: v[rest] for k, v in cols.items()}, tid[rest]))
-            if nbatch > 1:
-                lab = lab[out]
-                out = out[np.argsort(lab, kind="stable")]
-                cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
-                picks.append((cols, np.split(out, cuts)))
-            else:
-                picks.append((cols, [out]))
+        picks, pending = [], []  # picks: (part, its rows of each batch)
+        for part in self._pending:
+            lab = label[part.tid]
+            take = lab >= 0 if part.live is None else (lab >= 0) & part.live
+            out = np.flatnonzero(take)
+            if len(out):
+                if nbatch > 1:
+                    lab = lab[out]
+                    out = out[np.argsort(lab, kind="stable")]
+                    cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
+                    picks.append((part.cols, np.split(out, cuts)))
+                else:
+                    picks.append((part.cols, [out]))
+                part = part.without(take, len(out))
+            if part is not None:
+                pending.append(part)
         self._pending = pending
         self._handed_on |= done
         self._rows[done] = 0
         for j in range(nbatch):
-            n = sum(len(rows[j]) for _, rows in picks)
-            if not n:
-                continue
-            batch = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()}
-            at = 0
-            for cols, rows in picks:
-                r = rows[j]
-                for k, v in batch.items():
-                    np.take(cols[k], r, out=v[at:at + len(r)])
-                at += len(r)
-            self._analyse(batch)
+            batch = [(cols, rows[j]) for cols, rows in picks if len(rows[j])]
+            if batch:
+                self._analyse(batch)
 
-    def _analyse(self, cols: dict[str, np.ndarray]) -> None:
-        flows = build_flows(cols)
-        det = detect(flows)
-        part = build_report(CaptureInfo(path=""), {}, flows, det, self.origin_ns)
+    def _analyse(self, picks: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> None:
+        """Analyse one batch: the rows `picks` names of held chunks (in a child process, which
+        gathers them from its copy-on-write view of the chunks)."""
         self.batches += 1
+        if self._pool is None:
+            self._add(_analyse(_gather(picks), self.origin_ns))
+            return
+        self._running.append(self._pool.submit(lambda: _analyse(_gather(picks), self.origin_ns)))
+        self._take_results(wait=len(self._running) > self._max_running)
+
+    def _take_results(self, wait: bool = False, all: bool = False) -> None:
+        """Add the results of the analysed batches, in the order they were handed on (wait
+        for the oldest if `wait`, for every one if `all`)."""
+        while self._running and (wait or all or self._running[0].done()):
+            self._add(self._running.popleft().result())
+            wait = False
+
+    def close(self) -> None:
+        """Stop the analysis threads (batches not yet begun are dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _add(self, part: _Part) -> None:
         p = self._parts
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
         p.endpoints.append(part.endpoints)
-        p.first_ns.append(flows.flow["first_ns"])
-        p.first_frame.append(flows.seg["frame"][flows.starts])
-        p.tcp_packets += len(flows.seg["flow"])
+        p.first_ns.append(part.first_ns)
+        p.first_frame.append(part.first_frame)
+        p.tcp_packets += part.tcp_packets
 
     # ------------------------------------------------------------------ output
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
         """Analyse everything still held (end of input) and join the batches into a Report."""
         if self._pending:
             self._hand_on(self._rows > 0)
+        self._take_results(all=True)
+        self.close()
         p = self._parts
         if not p.flows:
-            self._analyse({k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()})
+            self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()},
+                               self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "

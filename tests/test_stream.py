@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import nagleprobe
+import nagleprobe.stream
 from nagleprobe.decode import decode
 from nagleprobe.pipeline import analyze
 from nagleprobe.read import CaptureReader
@@ -83,6 +84,24 @@ def test_many_interleaved_connections_are_analysed_in_batches_with_the_same_resu
     assert st.batches >= 5
     # memory: only the connections still open are held, far fewer rows than the capture has
     assert st.peak_pending_rows < whole.capture["tcp_packets"] / 3
+
+
+def test_batches_analysed_in_worker_threads_give_the_same_report(tmp_path):
+    cap = tmp_path / "mix.pcap"
+    cap.write_bytes(replicate(MIX, copies=10, every_ns=100_000_000))
+    serial, st0 = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=500, workers=0)
+    threaded, st2 = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=500, workers=2)
+    assert st0.batches == st2.batches >= 5
+    assert threaded.to_json() == serial.to_json()
+    assert serial.stall_count == 10 * 2 * 19
+
+
+def test_an_error_in_a_worker_thread_is_raised_to_the_caller(monkeypatch):
+    def broken(cols):
+        raise ValueError("flows broke")
+    monkeypatch.setattr(nagleprobe.stream, "build_flows", broken)
+    with pytest.raises(ValueError, match="flows broke"):
+        stream(SAMPLES / "echo_split_lo.pcap", workers=2)
 
 
 def test_records_out_of_time_order_within_the_grace_window_change_nothing(tmp_path):
