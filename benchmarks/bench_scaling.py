@@ -6,7 +6,8 @@ scale with the capture's size (not a test; run it by hand, it takes minutes):
 Captures are built deterministically from the real samples by bench_analyze.build (copies
 of five sample conversations every --every-ms of capture time, with shifted ports: stalled,
 clean, bulk and TCP_NODELAY flows mixed), cached in benchmarks/out/. For each size it runs
-nagleprobe on the pcap; on the smallest size also on a pcapng copy and a copy cut to a
+nagleprobe on the pcap (the text report, as `nagleprobe analyze` gives by default, and
+`--format json`); on the smallest size also on a pcapng copy and a copy cut to a
 96-byte snap length (both made with editcap, when installed), and, where installed,
 `tshark -T fields` and `tcptrace -l` on the same pcap. Each command is timed whole (process
 start to exit, output to /dev/null) and its peak RSS read from the kernel (wait4). Prints
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import DEFAULT_SOURCES, ROOT, build  # noqa: E402
+from bench_analyze import DEFAULT_SOURCES, ROOT  # noqa: E402
 
 TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "tcp.stream", "tcp.srcport", "tcp.dstport",
                  "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.len", "tcp.window_size_value"]
@@ -51,8 +52,14 @@ def capture(n: int, every_ms: float) -> Path:
     out = ROOT / "benchmarks" / "out" / f"bench_{n}_every{every_ms:g}ms.pcap"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.exists():
+        # built in a child process: a command's peak RSS (wait4) counts the memory of the
+        # process it was forked from, so this one must stay small
         t0 = time.perf_counter()
-        build(out, n, [str(ROOT / s) for s in DEFAULT_SOURCES], every_ms)
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from bench_analyze import build; "
+                "build(sys.argv[2], int(sys.argv[3]), sys.argv[5:], float(sys.argv[4]))")
+        subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent),
+                        str(out), str(n), str(every_ms),
+                        *[str(ROOT / s) for s in DEFAULT_SOURCES]], check=True)
         print(f"# built {out.name} ({out.stat().st_size / 1e6:.0f} MB) in "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return out
@@ -84,7 +91,7 @@ def main() -> None:
     ap.add_argument("--tools-max", type=int, default=1_000_000,
                     help="run tshark and tcptrace only on captures up to this many packets")
     args = ap.parse_args()
-    nagle = [sys.executable, "-m", "nagleprobe", "analyze", "--quiet", "--format", "json"]
+    nagle = [sys.executable, "-m", "nagleprobe", "analyze", "--quiet"]
     rows = []
     for n in sorted(args.sizes):
         pcap = capture(n, args.every_ms)
@@ -93,6 +100,8 @@ def main() -> None:
             files += [(k, f) for k in ("pcapng", "snap96") if (f := variant(pcap, k))]
         for kind, f in files:
             tools = [("nagleprobe", nagle + [str(f)])]
+            if kind == "pcap":  # the JSON document too: one object per stall and flow
+                tools.append(("nagleprobe --format json", nagle + ["--format", "json", str(f)]))
             if kind == "pcap" and n <= args.tools_max:
                 if shutil.which("tcptrace"):
                     tools.append(("tcptrace -l", ["tcptrace", "-l", "-n", str(f)]))
@@ -101,7 +110,7 @@ def main() -> None:
                     tools.append(("tshark -T fields", ["tshark", "-n", "-r", str(f), "-T", "fields",
                                                         *fields]))
             for name, cmd in tools:
-                r = best(cmd, args.repeat if name == "nagleprobe" else 1)
+                r = best(cmd, args.repeat if name.startswith("nagleprobe") else 1)
                 row = {"tool": name, "format": kind, "packets": n, "mb": f.stat().st_size / 1e6,
                        **r, "load_avg_1min": os.getloadavg()[0]}
                 row["packets_per_s"] = n / r["seconds"]
@@ -110,6 +119,7 @@ def main() -> None:
                 print(json.dumps({k: round(v, 2) if isinstance(v, float) else v
                                   for k, v in row.items()}), flush=True)
     ours = {(r["packets"], r["format"]): r["seconds"] for r in rows if r["tool"] == "nagleprobe"}
+    # "time vs nagleprobe": against the default (text report) run on the same file
     print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
     print("\n| tool | file | packets | MB | seconds | packets/s | MB/s | peak RSS MB | "
