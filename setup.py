@@ -1,10 +1,12 @@
-"""Build hook for the optional compiled record walk and decoder (nagleprobe/_walk.c, _decode.c).
+"""Build hook for the optional compiled parts: record walk, decoder and sequence space
+(nagleprobe/_walk.c, _decode.c, _flows.c).
 
 Everything else is in pyproject.toml. Without a C compiler or Python headers the extensions
-are skipped (optional=True) and nagleprobe uses its pure-Python walk and numpy decoder.
+are skipped (optional=True) and nagleprobe does the same work in Python and numpy.
 """
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("nagleprobe._walk", ["nagleprobe/_walk.c"], optional=True),
-                   Extension("nagleprobe._decode", ["nagleprobe/_decode.c"], optional=True)])
+                   Extension("nagleprobe._decode", ["nagleprobe/_decode.c"], optional=True),
+                   Extension("nagleprobe._flows", ["nagleprobe/_flows.c"], optional=True)])

@@ -17,6 +17,11 @@ import pandas as pd
 
 from .decode import format_address
 
+try:
+    from . import _flows as _compiled
+except ImportError:  # built without a C compiler
+    _compiled = None
+
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 DEFAULT_MSS_FLOOR = 536  # RFC 1122 default: an MSS inferred from traffic is never below it
 NEAR_MS = 0.1  # a round trip this short (ms) means the capture point sits at that endpoint
@@ -303,7 +308,24 @@ def _first_in_flow(mask: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray
 
 
 def _sequence_space(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
-    """Relative, unwrapped seq/ack per direction, and segment classification."""
+    """Relative, unwrapped seq/ack per direction, and segment classification: compiled
+    (nagleprobe/_flows.c) when built, else `_sequence_space_numpy`."""
+    if _compiled is None:
+        return _sequence_space_numpy(c, by_dir, dgroup, nflows)
+    n = len(dgroup)
+    out = {k: np.empty(n, dtype=np.int64) for k in ("seq", "ack", "end", "sent_before")}
+    out.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
+    cols = c.cols
+    _compiled.sequence_space(
+        c.order[by_dir], dgroup[by_dir].astype(np.int64), by_dir.astype(np.int64),
+        np.ascontiguousarray(cols["seq"], np.uint32), np.ascontiguousarray(cols["ack"], np.uint32),
+        np.ascontiguousarray(cols["flags"], np.uint16),
+        np.ascontiguousarray(cols["payload"], np.int32), *out.values())
+    return out
+
+
+def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
+    """`_sequence_space` with numpy alone (the reference for the compiled version)."""
     n = len(dgroup)
     ob = c.order[by_dir]  # decoded rows in (flow, direction, time) order
     g = dgroup[by_dir]
