@@ -386,7 +386,20 @@ def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
 def _ack_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
     """ack_max: highest ACK this direction had sent up to and including the row.
     acked_by: for new sequence space, the first row of the other direction acknowledging all
-    of it (-1 if none)."""
+    of it (-1 if none). Compiled (nagleprobe/_flows.c) when built, else numpy."""
+    if _compiled is None:
+        return _ack_links_numpy(seg, by_dir)
+    n = len(seg["flow"])
+    dgroup = (seg["flow"] * 2 + seg["dir"]).astype(np.int64)
+    out = {"ack_max": np.empty(n, dtype=np.int64), "acked_by": np.empty(n, dtype=np.int64)}
+    ack, end, sent = (np.ascontiguousarray(seg[k], np.int64) for k in ("ack", "end", "sent_before"))
+    _compiled.ack_links(by_dir.astype(np.int64), dgroup[by_dir], dgroup, ack, end, sent,
+                        out["ack_max"], out["acked_by"])
+    return out
+
+
+def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
+    """`_ack_links` with numpy alone (the reference for the compiled version)."""
     n = len(seg["flow"])
     fid, d = seg["flow"], seg["dir"]
     dgroup = fid * 2 + d

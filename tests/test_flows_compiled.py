@@ -1,5 +1,5 @@
-"""The compiled sequence space (nagleprobe/_flows.c) gives exactly the numpy version's
-segment columns: on every real capture in samples/ and on random segment streams."""
+"""The compiled sequence space and ACK links (nagleprobe/_flows.c) give exactly the numpy
+versions' segment columns: on every real capture in samples/ and on random segment streams."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def assert_same(got, want) -> None:
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
-def test_compiled_sequence_space_equals_numpy_on_every_real_capture(path):
+def test_compiled_flows_equal_numpy_on_every_real_capture(path):
     skipped = Counter()
     parts = [decode(b, skipped) for b in CaptureReader(str(path))]
     cols = {k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS}
@@ -64,7 +64,7 @@ OFFSET = st.one_of(st.integers(-3000, 3000), st.sampled_from([-1, 0, 1, 2, 10, 1
                                    st.sampled_from([0, 0, 1, 10, 1448, 3000])),
                 min_size=1, max_size=60),
        isn_a=st.integers(0, 2**32 - 1), isn_b=st.integers(0, 2**32 - 1))
-def test_compiled_sequence_space_equals_numpy_on_random_segments(segments, isn_a, isn_b):
+def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
     """Synthetic: up to four connections whose segments jump, wrap around 2**32, repeat and
     go back, with and without ACK, SYN, FIN and RST; numbers near the ISNs or anywhere."""
     rows = []
