@@ -1,6 +1,6 @@
-/* flows._sequence_space and flows._ack_links compiled: one pass per direction instead of
- * dozens of numpy passes (same results, tested against the numpy versions in
- * tests/test_flows_compiled.py).
+/* Connection bookkeeping compiled: flows._sequence_space, flows._ack_links and the 4-tuple
+ * keys of stream, one pass each instead of dozens of numpy passes (same results, tested
+ * against the numpy versions in tests/test_flows_compiled.py and tests/test_stream.py).
  *
  * sequence_space(ob, g, by_dir, seq, ack, flags, payload,
  *                seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive)
@@ -198,7 +198,62 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* tuple_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, w0, w1, w2, w3, w4, hash,
+ *            from_low): stream._tuple_words and stream._mix in one pass. Per row: the five
+ * uint64 words naming its unordered 4-tuple (lower endpoint's address hi, lo, the higher's
+ * hi, lo, then lower port << 16 | higher port; endpoints compared as (hi, lo, port)), their
+ * 64-bit mix, and whether the row travels from the lower endpoint. */
+static PyObject *tuple_keys(PyObject *self, PyObject *args)
+{
+    Py_buffer b[13];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3],
+                          &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12]))
+        return NULL;
+    static const Py_ssize_t size[13] = {8, 8, 8, 8, 2, 2, 8, 8, 8, 8, 8, 8, 1};
+    Py_ssize_t n = b[0].len / 8;
+    int ok = 1;
+    for (int j = 0; j < 13; j++)
+        ok &= b[j].len == n * size[j];
+    if (!ok) {
+        for (int j = 0; j < 13; j++)
+            PyBuffer_Release(&b[j]);
+        PyErr_SetString(PyExc_ValueError, "tuple_keys: columns of different lengths");
+        return NULL;
+    }
+    const uint64_t *shi = b[0].buf, *slo = b[1].buf, *dhi = b[2].buf, *dlo = b[3].buf;
+    const uint16_t *sp = b[4].buf, *dp = b[5].buf;
+    uint64_t *w[5] = {b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf}, *hash = b[11].buf;
+    uint8_t *from_low = b[12].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int low = shi[i] < dhi[i] || (shi[i] == dhi[i] && (slo[i] < dlo[i]
+                                                          || (slo[i] == dlo[i] && sp[i] <= dp[i])));
+        uint64_t v[5];
+        v[0] = low ? shi[i] : dhi[i];
+        v[1] = low ? slo[i] : dlo[i];
+        v[2] = low ? dhi[i] : shi[i];
+        v[3] = low ? dlo[i] : slo[i];
+        v[4] = low ? ((uint64_t)sp[i] << 16 | dp[i]) : ((uint64_t)dp[i] << 16 | sp[i]);
+        uint64_t h = 0;
+        for (int j = 0; j < 5; j++) {
+            w[j][i] = v[j];
+            h ^= v[j];
+            h *= 0x9E3779B97F4A7C15ULL;
+            h ^= h >> 29;
+        }
+        hash[i] = h;
+        from_low[i] = (uint8_t)low;
+    }
+    Py_END_ALLOW_THREADS
+    for (int j = 0; j < 13; j++)
+        PyBuffer_Release(&b[j]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"tuple_keys", tuple_keys, METH_VARARGS,
+     "Words, hash and direction of each row's unordered 4-tuple."},
     {"sequence_space", sequence_space, METH_VARARGS,
      "Relative, unwrapped seq/ack and classification of every segment, per direction."},
     {"ack_links", ack_links, METH_VARARGS,

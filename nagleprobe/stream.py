@@ -34,7 +34,7 @@ import pandas as pd
 
 from .decode import TCP_COLUMNS
 from .detect import detect
-from .flows import ACK, FIN, RST, SYN, build_flows
+from .flows import ACK, FIN, RST, SYN, _compiled, build_flows
 from .read import CaptureInfo
 from .report import Report, settle_dtypes, build_report, capture_doc
 
@@ -54,6 +54,22 @@ def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray
     lo = [np.where(a_low, x, y) for x, y in zip(a, b)]
     hi = [np.where(a_low, y, x) for x, y in zip(a, b)]
     return [lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]], a_low
+
+
+def _tuple_keys(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """`_tuple_words` and their `_mix`: (words, from_low, hash), compiled when built."""
+    if _compiled is None:
+        words, from_low = _tuple_words(c)
+        return words, from_low, _mix(words)
+    n = len(c["sport"])
+    words = [np.empty(n, dtype=np.uint64) for _ in range(5)]
+    h = np.empty(n, dtype=np.uint64)
+    from_low = np.empty(n, dtype=bool)
+    _compiled.tuple_keys(*(np.ascontiguousarray(c[k], np.uint64)
+                           for k in ("src_hi", "src_lo", "dst_hi", "dst_lo")),
+                         np.ascontiguousarray(c["sport"], np.uint16),
+                         np.ascontiguousarray(c["dport"], np.uint16), *words, h, from_low)
+    return words, from_low, h
 
 
 def _mix(words: list[np.ndarray]) -> np.ndarray:
@@ -179,8 +195,8 @@ class StreamAnalyzer:
         n = len(cols["frame"])
         if not n:
             return
-        words, from_low = _tuple_words(cols)
-        codes, uniq = pd.factorize(_mix(words))
+        words, from_low, h = _tuple_keys(cols)
+        codes, uniq = pd.factorize(h)
         pos = self._index.get_indexer(uniq)
         new = np.flatnonzero(pos < 0)
         if len(new):

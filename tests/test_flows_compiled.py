@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nagleprobe.flows
+from nagleprobe import stream
 from nagleprobe.decode import TCP_COLUMNS, decode
 from nagleprobe.flows import build_flows
 from nagleprobe.read import CaptureReader
@@ -95,3 +96,22 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
     }
     assert list(cols) == list(TCP_COLUMNS)
     assert_same(*both(cols))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1),
+                          st.sampled_from([0, 1, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1),
+                          st.integers(0, 65535), st.integers(0, 65535)),
+                min_size=1, max_size=30))
+def test_compiled_tuple_keys_equal_numpy(rows):
+    """Synthetic: addresses and ports equal in every part, or not, in either order."""
+    rows += [(r[2], r[3], r[0], r[1], r[5], r[4]) for r in rows]  # the other direction too
+    rows += [(r[0], r[1], r[0], r[1], r[4], r[5]) for r in rows]  # same address both ends
+    cols = {k: np.array([r[j] for r in rows], dtype=t) for j, (k, t) in enumerate(
+        [("src_hi", np.uint64), ("src_lo", np.uint64), ("dst_hi", np.uint64),
+         ("dst_lo", np.uint64), ("sport", np.uint16), ("dport", np.uint16)])}
+    words, from_low, h = stream._tuple_keys(cols)
+    want_words, want_low = stream._tuple_words(cols)
+    assert all(np.array_equal(a, b) for a, b in zip(words, want_words))
+    assert np.array_equal(from_low, want_low)
+    assert np.array_equal(h, stream._mix(want_words))
