@@ -130,8 +130,8 @@ static PyObject *sequence_space(PyObject *self, PyObject *args)
  * (direction group, time) order, of the other direction whose ack_max covers the row's end,
  * found as the numpy version finds it: a binary search for (peer group, end + 1) in the
  * sorted keys (group, ack_max + 1), hit only if it lands in the peer group; else -1.
- * by_dir and g as for sequence_space; dgroup, ack, end, sent_before (int64) are in flow
- * order, and so are the outputs. */
+ * by_dir and g as for sequence_space; dgroup, ack, end, sent_before (int64, >= 0, as
+ * sequence_space makes it) are in flow order, and so are the outputs. */
 static PyObject *ack_links(PyObject *self, PyObject *args)
 {
     Py_buffer b[8];
@@ -147,9 +147,16 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
                   *end = b[4].buf, *sent = b[5].buf;
     int64_t *ack_max = b[6].buf, *acked_by = b[7].buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok &= by_dir[i] >= 0 && by_dir[i] < n && (i == 0 || g[i] >= g[i - 1]);
+        ok &= by_dir[i] >= 0 && by_dir[i] < n && g[i] >= 0 && (i == 0 || g[i] >= g[i - 1])
+              && dgroup[i] >= 0 && dgroup[i] <= g[n - 1];
+    int64_t groups = n ? g[n - 1] + 2 : 1; /* room for the peer of the last group */
     int64_t *keys = ok ? PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t)) : NULL;
-    if (!ok || !keys) {
+    Py_ssize_t *first = ok ? PyMem_Calloc((size_t)groups, sizeof(Py_ssize_t)) : NULL;
+    Py_ssize_t *last = ok ? PyMem_Calloc((size_t)groups, sizeof(Py_ssize_t)) : NULL;
+    if (!ok || !keys || !first || !last) {
+        PyMem_Free(keys);
+        PyMem_Free(first);
+        PyMem_Free(last);
         for (int j = 0; j < 8; j++)
             PyBuffer_Release(&b[j]);
         if (ok)
@@ -173,14 +180,20 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
         if (end[r] > hi)
             hi = end[r];
     int64_t span = hi + 2;
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t i = 0; i < n; i++) {
         keys[i] = g[i] * span + (ack_max[by_dir[i]] + 1);
+        if (i == 0 || g[i] != g[i - 1])
+            first[g[i]] = i;
+        last[g[i]] = i + 1;
+    }
     for (Py_ssize_t r = 0; r < n; r++) {
         acked_by[r] = -1;
         if (end[r] <= sent[r])
             continue;
+        /* end > sent_before >= 0, so every key of an earlier group is below `want`: the
+         * first key >= want is in the peer's rows, or after them (a miss) */
         int64_t peer = dgroup[r] ^ 1, want = peer * span + (end[r] + 1);
-        Py_ssize_t lo = 0, up = n; /* first key >= want */
+        Py_ssize_t lo = first[peer], up = last[peer];
         while (lo < up) {
             Py_ssize_t mid = lo + (up - lo) / 2;
             if (keys[mid] < want)
@@ -188,11 +201,13 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
             else
                 up = mid;
         }
-        if (lo < n && g[lo] == peer)
+        if (lo < last[peer])
             acked_by[r] = by_dir[lo];
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(keys);
+    PyMem_Free(first);
+    PyMem_Free(last);
     for (int j = 0; j < 8; j++)
         PyBuffer_Release(&b[j]);
     Py_RETURN_NONE;
