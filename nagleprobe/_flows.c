@@ -1,5 +1,5 @@
-/* Connection bookkeeping compiled: flows._sequence_space, flows._ack_links and the 4-tuple
- * keys of stream, one pass each instead of dozens of numpy passes (same results, tested
+/* Connection bookkeeping compiled: flows._sequence_space, flows._ack_links, the row
+ * neighbours of Flows.before/after and the 4-tuple keys of stream, one pass each instead of dozens of numpy passes (same results, tested
  * against the numpy versions in tests/test_flows_compiled.py and tests/test_stream.py).
  *
  * sequence_space(ob, g, by_dir, seq, ack, flags, payload,
@@ -266,7 +266,52 @@ static PyObject *tuple_keys(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* neighbours(flow, dir, has_data, data, after, same, other): for every row (rows sorted by
+ * flow, then time), the nearest earlier row (later, with `after`) of its flow sent in the
+ * same direction, and in the other direction; with `data`, among rows carrying payload
+ * only; -1 if none. Flows.before / Flows.after without the compiled part find the same
+ * rows from runs of directions. */
+static PyObject *neighbours(PyObject *self, PyObject *args)
+{
+    Py_buffer b[5];
+    int data, after;
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*ppw*w*", &b[0], &b[1], &b[2], &data, &after, &b[3],
+                          &b[4]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8;
+    int ok = b[1].len == n && b[2].len == n && b[3].len == n * 8 && b[4].len == n * 8;
+    const int64_t *flow = b[0].buf;
+    const uint8_t *dir = b[1].buf, *has = b[2].buf;
+    int64_t *same = b[3].buf, *other = b[4].buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok &= dir[i] <= 1;
+    if (!ok) {
+        for (int j = 0; j < 5; j++)
+            PyBuffer_Release(&b[j]);
+        PyErr_SetString(PyExc_ValueError, "neighbours: inconsistent columns");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int64_t last[2] = {-1, -1};
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = after ? n - 1 - k : k, prev = after ? i + 1 : i - 1;
+        if (k == 0 || flow[i] != flow[prev])
+            last[0] = last[1] = -1;
+        same[i] = last[dir[i]];
+        other[i] = last[dir[i] ^ 1];
+        if (!data || has[i])
+            last[dir[i]] = i;
+    }
+    Py_END_ALLOW_THREADS
+    for (int j = 0; j < 5; j++)
+        PyBuffer_Release(&b[j]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"neighbours", neighbours, METH_VARARGS,
+     "Nearest earlier (or later) row of each row's flow in the same and the other direction."},
     {"tuple_keys", tuple_keys, METH_VARARGS,
      "Words, hash and direction of each row's unordered 4-tuple."},
     {"sequence_space", sequence_space, METH_VARARGS,

@@ -69,6 +69,17 @@ class Flows:
 
     def _neighbours(self, rows: np.ndarray, data: bool, after: bool
                     ) -> tuple[np.ndarray, np.ndarray]:
+        if _compiled is not None:  # every row's neighbours in one pass, kept for later asks
+            if (data, after) not in self._runs:
+                n = len(self.seg["flow"])
+                same, other = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+                _compiled.neighbours(np.ascontiguousarray(self.seg["flow"], np.int64),
+                                     np.ascontiguousarray(self.seg["dir"], np.int8).view(np.uint8),
+                                     np.ascontiguousarray(self.seg["has_data"]).view(np.uint8),
+                                     data, after, same, other)
+                self._runs[(data, after)] = same, other
+            same, other = self._runs[(data, after)]
+            return same[rows], other[rows]
         # The nearest candidate row N answers one direction; the other direction's answer
         # is the row just outside N's run of same-direction candidates.
         idx, md, mf, outside, count = self._run_index(data, after)

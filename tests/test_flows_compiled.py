@@ -1,5 +1,6 @@
-"""The compiled sequence space and ACK links (nagleprobe/_flows.c) give exactly the numpy
-versions' segment columns: on every real capture in samples/ and on random segment streams."""
+"""The compiled parts of flows and stream (nagleprobe/_flows.c: sequence space, ACK links,
+row neighbours, 4-tuple keys) give exactly what their numpy versions give: on every real
+capture in samples/ and on random segment streams."""
 
 from __future__ import annotations
 
@@ -24,18 +25,28 @@ pytestmark = pytest.mark.skipif(nagleprobe.flows._compiled is None,
                                 reason="nagleprobe._flows not built (no C compiler at install)")
 
 
+def neighbours(f) -> list[np.ndarray]:
+    """Flows.before and Flows.after of every row, among all rows and among data rows."""
+    rows = np.arange(len(f.seg["flow"]))
+    return [x for data in (False, True) for x in (*f.before(rows, data), *f.after(rows, data))]
+
+
 def both(cols: dict[str, np.ndarray]) -> tuple:
-    """build_flows with the compiled sequence space, and with numpy alone."""
+    """build_flows and the row neighbours with the compiled parts, and with numpy alone."""
     compiled = build_flows(cols)
+    compiled.neighbour_rows = neighbours(compiled)
     kept, nagleprobe.flows._compiled = nagleprobe.flows._compiled, None
     try:
         reference = build_flows(cols)
+        reference.neighbour_rows = neighbours(reference)
     finally:
         nagleprobe.flows._compiled = kept
     return compiled, reference
 
 
 def assert_same(got, want) -> None:
+    for a, b in zip(got.neighbour_rows, want.neighbour_rows, strict=True):
+        assert np.array_equal(a, b)
     assert list(got.seg) == list(want.seg)
     for k in want.seg:
         assert got.seg[k].dtype == want.seg[k].dtype, k
