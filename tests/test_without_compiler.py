@@ -1,0 +1,26 @@
+"""Without the compiled parts (no C compiler when nagleprobe was installed), the numpy and
+Python code gives the same report on every real capture."""
+
+from pathlib import Path
+
+import pytest
+
+import nagleprobe.decode
+import nagleprobe.flows
+import nagleprobe.read
+import nagleprobe.stream
+from nagleprobe.pipeline import analyze
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
+    p for p in (SAMPLES / "formats").iterdir() if p.name.endswith((".pcap", ".pcapng", ".gz")))
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_the_report_is_the_same_without_the_compiled_parts(path, monkeypatch):
+    compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
+    monkeypatch.setattr(nagleprobe.read, "_walk", None)
+    monkeypatch.setattr(nagleprobe.read, "walk_records", nagleprobe.read._walk_python)
+    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.stream):
+        monkeypatch.setattr(module, "_compiled", None)
+    assert analyze(str(path), chunk_bytes=16 << 10).to_json() == compiled
