@@ -74,7 +74,8 @@ def build(out: Path, n_packets: int, sources: list[str], every_ms: float = 2.0) 
     t = ts[rec] + rep * step_ns + 1_700_000_000 * 10**9
     order = np.argsort(t, kind="stable")
     rep, rec, t = rep[order], rec[order], t[order]
-    with open(out, "wb") as fh:
+    part = Path(f"{out}.part")  # renamed when complete: an interrupted build is not reused
+    with open(part, "wb") as fh:
         fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
         for a in range(0, n_packets, 500_000):
             r, c, tt = rec[a:a + 500_000], rep[a:a + 500_000], t[a:a + 500_000]
@@ -107,6 +108,7 @@ def build(out: Path, n_packets: int, sources: list[str], every_ms: float = 2.0) 
                 pos = ostart[v4] + 16 + addr_last
                 buf[pos] = (buf[pos].astype(np.int64) + c[v4] // 64511) % 256
             fh.write(buf.tobytes())
+    os.replace(part, out)
 
 
 def main() -> None:
