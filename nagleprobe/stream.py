@@ -391,14 +391,13 @@ def _join(p: _Parts, capture: dict) -> Report:
     endpoints = endpoints.reset_index(drop=True)
     endpoints["flow"] = np.arange(len(flows)).repeat(2)
 
-    stall_parts = []
-    for j, st in enumerate(p.stalls):
-        if len(st):
-            st = st.copy()
-            st["flow"] = new_id[st["flow"].to_numpy() + offsets[j]]
-            stall_parts.append(st)
-    stalls = cat(stall_parts or p.stalls[:1])
+    # the batches' tables are let go of as soon as they are joined: with 1 M stalls each
+    # copy of the stall table is hundreds of MB
+    batch = np.repeat(np.arange(len(p.stalls)), [len(st) for st in p.stalls])
+    stalls = cat(p.stalls)
+    p.flows, p.endpoints, p.stalls = [], [], []
     if len(stalls):
+        stalls["flow"] = new_id[stalls["flow"].to_numpy() + offsets[batch]]
         so = np.lexsort((stalls["released_frame"].to_numpy(), stalls["flow"].to_numpy()))
         stalls = stalls.iloc[so].reset_index(drop=True)
     return Report(capture, settle_dtypes(flows), settle_dtypes(stalls), settle_dtypes(endpoints))
