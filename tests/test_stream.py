@@ -5,6 +5,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import nagleprobe
@@ -80,6 +81,8 @@ def test_many_interleaved_connections_are_analysed_in_batches_with_the_same_resu
     whole = analyze(str(cap), whole_file=True)
     rep, st = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=2000)
     assert rep.to_json() == whole.to_json()
+    for table in ("flows", "stalls", "endpoints"):  # the notebook tables too, dtypes and all
+        pd.testing.assert_frame_equal(getattr(rep, table), getattr(whole, table))
     assert len(whole.flows) == 150 and whole.stall_count == 30 * 2 * 19
     assert st.batches >= 5
     # memory: only the connections still open are held, far fewer rows than the capture has
@@ -160,3 +163,11 @@ def test_json_written_in_pieces_is_the_same_document(name):
     assert len(pieces) == 2 + -(-rep.stall_count // 7)
     assert "".join(pieces) == rep.to_json()
     assert json.loads("".join(pieces)) == rep.to_dict()
+
+
+def test_freed_memory_is_handed_back_to_the_system_on_glibc():
+    import platform
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("malloc_trim is glibc's")
+    assert nagleprobe.stream._malloc_trim is not None
+    nagleprobe.stream.release_free_memory()  # and calling it is harmless
