@@ -86,7 +86,7 @@ def _mix(words: list[np.ndarray]) -> np.ndarray:
 def _libc_trim():
     try:
         return ctypes.CDLL(None).malloc_trim  # glibc
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):  # other C libraries, Windows
         return None
 
 
