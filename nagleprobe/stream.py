@@ -115,11 +115,27 @@ class _Part:
     """One batch's result."""
 
     flows: pd.DataFrame
-    stalls: pd.DataFrame
+    stalls: dict[str, np.ndarray]  # the stall table's columns (see _columns)
     endpoints: pd.DataFrame
     first_ns: np.ndarray
     first_frame: np.ndarray
     tcp_packets: int
+    stall_table: pd.DataFrame  # no rows: the stall table's columns and their dtypes
+
+
+def _columns(table: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A table as one numpy array per column (datetimes as epoch nanoseconds, text as
+    objects), so that joining the batches can free each column as soon as it is copied."""
+    out = {}
+    for name in table.columns:
+        col = table[name]
+        if isinstance(col.dtype, pd.DatetimeTZDtype):
+            out[name] = col.array.asi8.copy()
+        elif isinstance(col.dtype, np.dtype):
+            out[name] = col.to_numpy(copy=True)
+        else:
+            out[name] = col.to_numpy(dtype=object)
+    return out
 
 
 def _gather(picks: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> dict[str, np.ndarray]:
@@ -162,8 +178,8 @@ def _analyse(cols: dict[str, np.ndarray], origin_ns: int) -> _Part:
     flows = build_flows(cols)
     det = detect(flows)
     part = build_report(CaptureInfo(path=""), {}, flows, det, origin_ns)
-    return _Part(part.flows, part.stalls, part.endpoints, flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]))
+    return _Part(part.flows, _columns(part.stalls), part.endpoints, flows.flow["first_ns"],
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), part.stalls.iloc[:0])
 
 
 @dataclass
@@ -171,7 +187,8 @@ class _Parts:
     """Per-batch result tables and, per flow, the key that orders flows globally."""
 
     flows: list[pd.DataFrame] = field(default_factory=list)
-    stalls: list[pd.DataFrame] = field(default_factory=list)
+    stalls: list[dict[str, np.ndarray]] = field(default_factory=list)
+    stall_table: pd.DataFrame | None = None  # no rows: the columns and their dtypes
     endpoints: list[pd.DataFrame] = field(default_factory=list)
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
@@ -368,6 +385,8 @@ class StreamAnalyzer:
         p = self._parts
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
+        if p.stall_table is None:
+            p.stall_table = part.stall_table
         p.endpoints.append(part.endpoints)
         p.first_ns.append(part.first_ns)
         p.first_frame.append(part.first_frame)
@@ -418,46 +437,28 @@ def _join(p: _Parts, capture: dict) -> Report:
     endpoints["flow"] = np.arange(len(flows)).repeat(2)
 
     p.flows, p.endpoints = [], []
-    stalls = _join_stalls(p.stalls, [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))])
+    flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
+    stalls = _join_stalls(p.stalls, flow_ids, p.stall_table)
     return Report(capture, settle_dtypes(flows), settle_dtypes(stalls), settle_dtypes(endpoints))
 
 
-def _join_stalls(parts: list[pd.DataFrame], flow_ids: list[np.ndarray]) -> pd.DataFrame:
-    """The batches' stall tables as one, flows renumbered (`flow_ids[j]`: new id of each flow
-    of batch j) and sorted by (flow, released frame). Each batch's rows are written straight
-    to their final places and the batch let go of at once (`parts` is emptied), so the
-    joined table is never held twice: with millions of stalls a copy is hundreds of MB."""
-    full = [st for st in parts if len(st)]
-    if not full:
-        return parts[0].reset_index(drop=True)
-    ids = [ids for st, ids in zip(parts, flow_ids) if len(st)]
-    flow = np.concatenate([i[st["flow"].to_numpy()] for st, i in zip(full, ids)])
-    released = np.concatenate([st["released_frame"].to_numpy() for st in full])
-    at = np.empty(len(flow), dtype=np.int64)  # final row of each row, in batch order
-    at[np.lexsort((released, flow))] = np.arange(len(flow))
-    columns = {}  # name -> (array of the final rows, how to make the column from it)
-    for name, dtype in full[0].dtypes.items():
-        if isinstance(dtype, pd.DatetimeTZDtype):
-            columns[name] = (np.empty(len(at), np.int64), _as_utc)
-        elif isinstance(dtype, np.dtype):
-            columns[name] = (np.empty(len(at), dtype), None)
-        else:  # text
-            columns[name] = (np.empty(len(at), object), None)
+def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray],
+                 table: pd.DataFrame) -> pd.DataFrame:
+    """The batches' stall columns as one table (`table`: its columns and dtypes, no rows),
+    flows renumbered (`flow_ids[j]`: new id of each flow of batch j) and sorted by (flow,
+    released frame). Built a column at a time, each batch's copy of a column let go of as
+    soon as it is joined, so the stalls are never held twice: with millions of stalls a
+    copy is hundreds of MB."""
+    flow = np.concatenate([ids[st.pop("flow")] for st, ids in zip(parts, flow_ids)])
+    order = np.lexsort((np.concatenate([st["released_frame"] for st in parts]), flow))
+    columns = {}
+    for name, dtype in table.dtypes.items():
+        col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
+        col = col[order]
+        columns[name] = _as_utc(col) if isinstance(dtype, pd.DatetimeTZDtype) else col
+        release_free_memory()
     parts.clear()
-    start = 0
-    while full:
-        st = full.pop(0)
-        rows = at[start:start + len(st)]
-        for name, (out, _) in columns.items():
-            col = st[name]
-            out[rows] = (col.array.asi8 if isinstance(col.dtype, pd.DatetimeTZDtype)
-                         else col.to_numpy(dtype=out.dtype))
-        start += len(st)
-        del st
-    release_free_memory()
-    columns["flow"][0][at] = flow
-    return pd.DataFrame({name: out if make is None else make(out)
-                         for name, (out, make) in columns.items()})
+    return pd.DataFrame(columns, copy=False) if len(flow) else table.reset_index(drop=True)
 
 
 def _as_utc(ns: np.ndarray) -> pd.DatetimeIndex:

@@ -121,7 +121,8 @@ def crafted_packet(draw) -> tuple[int, bytes]:
     opts = opts[:40] + bytes(-len(opts[:40]) % 4 if draw(st.booleans()) else 0)
     payload = bytes(draw(st.integers(0, 40)))
     doff = field((20 + len(opts)) // 4, st.integers(0, 15))
-    tcp = struct.pack(">HHIIBBHHH", draw(st.integers(0, 65535)), 80, draw(st.integers(0, 2**32 - 1)),
+    tcp = struct.pack(">HHIIBBHHH", draw(st.integers(0, 65535)), 80,
+                      draw(st.integers(0, 2**32 - 1)),
                       7, (doff << 4) | draw(st.integers(0, 15)), draw(st.integers(0, 255)),
                       draw(st.integers(0, 65535)), 0, 0) + opts + payload
     if ver == 4:
@@ -134,7 +135,8 @@ def crafted_packet(draw) -> tuple[int, bytes]:
         ip += ipopts
     else:
         ip = struct.pack(">IHBB16s16s", field(6, st.integers(0, 15)) << 28,
-                         field(len(tcp), st.integers(0, 200)), field(6, st.sampled_from([0, 44, 17])),
+                         field(len(tcp), st.integers(0, 200)),
+                         field(6, st.sampled_from([0, 44, 17])),
                          64, bytes(15) + b"\x01", b"\x20\x01" + bytes(13) + b"\x02")
     ip += tcp
     lt = draw(st.sampled_from([1, 113, 276, 12, 101, 228, 229, 0, 108, 147]))
