@@ -28,6 +28,21 @@
 #define NIN 7
 #define NOUT 7
 
+/* Release the n argument buffers, then: raise MemoryError if `nomem`, else ValueError(`error`)
+ * if `error`, else return None. */
+static PyObject *done(Py_buffer *b, int n, int nomem, const char *error)
+{
+    for (int j = 0; j < n; j++)
+        PyBuffer_Release(&b[j]);
+    if (nomem)
+        return PyErr_NoMemory();
+    if (error) {
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *sequence_space(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
@@ -61,12 +76,7 @@ static PyObject *sequence_space(PyObject *self, PyObject *args)
     if (!ok || !isn || !has_dir) {
         PyMem_Free(isn);
         PyMem_Free(has_dir);
-        for (int j = 0; j < NIN + NOUT; j++)
-            PyBuffer_Release(&b[j]);
-        if (ok)
-            return PyErr_NoMemory();
-        PyErr_SetString(PyExc_ValueError, "sequence_space: inconsistent columns");
-        return NULL;
+        return done(b, NIN + NOUT, ok, "sequence_space: inconsistent columns");
     }
     Py_BEGIN_ALLOW_THREADS
     /* sequence space of each direction, and its ISN */
@@ -119,9 +129,7 @@ static PyObject *sequence_space(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyMem_Free(isn);
     PyMem_Free(has_dir);
-    for (int j = 0; j < NIN + NOUT; j++)
-        PyBuffer_Release(&b[j]);
-    Py_RETURN_NONE;
+    return done(b, NIN + NOUT, 0, NULL);
 }
 
 /* ack_links(by_dir, g, dgroup, ack, end, sent_before, ack_max, acked_by): flows._ack_links.
@@ -157,12 +165,7 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
         PyMem_Free(keys);
         PyMem_Free(first);
         PyMem_Free(last);
-        for (int j = 0; j < 8; j++)
-            PyBuffer_Release(&b[j]);
-        if (ok)
-            return PyErr_NoMemory();
-        PyErr_SetString(PyExc_ValueError, "ack_links: inconsistent columns");
-        return NULL;
+        return done(b, 8, ok, "ack_links: inconsistent columns");
     }
     Py_BEGIN_ALLOW_THREADS
     int64_t top = -1, hi = INT64_MIN;
@@ -208,9 +211,7 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
     PyMem_Free(keys);
     PyMem_Free(first);
     PyMem_Free(last);
-    for (int j = 0; j < 8; j++)
-        PyBuffer_Release(&b[j]);
-    Py_RETURN_NONE;
+    return done(b, 8, 0, NULL);
 }
 
 /* tuple_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, w0, w1, w2, w3, w4, hash,
@@ -230,12 +231,8 @@ static PyObject *tuple_keys(PyObject *self, PyObject *args)
     int ok = 1;
     for (int j = 0; j < 13; j++)
         ok &= b[j].len == n * size[j];
-    if (!ok) {
-        for (int j = 0; j < 13; j++)
-            PyBuffer_Release(&b[j]);
-        PyErr_SetString(PyExc_ValueError, "tuple_keys: columns of different lengths");
-        return NULL;
-    }
+    if (!ok)
+        return done(b, 13, 0, "tuple_keys: columns of different lengths");
     const uint64_t *shi = b[0].buf, *slo = b[1].buf, *dhi = b[2].buf, *dlo = b[3].buf;
     const uint16_t *sp = b[4].buf, *dp = b[5].buf;
     uint64_t *w[5] = {b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf}, *hash = b[11].buf;
@@ -261,9 +258,7 @@ static PyObject *tuple_keys(PyObject *self, PyObject *args)
         from_low[i] = (uint8_t)low;
     }
     Py_END_ALLOW_THREADS
-    for (int j = 0; j < 13; j++)
-        PyBuffer_Release(&b[j]);
-    Py_RETURN_NONE;
+    return done(b, 13, 0, NULL);
 }
 
 /* neighbours(flow, dir, has_data, data, after, same, other): for every row (rows sorted by
@@ -286,12 +281,8 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
     int64_t *same = b[3].buf, *other = b[4].buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
         ok &= dir[i] <= 1;
-    if (!ok) {
-        for (int j = 0; j < 5; j++)
-            PyBuffer_Release(&b[j]);
-        PyErr_SetString(PyExc_ValueError, "neighbours: inconsistent columns");
-        return NULL;
-    }
+    if (!ok)
+        return done(b, 5, 0, "neighbours: inconsistent columns");
     Py_BEGIN_ALLOW_THREADS
     int64_t last[2] = {-1, -1};
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -304,9 +295,7 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
             last[dir[i]] = i;
     }
     Py_END_ALLOW_THREADS
-    for (int j = 0; j < 5; j++)
-        PyBuffer_Release(&b[j]);
-    Py_RETURN_NONE;
+    return done(b, 5, 0, NULL);
 }
 
 static PyMethodDef methods[] = {

@@ -47,7 +47,7 @@ class Flows:
     seg: dict[str, np.ndarray]
     flow: dict[str, np.ndarray]
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
-    _runs: dict = field(default_factory=dict, repr=False)
+    _runs: dict = field(default_factory=dict, repr=False)  # neighbour lookups, built on demand
 
     @property
     def count(self) -> int:
@@ -70,15 +70,16 @@ class Flows:
     def _neighbours(self, rows: np.ndarray, data: bool, after: bool
                     ) -> tuple[np.ndarray, np.ndarray]:
         if _compiled is not None:  # every row's neighbours in one pass, kept for later asks
-            if (data, after) not in self._runs:
+            key = ("all rows", data, after)
+            if key not in self._runs:
                 n = len(self.seg["flow"])
                 same, other = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
                 _compiled.neighbours(np.ascontiguousarray(self.seg["flow"], np.int64),
                                      np.ascontiguousarray(self.seg["dir"], np.int8).view(np.uint8),
                                      np.ascontiguousarray(self.seg["has_data"]).view(np.uint8),
                                      data, after, same, other)
-                self._runs[(data, after)] = same, other
-            same, other = self._runs[(data, after)]
+                self._runs[key] = same, other
+            same, other = self._runs[key]
             return same[rows], other[rows]
         # The nearest candidate row N answers one direction; the other direction's answer
         # is the row just outside N's run of same-direction candidates.
@@ -328,7 +329,8 @@ def _sequence_space(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
     out.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
     cols = c.cols
     _compiled.sequence_space(
-        c.order[by_dir], dgroup[by_dir].astype(np.int64), by_dir.astype(np.int64),
+        c.order[by_dir], np.ascontiguousarray(dgroup[by_dir], np.int64),
+        np.ascontiguousarray(by_dir, np.int64),
         np.ascontiguousarray(cols["seq"], np.uint32), np.ascontiguousarray(cols["ack"], np.uint32),
         np.ascontiguousarray(cols["flags"], np.uint16),
         np.ascontiguousarray(cols["payload"], np.int32), *out.values())
@@ -404,8 +406,8 @@ def _ack_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.n
     dgroup = (seg["flow"] * 2 + seg["dir"]).astype(np.int64)
     out = {"ack_max": np.empty(n, dtype=np.int64), "acked_by": np.empty(n, dtype=np.int64)}
     ack, end, sent = (np.ascontiguousarray(seg[k], np.int64) for k in ("ack", "end", "sent_before"))
-    _compiled.ack_links(by_dir.astype(np.int64), dgroup[by_dir], dgroup, ack, end, sent,
-                        out["ack_max"], out["acked_by"])
+    _compiled.ack_links(np.ascontiguousarray(by_dir, np.int64), dgroup[by_dir], dgroup,
+                        ack, end, sent, out["ack_max"], out["acked_by"])
     return out
 
 

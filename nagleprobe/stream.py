@@ -37,7 +37,7 @@ from .decode import TCP_COLUMNS
 from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, build_flows
 from .read import CaptureInfo
-from .report import Report, settle_dtypes, build_report, capture_doc
+from .report import Report, _utc, build_report, capture_doc, settle_dtypes
 
 DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
 DEFAULT_BATCH_ROWS = 1 << 18
@@ -98,8 +98,8 @@ def release_free_memory() -> None:
     """Give the heap's free pages back to the system. glibc keeps the memory of freed numpy
     arrays and tables in its heaps (one per thread), so without this the process's RSS
     keeps the high-water mark of every batch: 760 MB instead of 480 MB after 50 M packets.
-    It costs the page faults of memory used again, so the stream does it only every
-    TRIM_EVERY hand-ons (each time: 3.5 s more per 50 M packets)."""
+    It costs the page faults of memory used again (after every hand-on: 3.5 s more per 50 M
+    packets), so the stream does it only every TRIM_EVERY hand-ons."""
     if _malloc_trim is not None:
         _malloc_trim(0)
 
@@ -360,8 +360,8 @@ class StreamAnalyzer:
             release_free_memory()
 
     def _analyse(self, picks: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> None:
-        """Analyse one batch: the rows `picks` names of held chunks (in a child process, which
-        gathers them from its copy-on-write view of the chunks)."""
+        """Analyse one batch: the rows `picks` names of held chunks (gathered and analysed in a
+        worker thread when there are workers)."""
         self.batches += 1
         if self._pool is None:
             self._add(_analyse(_gather(picks), self.origin_ns))
@@ -455,11 +455,7 @@ def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray],
     for name, dtype in table.dtypes.items():
         col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
         col = col[order]
-        columns[name] = _as_utc(col) if isinstance(dtype, pd.DatetimeTZDtype) else col
+        columns[name] = _utc(col) if isinstance(dtype, pd.DatetimeTZDtype) else col
         release_free_memory()
     parts.clear()
     return pd.DataFrame(columns, copy=False) if len(flow) else table.reset_index(drop=True)
-
-
-def _as_utc(ns: np.ndarray) -> pd.DatetimeIndex:
-    return pd.to_datetime(ns, unit="ns", utc=True)
