@@ -202,21 +202,32 @@ def _group_order(ids: np.ndarray) -> np.ndarray:
     return order
 
 
+def _endpoints(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each packet's source and destination endpoint as uint64 words that compare like
+    (address, port): one word each when every address is IPv4, else (hi, lo, port)."""
+    if not (c["src_hi"].any() or c["dst_hi"].any()):  # IPv4 only: (address, port) in 48 bits
+        return ([c["src_lo"] << np.uint64(16) | c["sport"]],
+                [c["dst_lo"] << np.uint64(16) | c["dport"]])
+    return ([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
+            [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
+
+
+def _lower(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
+    """a <= b, comparing the words lexicographically."""
+    out = a[-1] <= b[-1]
+    for x, y in zip(a[-2::-1], b[-2::-1]):
+        out = (x < y) | ((x == y) & out)
+    return out
+
+
 def _tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Id of each packet's unordered 4-tuple, numbered by first appearance in record order,
     and whether the packet travels from the 'lower' endpoint."""
-    if not (c["src_hi"].any() or c["dst_hi"].any()):  # IPv4 only: (address, port) in 48 bits
-        a = c["src_lo"] << np.uint64(16) | c["sport"]
-        b = c["dst_lo"] << np.uint64(16) | c["dport"]
-        a_low = a <= b
-        return _factorize_words([np.minimum(a, b), np.maximum(a, b)]), a_low
-    a = (c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64))
-    b = (c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64))
-    # a < b lexicographically on (hi, lo, port)
-    a_low = (a[0] < b[0]) | ((a[0] == b[0]) & ((a[1] < b[1]) | ((a[1] == b[1]) & (a[2] <= b[2]))))
+    a, b = _endpoints(c)
+    a_low = _lower(a, b)
     lo = [np.where(a_low, x, y) for x, y in zip(a, b)]
     hi = [np.where(a_low, y, x) for x, y in zip(a, b)]
-    return _factorize_words([lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]]), a_low
+    return _factorize_words(lo + hi), a_low
 
 
 def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
@@ -235,15 +246,24 @@ def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
     return ids
 
 
-def build_flows(cols: dict[str, np.ndarray]) -> Flows:
-    """Group decoded TCP packets into connections and classify every segment."""
+def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -> Flows:
+    """Group decoded TCP packets into connections and classify every segment.
+
+    `tuples`: each row's 4-tuple as an id 0..k-1, if the caller already knows them (the
+    stream does); it saves finding them. Flows are numbered in the order of these ids (by
+    default: by first appearance in time order), unless a 4-tuple is reused.
+    """
     n = len(cols["frame"])
     ts = cols["ts_ns"]
     # time order (records need not be in time order: -i any, merged files); ties keep file order
     if n and not np.all(ts[1:] >= ts[:-1]):
         t_order = np.argsort(ts, kind="stable")
         cols = {k: v[t_order] for k, v in cols.items()}
-    tup, from_low = _tuple_ids(cols)
+        tuples = None if tuples is None else tuples[t_order]
+    if tuples is None:
+        tup, from_low = _tuple_ids(cols)
+    else:
+        tup, from_low = np.asarray(tuples, dtype=np.int64), _lower(*_endpoints(cols))
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     c = _Sorted(cols, order)
     tup, from_low = tup[order], from_low[order]
@@ -252,6 +272,7 @@ def build_flows(cols: dict[str, np.ndarray]) -> Flows:
 
     # A new connection on the same 4-tuple starts at a SYN with a new ISN.
     new_conn = np.r_[True, tup[1:] != tup[:-1]] if n else np.zeros(0, bool)
+    ntuples = int(np.count_nonzero(new_conn))
     syn_rows = np.flatnonzero(syn_only)
     syn_seq = c.at("seq", syn_rows)
     repeated = np.r_[False, (tup[syn_rows[1:]] == tup[syn_rows[:-1]])
@@ -259,7 +280,7 @@ def build_flows(cols: dict[str, np.ndarray]) -> Flows:
     new_conn[syn_rows[~repeated]] = True
     fid = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
     starts = np.flatnonzero(new_conn)
-    if len(starts) > (tup[-1] + 1 if n else 0):
+    if len(starts) > ntuples:
         # a reused 4-tuple: renumber its later connections by their first packet's time
         first_order = np.lexsort((c.at("frame", starts), c.at("ts_ns", starts)))
         rank = np.empty(len(starts), dtype=np.int64)

@@ -138,16 +138,22 @@ def _columns(table: pd.DataFrame) -> dict[str, np.ndarray]:
     return out
 
 
-def _gather(picks: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> dict[str, np.ndarray]:
-    """One table of the given rows of several chunks."""
-    n = sum(len(rows) for _, rows in picks)
+Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, its tuple ids, rows)
+
+
+def _gather(picks: Picks, local: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One table of the given rows of several chunks, and each row's 4-tuple as numbered
+    within the batch (`local`: that number of each tuple id)."""
+    n = sum(len(rows) for _, _, rows in picks)
     batch = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()}
+    tuples = np.empty(n, dtype=np.int64)
     at = 0
-    for cols, rows in picks:
+    for cols, tid, rows in picks:
         for k, v in batch.items():
             np.take(cols[k], rows, out=v[at:at + len(rows)])
+        np.take(local, tid[rows], out=tuples[at:at + len(rows)])
         at += len(rows)
-    return batch
+    return batch, tuples
 
 
 @dataclass
@@ -173,9 +179,9 @@ class _Held:
         return _Held({c: v[keep] for c, v in self.cols.items()}, self.tid[keep])
 
 
-def _analyse(cols: dict[str, np.ndarray], origin_ns: int) -> _Part:
+def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: int) -> _Part:
     """build_flows -> detect -> build_report for one batch of whole connections."""
-    flows = build_flows(cols)
+    flows = build_flows(cols, tuples)
     det = detect(flows)
     part = build_report(CaptureInfo(path=""), {}, flows, det, origin_ns)
     return _Part(part.flows, _columns(part.stalls), part.endpoints, flows.flow["first_ns"],
@@ -332,6 +338,10 @@ class StreamAnalyzer:
         sizes = np.where(done, self._rows, 0)
         label = np.where(done, (np.cumsum(sizes) - sizes) // self.batch_rows, -1)
         nbatch = int(label.max()) + 1
+        # the tuples of each batch numbered 0.. (labels do not decrease along tuple ids)
+        ids = np.flatnonzero(done)
+        local = np.zeros(len(done), dtype=np.int64)
+        local[ids] = np.arange(len(ids)) - np.searchsorted(label[ids], label[ids])
         picks, pending = [], []  # picks: (part, its rows of each batch)
         for part in self._pending:
             lab = label[part.tid]
@@ -342,9 +352,9 @@ class StreamAnalyzer:
                     lab = lab[out]
                     out = out[np.argsort(lab, kind="stable")]
                     cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
-                    picks.append((part.cols, np.split(out, cuts)))
+                    picks.append((part.cols, part.tid, np.split(out, cuts)))
                 else:
-                    picks.append((part.cols, [out]))
+                    picks.append((part.cols, part.tid, [out]))
                 part = part.without(take, len(out))
             if part is not None:
                 pending.append(part)
@@ -352,21 +362,22 @@ class StreamAnalyzer:
         self._handed_on |= done
         self._rows[done] = 0
         for j in range(nbatch):
-            batch = [(cols, rows[j]) for cols, rows in picks if len(rows[j])]
+            batch = [(cols, tid, rows[j]) for cols, tid, rows in picks if len(rows[j])]
             if batch:
-                self._analyse(batch)
+                self._analyse(batch, local)
         self._hand_ons += 1
         if self._hand_ons % TRIM_EVERY == 0:
             release_free_memory()
 
-    def _analyse(self, picks: list[tuple[dict[str, np.ndarray], np.ndarray]]) -> None:
+    def _analyse(self, picks: Picks, local: np.ndarray) -> None:
         """Analyse one batch: the rows `picks` names of held chunks (gathered and analysed in a
         worker thread when there are workers)."""
         self.batches += 1
         if self._pool is None:
-            self._add(_analyse(_gather(picks), self.origin_ns))
+            self._add(_analyse(*_gather(picks, local), self.origin_ns))
             return
-        self._running.append(self._pool.submit(lambda: _analyse(_gather(picks), self.origin_ns)))
+        job = self._pool.submit(lambda: _analyse(*_gather(picks, local), self.origin_ns))
+        self._running.append(job)
         self._take_results(wait=len(self._running) > self._max_running)
 
     def _take_results(self, wait: bool = False, all: bool = False) -> None:
@@ -402,7 +413,7 @@ class StreamAnalyzer:
         p = self._parts
         if not p.flows:
             self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()},
-                               self.origin_ns))
+                               None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "

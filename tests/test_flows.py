@@ -149,3 +149,41 @@ def test_before_and_after_name_the_nearest_rows_of_each_direction_within_the_flo
     same, oth = f.after(rows, data=True)
     assert same.tolist() == [3, 6, 3, 4, -1, 6, -1, -1]
     assert oth.tolist() == [6, 3, 6, 6, 6, -1, -1, -1]
+
+
+def test_tuple_ids_given_by_the_caller_number_the_flows_and_change_nothing_else():
+    a = Conversation(C, SV, isn_c=100)  # tuple 0, reused by c below
+    t = a.handshake(0.0)
+    a.send("c", t + 1, 5)
+    b = Conversation("[2001:db8::1]:40001", "[2001:db8::2]:8000")  # tuple 1
+    b.handshake(0.5)
+    c = Conversation(C, SV, isn_c=900000)
+    c.handshake(50.0)
+    rows = a.rows + b.rows + c.rows
+    for i, r in enumerate(rows, 1):
+        r["frame"] = i
+    rows[1], rows[2] = rows[2], rows[1]  # records out of time order too
+    cols = packets(rows)
+    tuple_of = np.array([0 if C in (r["src"], r["dst"]) else 1 for r in rows])
+    found = build_flows(cols)
+    assert found.count == 3
+    # found's numbering, then the other way round: with a reused 4-tuple the flows are
+    # numbered by first packet time either way
+    for ids in (tuple_of, 1 - tuple_of):
+        given = build_flows(cols, ids)
+        for k in found.seg:
+            assert np.array_equal(given.seg[k], found.seg[k]), k
+        for k in found.flow:
+            assert np.array_equal(given.flow[k], found.flow[k],
+                                  equal_nan=found.flow[k].dtype.kind == "f"), k
+
+
+def test_tuple_ids_given_by_the_caller_set_the_order_of_the_flows():
+    a, b = Conversation(C, SV), Conversation("10.0.0.3:40001", SV)
+    a.handshake(0.0)
+    b.handshake(1.0)
+    cols = packets(a.rows + b.rows)
+    assert build_flows(cols).flow["client"].tolist() == [C, "10.0.0.3:40001"]
+    given = build_flows(cols, np.array([1] * 3 + [0] * 3))
+    assert given.flow["client"].tolist() == ["10.0.0.3:40001", C]
+    assert given.seg["frame"].tolist() == [4, 5, 6, 1, 2, 3]
