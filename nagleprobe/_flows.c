@@ -135,9 +135,11 @@ static PyObject *sequence_space(PyObject *self, PyObject *args)
 /* ack_links(by_dir, g, dgroup, ack, end, sent_before, ack_max, acked_by): flows._ack_links.
  * ack_max: the highest ACK (at least -1) each direction had sent up to and including the
  * row. acked_by: for rows opening new sequence space (end > sent_before), the first row, in
- * (direction group, time) order, of the other direction whose ack_max covers the row's end,
- * found as the numpy version finds it: a binary search for (peer group, end + 1) in the
- * sorted keys (group, ack_max + 1), hit only if it lands in the peer group; else -1.
+ * (direction group, time) order, of the other direction whose ack_max covers the row's end
+ * (ack_max >= end), else -1: what the numpy version finds by binary search. Here one
+ * pointer walks the peer's rows: a direction's new-space rows end ever higher (each ends
+ * beyond everything sent before it) and its peer's ack_max never falls, so the pointer only
+ * moves forward (it starts over should an end ever be lower, so any input gets the answer).
  * by_dir and g as for sequence_space; dgroup, ack, end, sent_before (int64, >= 0, as
  * sequence_space makes it) are in flow order, and so are the outputs. */
 static PyObject *ack_links(PyObject *self, PyObject *args)
@@ -156,59 +158,49 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
     int64_t *ack_max = b[6].buf, *acked_by = b[7].buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
         ok &= by_dir[i] >= 0 && by_dir[i] < n && g[i] >= 0 && (i == 0 || g[i] >= g[i - 1])
-              && dgroup[i] >= 0 && dgroup[i] <= g[n - 1];
+              && dgroup[by_dir[i]] == g[i];
     int64_t groups = n ? g[n - 1] + 2 : 1; /* room for the peer of the last group */
-    int64_t *keys = ok ? PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t)) : NULL;
     Py_ssize_t *first = ok ? PyMem_Calloc((size_t)groups, sizeof(Py_ssize_t)) : NULL;
     Py_ssize_t *last = ok ? PyMem_Calloc((size_t)groups, sizeof(Py_ssize_t)) : NULL;
-    if (!ok || !keys || !first || !last) {
-        PyMem_Free(keys);
+    if (!ok || !first || !last) {
         PyMem_Free(first);
         PyMem_Free(last);
         return done(b, 8, ok, "ack_links: inconsistent columns");
     }
     Py_BEGIN_ALLOW_THREADS
-    int64_t top = -1, hi = INT64_MIN;
+    int64_t top = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t r = by_dir[i], a = ack[r];
-        if (i == 0 || g[i] != g[i - 1])
+        if (i == 0 || g[i] != g[i - 1]) {
             top = -1;
+            first[g[i]] = i;
+        }
+        last[g[i]] = i + 1;
         if (a > top)
             top = a;
         ack_max[r] = top;
-        if (top > hi)
-            hi = top;
     }
-    for (Py_ssize_t r = 0; r < n; r++)
-        if (end[r] > hi)
-            hi = end[r];
-    int64_t span = hi + 2;
+    Py_ssize_t at = 0, stop = 0;
+    int64_t prev = 0; /* the end last looked for in this group */
     for (Py_ssize_t i = 0; i < n; i++) {
-        keys[i] = g[i] * span + (ack_max[by_dir[i]] + 1);
-        if (i == 0 || g[i] != g[i - 1])
-            first[g[i]] = i;
-        last[g[i]] = i + 1;
-    }
-    for (Py_ssize_t r = 0; r < n; r++) {
+        int64_t r = by_dir[i], e = end[r];
         acked_by[r] = -1;
-        if (end[r] <= sent[r])
-            continue;
-        /* end > sent_before >= 0, so every key of an earlier group is below `want`: the
-         * first key >= want is in the peer's rows, or after them (a miss) */
-        int64_t peer = dgroup[r] ^ 1, want = peer * span + (end[r] + 1);
-        Py_ssize_t lo = first[peer], up = last[peer];
-        while (lo < up) {
-            Py_ssize_t mid = lo + (up - lo) / 2;
-            if (keys[mid] < want)
-                lo = mid + 1;
-            else
-                up = mid;
+        if (i == 0 || g[i] != g[i - 1]) {
+            at = first[g[i] ^ 1];
+            stop = last[g[i] ^ 1];
+            prev = INT64_MIN;
         }
-        if (lo < last[peer])
-            acked_by[r] = by_dir[lo];
+        if (e <= sent[r])
+            continue;
+        if (e < prev) /* rows before `at` were only known to be below prev */
+            at = first[g[i] ^ 1];
+        prev = e;
+        while (at < stop && ack_max[by_dir[at]] < e)
+            at++;
+        if (at < stop)
+            acked_by[r] = by_dir[at];
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(keys);
     PyMem_Free(first);
     PyMem_Free(last);
     return done(b, 8, 0, NULL);

@@ -303,7 +303,17 @@ def _u32(buf: np.ndarray, idx: np.ndarray, big: bool) -> np.ndarray:
 
 
 def _u32_rows(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.ndarray:
-    """Gather `width` consecutive 32-bit words at each offset: (n, width) int64."""
+    """Gather `width` consecutive 32-bit words at each offset: (n, width) int64. Compiled
+    (nagleprobe/_walk.c) when built, else `_u32_rows_numpy`."""
+    if _walk is None or len(idx) == 0:
+        return _u32_rows_numpy(buf, idx, width, big)
+    out = np.empty((len(idx), width), dtype=np.int64)
+    _walk.u32_rows(buf, np.ascontiguousarray(idx, dtype=np.int64), width, big, out)
+    return out
+
+
+def _u32_rows_numpy(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> np.ndarray:
+    """`_u32_rows` with numpy alone (the reference for the compiled version)."""
     if len(idx) == 0:
         return np.zeros((0, width), dtype=np.int64)
     dt = ">u4" if big else "<u4"

@@ -44,6 +44,18 @@ def both(cols: dict[str, np.ndarray]) -> tuple:
     return compiled, reference
 
 
+def assert_ack_links_agree_for_any_sent_before(f) -> None:
+    """The compiled _ack_links counts on each direction's new data ending ever higher, as
+    sequence_space makes it; given sent_before 0 (every segment counts as new: ends go back
+    at retransmissions) it must still give what numpy gives."""
+    by_dir = np.argsort(f.seg["flow"] * 2 + f.seg["dir"], kind="stable")
+    seg = dict(f.seg, sent_before=np.zeros_like(f.seg["sent_before"]))
+    got = nagleprobe.flows._ack_links(seg, by_dir)
+    want = nagleprobe.flows._ack_links_numpy(seg, by_dir)
+    for k in want:
+        assert np.array_equal(got[k], want[k]), k
+
+
 def assert_same(got, want) -> None:
     for a, b in zip(got.neighbour_rows, want.neighbour_rows, strict=True):
         assert np.array_equal(a, b)
@@ -60,7 +72,9 @@ def test_compiled_flows_equal_numpy_on_every_real_capture(path):
     skipped = Counter()
     parts = [decode(b, skipped) for b in CaptureReader(str(path))]
     cols = {k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS}
-    assert_same(*both(cols))
+    compiled, reference = both(cols)
+    assert_same(compiled, reference)
+    assert_ack_links_agree_for_any_sent_before(compiled)
 
 
 FLAGS = st.sampled_from([0x10, 0x10, 0x18, 0x18, 0x02, 0x12, 0x11, 0x19, 0x04, 0x14, 0x00, 0x01])
@@ -106,7 +120,9 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
         "has_ts": np.zeros(n, np.uint8),
     }
     assert list(cols) == list(TCP_COLUMNS)
-    assert_same(*both(cols))
+    compiled, reference = both(cols)
+    assert_same(compiled, reference)
+    assert_ack_links_agree_for_any_sent_before(compiled)
 
 
 @settings(max_examples=200, deadline=None)
