@@ -91,3 +91,27 @@ def test_pcapng_reads_the_same_with_and_without_the_compiled_block_walk(name, ch
     slow, info_slow = read_all(path, chunk, monkeypatch, compiled=False)
     assert fast == slow and info_fast == info_slow
     assert sum(len(b[0]) for b in fast) == info_fast.packets > 0
+
+
+@compiled
+def test_compiled_header_words_equal_numpy_at_any_offset():
+    """Synthetic: random bytes, offsets on the 4-byte grid (pcapng) and off it (pcap)."""
+    rng = np.random.default_rng(3)
+    data = np.frombuffer(rng.bytes(4096), dtype=np.uint8)
+    for width in (1, 2, 4, 5):
+        for big in (False, True):
+            for grid in (1, 4):
+                idx = np.sort(rng.integers(0, len(data) - 4 * width + 1, 500)) // grid * grid
+                idx[-1] = len(data) - 4 * width  # the last word ends the buffer
+                got = read._u32_rows(data, idx, width, big)
+                want = read._u32_rows_numpy(data, idx, width, big)
+                assert got.dtype == want.dtype == np.int64
+                assert np.array_equal(got, want)
+
+
+@compiled
+def test_compiled_header_words_refuse_offsets_past_the_buffer():
+    data = np.zeros(64, dtype=np.uint8)
+    for bad in ([61], [-1], [0, 48]):
+        with pytest.raises(IndexError):
+            read._u32_rows(data, np.array(bad), 5 if bad == [0, 48] else 1, False)
