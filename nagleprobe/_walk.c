@@ -11,6 +11,13 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* The 32-bit word at q, in the file's byte order. */
+static inline uint32_t word(const unsigned char *q, int big)
+{
+    return big ? ((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3])
+               : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
+}
+
 static PyObject *walk(PyObject *self, PyObject *args)
 {
     Py_buffer buf, out;
@@ -24,8 +31,7 @@ static PyObject *walk(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     while (p <= lim && k < cap) {
         const unsigned char *q = b + p;
-        uint32_t cl = big ? ((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3])
-                          : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
+        uint32_t cl = word(q, big);
         o[k++] = p;
         p += (int64_t)cl + 16;
     }
@@ -34,6 +40,50 @@ static PyObject *walk(PyObject *self, PyObject *args)
     PyBuffer_Release(&out);
     if (p <= lim) {
         PyErr_SetString(PyExc_ValueError, "output buffer too small");
+        return NULL;
+    }
+    return Py_BuildValue("nL", k, (long long)p);
+}
+
+/* walk_headers(buf, big_endian, start, frac_mul, offset, ts_ns, caplen, wirelen) -> (count,
+ * end): walk's records from offset `start` (where a record header begins) and their header
+ * fields, into four int64 buffers of equal size: where each header begins, its time
+ * (seconds * 1e9 + fraction * frac_mul), captured and original length. Stops like walk, or
+ * when the buffers are full; `end` is 8 bytes past the start of the next record. */
+static PyObject *walk_headers(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, b_off, b_ts, b_cl, b_wl;
+    int big;
+    Py_ssize_t start;
+    long long mul;
+    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*", &buf, &big, &start, &mul, &b_off, &b_ts,
+                          &b_cl, &b_wl))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    int64_t *off = b_off.buf, *ts = b_ts.buf, *cl = b_cl.buf, *wl = b_wl.buf;
+    Py_ssize_t n = buf.len, k = 0, cap = b_off.len / (Py_ssize_t)sizeof(int64_t);
+    int ok = start >= 0 && b_ts.len == b_off.len && b_cl.len == b_off.len
+             && b_wl.len == b_off.len;
+    int64_t p = (int64_t)start + 8, lim = (int64_t)n - 8;
+    Py_BEGIN_ALLOW_THREADS
+    while (ok && p <= lim && k < cap) {
+        const unsigned char *q = b + p;
+        uint32_t c = word(q, big);
+        off[k] = p - 8;
+        ts[k] = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)word(q - 4, big) * mul;
+        cl[k] = c;
+        wl[k] = word(q + 4, big);
+        k++;
+        p += (int64_t)c + 16;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&b_off);
+    PyBuffer_Release(&b_ts);
+    PyBuffer_Release(&b_cl);
+    PyBuffer_Release(&b_wl);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "walk_headers: bad start or output buffers");
         return NULL;
     }
     return Py_BuildValue("nL", k, (long long)p);
@@ -59,10 +109,7 @@ static PyObject *walk_blocks(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     while (pos >= 0 && pos + 8 <= n && k < cap) {
         const unsigned char *q = b + pos;
-        uint32_t bt = big ? ((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3])
-                          : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
-        uint32_t bl = big ? ((uint32_t)q[4] << 24 | (uint32_t)q[5] << 16 | (uint32_t)q[6] << 8 | q[7])
-                          : ((uint32_t)q[7] << 24 | (uint32_t)q[6] << 16 | (uint32_t)q[5] << 8 | q[4]);
+        uint32_t bt = word(q, big), bl = word(q + 4, big);
         if ((bt != 6 && bt != 3 && bt != 2) || bl < 12 || (bl & 3) || (long long)bl > max_block
             || pos + (Py_ssize_t)bl > n)
             break;
@@ -74,13 +121,6 @@ static PyObject *walk_blocks(PyObject *self, PyObject *args)
     PyBuffer_Release(&buf);
     PyBuffer_Release(&out);
     return Py_BuildValue("nnn", k, pos, blocks);
-}
-
-/* The 32-bit word at q, in the file's byte order. */
-static inline uint32_t word(const unsigned char *q, int big)
-{
-    return big ? ((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3])
-               : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
 }
 
 /* u32_rows(buf, idx, width, big_endian, out): read._u32_rows, the `width` consecutive 32-bit
@@ -120,6 +160,7 @@ static PyObject *u32_rows(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
+    {"walk_headers", walk_headers, METH_VARARGS, "The pcap records of a buffer and their headers."},
     {"u32_rows", u32_rows, METH_VARARGS, "32-bit words at given offsets of a buffer."},
     {"walk", walk, METH_VARARGS, "Offsets of the caplen fields of the pcap records in a buffer."},
     {"walk_blocks", walk_blocks, METH_VARARGS, "Offsets of the packet blocks of a pcapng buffer."},

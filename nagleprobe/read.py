@@ -368,6 +368,29 @@ def _walk_compiled(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarra
     return out[:k] + start, p + start
 
 
+def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """`walk_records` from `start` with each walked record's header read: (where each header
+    begins, ts_ns, caplen, wirelen, the walk's end). One compiled pass when built."""
+    if _walk is None:
+        starts, end = walk_records(buf, big, start)
+        hdr = _u32_rows(np.frombuffer(buf, dtype=np.uint8), starts - 8, 4, big)
+        return (starts - 8, hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * frac_mul,
+                hdr[:, 2].copy(), hdr[:, 3].copy(), end)
+    parts = []
+    per = 48  # room for records of 48 bytes and more (any TCP/IP packet), then for any record
+    while True:
+        out = [np.empty(max(len(buf) - start, 0) // per + 1, dtype=np.int64) for _ in range(4)]
+        k, end = _walk.walk_headers(buf, big, start, frac_mul, *out)
+        parts.append([o[:k] for o in out])
+        if end > len(buf) - 8:
+            break
+        start, per = end - 8, 16
+    if len(parts) == 1:
+        return (*parts[0], end)
+    return (*(np.concatenate(col) for col in zip(*parts)), end)
+
+
 try:
     from . import _walk
     walk_records = _walk_compiled
@@ -540,7 +563,6 @@ class CaptureReader:
 
     def _pcap_chunks(self) -> Iterator[RecordBatch]:
         big = self._big
-        unpack = struct.Struct(">I" if big else "<I").unpack_from
         carry = b""
         need = 0
         eof = False
@@ -557,30 +579,26 @@ class CaptureReader:
                         break
                     resync = False
                     self._resynced(base + p, "record")
-                # the caplen field (byte 8) of each record header, walked from p
-                starts, w = walk_records(buf, big, p)
-                k = len(starts)
+                # every record header from p on (whose caplen field is in the buffer)
+                st, ts, cl, wl, w = _walk_headers(buf, big, p, self._ts_frac_mul)
+                k = len(st)
                 end = w - 8  # where the record after the walked ones starts
                 bad = None
                 if k and end > n:  # the last record runs past the buffer: carry it over
                     k -= 1
-                    last = int(starts[k])
-                    end = last - 8
-                    cl, = unpack(buf, last)
-                    if cl > MAX_CAPLEN:
-                        bad = (end, cl)
+                    end = int(st[k])
+                    if cl[k] > MAX_CAPLEN:
+                        bad = (end, int(cl[k]))
                     else:
-                        need = cl + 16
+                        need = int(cl[k]) + 16
                 if k:
-                    st = starts[:k] - 8
-                    hdr = _u32_rows(data, st, 4, big)
-                    over = hdr[:, 2] > MAX_CAPLEN
+                    over = cl[:k] > MAX_CAPLEN
                     if over.any():
                         j = int(np.argmax(over))
-                        bad = (int(st[j]), int(hdr[j, 2]))
-                        st, hdr, k = st[:j], hdr[:j], j
+                        bad = (int(st[j]), int(cl[j]))
+                        k = j
                     if k:
-                        yield self._pcap_batch(data, st, hdr)
+                        yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k])
                 if bad is None:
                     p = end
                     break
@@ -594,15 +612,14 @@ class CaptureReader:
             self._pos = base + p
         self._finish(len(carry), resync)
 
-    def _pcap_batch(self, data: np.ndarray, st: np.ndarray, hdr: np.ndarray) -> RecordBatch:
+    def _pcap_batch(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, caplen: np.ndarray,
+                    wirelen: np.ndarray) -> RecordBatch:
         k = len(st)
-        ts = hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * self._ts_frac_mul
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
         self._frames += k
         self.info.packets += k
-        self._last_sec = int(hdr[-1, 0])
-        return RecordBatch(data=data, offset=st + 16, caplen=hdr[:, 2].copy(),
-                           wirelen=hdr[:, 3].copy(), ts_ns=ts,
+        self._last_sec = int(_u32_rows(data, st[-1:], 1, self._big)[0, 0])
+        return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
                            linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame)
 
     def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
