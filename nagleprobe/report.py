@@ -238,6 +238,17 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
 def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Detection,
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
+    cols = report_columns(f, det, origin_ns)
+    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
+    return Report(capture, table(cols["flows"]), table(cols["stalls"]),
+                  table(cols["endpoints"]), source=f)
+
+
+def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[str, np.ndarray]]:
+    """The flows, stalls and endpoints tables as numpy columns ("flows", "stalls",
+    "endpoints"): times (the _TABLE_ONLY columns) as epoch nanoseconds, text as objects, an
+    unknown window scale as -1. `table` makes a DataFrame of each; the stream keeps its
+    batches' results in this form and makes the tables once, at the end."""
     st, fl = det.stalls, f.flow
     nflows = f.count
     key = st["flow"] * 2 + st["dir"]
@@ -247,48 +258,46 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
 
     # endpoints: the delayed ACKs of an endpoint are measured on the data it received
     proofs = det.nagle_off_proofs.reshape(-1, 2)
-    nagle = np.where(stall_n > 0, "on", np.where(proofs > 0, "off", "unknown"))
+    nagle = np.where(stall_n > 0, "on", np.where(proofs > 0, "off", "unknown")).astype(object)
     recv = lambda a: a.reshape(-1, 2)[:, ::-1]  # noqa: E731  per endpoint, from the peer's data
-    endpoints = pd.DataFrame({
+    timers = np.round(recv(det.late_ack_median_ms), 1)
+    endpoints = {
         "flow": np.arange(nflows).repeat(2),
         "side": np.tile(np.array(SIDES, dtype=object), nflows),
         "endpoint": np.stack([fl["client"], fl["server"]], axis=1).reshape(-1),
         "nagle": nagle.reshape(-1),
         "nagle_off_evidence": proofs.reshape(-1),
-        "delayed_ack_ms": np.round(recv(det.late_ack_median_ms).reshape(-1), 1),
+        "delayed_ack_ms": timers.reshape(-1),
         "delayed_acks": recv(det.late_acks).reshape(-1),
         "quick_acks": recv(det.quick_acks).reshape(-1),
         "mss": fl["mss"].reshape(-1),
         "mss_from": fl["mss_how"].reshape(-1),
-        "window_scale": pd.array(np.where(fl["wscale"] >= 0, fl["wscale"], -1).reshape(-1),
-                                 dtype="Int64"),
-    })
-    endpoints.loc[endpoints["window_scale"] < 0, "window_scale"] = pd.NA
+        "window_scale": np.where(fl["wscale"] >= 0, fl["wscale"], -1).reshape(-1).astype(np.int64),
+    }
 
     duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
     lost_ms = stall_ns.sum(axis=1) / 1e6
     retrans = np.bincount(f.seg["flow"], weights=f.seg["retrans"], minlength=nflows)
     keepalive = np.bincount(f.seg["flow"], weights=f.seg["keepalive"], minlength=nflows)
-    flows = pd.DataFrame({
+    flows = {
         "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
         "roles": fl["roles"], "vantage": fl["vantage"],
-        "vantage_basis": [vantage_basis(h, c, s, b) for h, c, s, b in zip(
-            fl["rtt_how"], fl["rtt_client_ms"], fl["rtt_server_ms"], fl["both_near"])],
+        "vantage_basis": np.array([vantage_basis(h, c, s, b) for h, c, s, b in zip(
+            fl["rtt_how"], fl["rtt_client_ms"], fl["rtt_server_ms"], fl["both_near"])] or [],
+            dtype=object),
         "rtt_ms": np.round(fl["rtt_ms"], 3), "rtt_client_ms": np.round(fl["rtt_client_ms"], 3),
         "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"],
         "retransmissions": retrans.astype(np.int64),
         "keepalives_or_probes": keepalive.astype(np.int64),
         "start_s": np.round((fl["first_ns"] - origin_ns) / 1e9, 6),
-        "start_time": _utc(fl["first_ns"]),
+        "start_time": np.asarray(fl["first_ns"], dtype=np.int64),
         "stalls": stall_n.sum(axis=1), "stall_ms": np.round(lost_ms, 3),
         "duration_s": np.round(duration, 6),
         "duration_without_stalls_s": np.round(np.maximum(duration - lost_ms / 1e3, 0.0), 6),
         "lost_share": np.round(np.divide(lost_ms / 1e3, duration, out=np.zeros(nflows),
                                          where=duration > 0), 4),
-    })
-    fixes = {k: np.full(nflows, None, dtype=object)
-             for k in ("side", "endpoint", "action", "alternative", "text")}
-    timers = endpoints["delayed_ack_ms"].to_numpy().reshape(-1, 2)
+    }
+    fixes = {k: np.full(nflows, None, dtype=object) for k in _FIX_FIELDS}
     names = np.stack([fl["client"], fl["server"]], axis=1)
     for i in np.flatnonzero(stall_n.sum(axis=1)).tolist():
         k = 0 if stall_ns[i, 0] >= stall_ns[i, 1] else 1
@@ -303,7 +312,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
 
     order = np.lexsort((st["released_frame"], st["flow"]))
     sides = np.array(SIDES, dtype=object)
-    stalls = pd.DataFrame({
+    stalls = {
         "flow": st["flow"][order], "sender": sides[st["dir"][order]],
         "endpoint": np.where(st["dir"][order] == 0, fl["client"][st["flow"][order]],
                              fl["server"][st["flow"][order]]),
@@ -311,16 +320,28 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         "held_bytes": st["held_bytes"][order], "small_bytes": st["small_bytes"][order],
         "peer_ack_delay_ms": np.round(st["ack_delay_ns"][order] / 1e6, 3),
         "reaction_ms": np.round(st["reaction_ns"][order] / 1e6, 3),
-        **{f"{k}_frame": st[f"{k}_frame"][order] for k in ("small", "ack", "released")},
+        **{f"{k}_frame": st[f"{k}_frame"][order] for k in _STALL_POINTS},
         **{f"{k}_s": np.round((st[f"{k}_ns"][order] - origin_ns) / 1e9, 6)
-           for k in ("small", "ack", "released")},
-        **{f"{k}_time": _utc(st[f"{k}_ns"][order]) for k in ("small", "ack", "released")},
+           for k in _STALL_POINTS},
+        **{f"{k}_time": np.asarray(st[f"{k}_ns"][order], dtype=np.int64) for k in _STALL_POINTS},
         "confidence": st["confidence"][order],
-    })
+    }
+    return {"flows": flows, "stalls": stalls, "endpoints": endpoints}
 
-    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
-    return Report(capture, settle_dtypes(flows), settle_dtypes(stalls), settle_dtypes(endpoints),
-                  source=f)
+
+def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A DataFrame of `report_columns` columns (used as they are, not copied): times as UTC
+    datetimes, an unknown window scale as NA, text in TEXT_DTYPE."""
+    out = {}
+    for name, col in columns.items():
+        if name in _TABLE_ONLY:
+            col = _utc(col)
+        elif name == "window_scale":
+            known = col >= 0
+            col = pd.array(col, dtype="Int64")
+            col[~known] = pd.NA
+        out[name] = col
+    return settle_dtypes(pd.DataFrame(out, copy=False))
 
 
 def _reread(path: str, flows: pd.DataFrame) -> Flows:

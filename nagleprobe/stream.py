@@ -37,7 +37,7 @@ from .decode import TCP_COLUMNS
 from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, build_flows
 from .read import CaptureInfo
-from .report import Report, _utc, build_report, capture_doc, settle_dtypes
+from .report import Report, capture_doc, report_columns, table
 
 DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
 DEFAULT_BATCH_ROWS = 1 << 18
@@ -112,30 +112,14 @@ def default_workers() -> int:
 
 @dataclass
 class _Part:
-    """One batch's result."""
+    """One batch's result: its tables as `report.report_columns` gives them."""
 
-    flows: pd.DataFrame
-    stalls: dict[str, np.ndarray]  # the stall table's columns (see _columns)
-    endpoints: pd.DataFrame
+    flows: dict[str, np.ndarray]
+    stalls: dict[str, np.ndarray]
+    endpoints: dict[str, np.ndarray]
     first_ns: np.ndarray
     first_frame: np.ndarray
     tcp_packets: int
-    stall_table: pd.DataFrame  # no rows: the stall table's columns and their dtypes
-
-
-def _columns(table: pd.DataFrame) -> dict[str, np.ndarray]:
-    """A table as one numpy array per column (datetimes as epoch nanoseconds, text as
-    objects), so that joining the batches can free each column as soon as it is copied."""
-    out = {}
-    for name in table.columns:
-        col = table[name]
-        if isinstance(col.dtype, pd.DatetimeTZDtype):
-            out[name] = col.array.asi8.copy()
-        elif isinstance(col.dtype, np.dtype):
-            out[name] = col.to_numpy(copy=True)
-        else:
-            out[name] = col.to_numpy(dtype=object)
-    return out
 
 
 Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, its tuple ids, rows)
@@ -180,22 +164,20 @@ class _Held:
 
 
 def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: int) -> _Part:
-    """build_flows -> detect -> build_report for one batch of whole connections."""
+    """build_flows -> detect -> report columns for one batch of whole connections."""
     flows = build_flows(cols, tuples)
-    det = detect(flows)
-    part = build_report(CaptureInfo(path=""), {}, flows, det, origin_ns)
-    return _Part(part.flows, _columns(part.stalls), part.endpoints, flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), part.stalls.iloc[:0])
+    out = report_columns(flows, detect(flows), origin_ns)
+    return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]))
 
 
 @dataclass
 class _Parts:
-    """Per-batch result tables and, per flow, the key that orders flows globally."""
+    """Per-batch result columns and, per flow, the key that orders flows globally."""
 
-    flows: list[pd.DataFrame] = field(default_factory=list)
+    flows: list[dict[str, np.ndarray]] = field(default_factory=list)
     stalls: list[dict[str, np.ndarray]] = field(default_factory=list)
-    stall_table: pd.DataFrame | None = None  # no rows: the columns and their dtypes
-    endpoints: list[pd.DataFrame] = field(default_factory=list)
+    endpoints: list[dict[str, np.ndarray]] = field(default_factory=list)
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
     tcp_packets: int = 0
@@ -396,8 +378,6 @@ class StreamAnalyzer:
         p = self._parts
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
-        if p.stall_table is None:
-            p.stall_table = part.stall_table
         p.endpoints.append(part.endpoints)
         p.first_ns.append(part.first_ns)
         p.first_frame.append(part.first_frame)
@@ -425,48 +405,38 @@ class StreamAnalyzer:
 
 def _join(p: _Parts, capture: dict) -> Report:
     """One Report from the batches: flows numbered by (first packet time, frame)."""
-    def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-        full = [f for f in frames if len(f)]
-        if len(full) == 1:
-            return full[0].reset_index(drop=True)
-        return pd.concat(full or frames[:1], ignore_index=True)
-
     first_ns, first_frame = np.concatenate(p.first_ns), np.concatenate(p.first_frame)
     order = np.lexsort((first_frame, first_ns))  # old (concatenated) id of each new id
     new_id = np.empty(len(order), dtype=np.int64)
     new_id[order] = np.arange(len(order))
-    offsets = np.cumsum([0] + [len(f) for f in p.flows])
+    offsets = np.cumsum([0] + [len(f) for f in p.first_ns])
 
-    flows = cat(p.flows)
-    flows["id"] = np.arange(len(flows))  # concatenated ids, then renumbered below
-    flows = flows.iloc[order].reset_index(drop=True)
-    flows["id"] = np.arange(len(flows))
-
-    endpoints = cat(p.endpoints)
-    endpoints = endpoints.iloc[np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)]
-    endpoints = endpoints.reset_index(drop=True)
-    endpoints["flow"] = np.arange(len(flows)).repeat(2)
-
+    flows = {k: np.concatenate([f[k] for f in p.flows])[order] for k in p.flows[0]}
+    flows["id"] = np.arange(len(order))
+    both_ends = np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)
+    endpoints = {k: np.concatenate([e[k] for e in p.endpoints])[both_ends]
+                 for k in p.endpoints[0]}
+    endpoints["flow"] = np.arange(len(order)).repeat(2)
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
-    stalls = _join_stalls(p.stalls, flow_ids, p.stall_table)
-    return Report(capture, settle_dtypes(flows), settle_dtypes(stalls), settle_dtypes(endpoints))
+    stalls = _join_stalls(p.stalls, flow_ids)
+    return Report(capture, table(flows), table(stalls), table(endpoints))
 
 
-def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray],
-                 table: pd.DataFrame) -> pd.DataFrame:
-    """The batches' stall columns as one table (`table`: its columns and dtypes, no rows),
-    flows renumbered (`flow_ids[j]`: new id of each flow of batch j) and sorted by (flow,
-    released frame). Built a column at a time, each batch's copy of a column let go of as
-    soon as it is joined, so the stalls are never held twice: with millions of stalls a
-    copy is hundreds of MB."""
+def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]
+                 ) -> dict[str, np.ndarray]:
+    """The batches' stall columns as one set of columns, flows renumbered (`flow_ids[j]`: new
+    id of each flow of batch j) and sorted by (flow, released frame). Joined a column at a
+    time, each batch's copy of a column let go of as soon as it is joined, so the stalls are
+    never held twice: with millions of stalls a copy is hundreds of MB."""
+    names = list(parts[0])
     flow = np.concatenate([ids[st.pop("flow")] for st, ids in zip(parts, flow_ids)])
     order = np.lexsort((np.concatenate([st["released_frame"] for st in parts]), flow))
     columns = {}
-    for name, dtype in table.dtypes.items():
+    for name in names:
         col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
-        col = col[order]
-        columns[name] = _utc(col) if isinstance(dtype, pd.DatetimeTZDtype) else col
+        columns[name] = col[order]
+        del col
         release_free_memory()
     parts.clear()
-    return pd.DataFrame(columns, copy=False) if len(flow) else table.reset_index(drop=True)
+    return columns
