@@ -10,7 +10,8 @@ nagleprobe on the pcap (the text report, as `nagleprobe analyze` gives by defaul
 `--format json`); on the smallest size also on a pcapng copy and a copy cut to a
 96-byte snap length (both made with editcap, when installed), and, where installed,
 `tshark -T fields` and `tcptrace -l` on the same pcap. Each command is timed whole (process
-start to exit, output to /dev/null) and its peak RSS read from the kernel (wait4). Prints
+start to exit, output to /dev/null), its CPU time and peak RSS read from the kernel (wait4),
+and the CPU time the hypervisor stole meanwhile from /proc/stat. Prints
 one JSON object per run, then a Markdown table with the machine and its load average.
 """
 
@@ -33,19 +34,35 @@ TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "tcp.stream", "tcp.srcport"
                  "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.len", "tcp.window_size_value"]
 
 
+def steal_ticks() -> int | None:
+    """CPU time the hypervisor gave to other guests so far (clock ticks, all CPUs; Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run(cmd: list[str]) -> dict:
-    """Wall time and peak RSS of one command (stdout discarded)."""
+    """Wall time, CPU time (user + system), peak RSS of one command (stdout discarded), and
+    the share of the machine's CPU time stolen by its hypervisor meanwhile: this machine is
+    a shared VM whose speed drifts, and steal is the part of that drift one can see."""
+    s0 = steal_ticks()
     t0 = time.perf_counter()
     with open(os.devnull, "wb") as null:
         proc = subprocess.Popen(cmd, stdout=null, stderr=subprocess.PIPE)
         _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    s1 = steal_ticks()
+    steal = (None if s0 is None or s1 is None else
+             100 * (s1 - s0) / (wall * os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1)))
     err = proc.stderr.read().decode(errors="replace").strip()
     proc.stderr.close()
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):  # nagleprobe exits 0; tcptrace/tshark 0
         raise SystemExit(f"{cmd[0]} failed ({code}): {err[-500:]}")
-    return {"seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"seconds": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024, "steal_pct": steal}
 
 
 def capture(n: int, every_ms: float) -> Path:
@@ -122,14 +139,16 @@ def main() -> None:
     # "time vs nagleprobe": against the default (text report) run on the same file
     print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
-    print("\n| tool | file | packets | MB | seconds | packets/s | MB/s | peak RSS MB | "
-          "time vs nagleprobe | load avg |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n| tool | file | packets | MB | seconds | CPU s | packets/s | MB/s | peak RSS MB | "
+          "time vs nagleprobe | load avg | steal |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         ratio = r["seconds"] / ours[(r["packets"], r["format"])]
+        steal = "?" if r["steal_pct"] is None else f"{r['steal_pct']:.0f} %"
         print(f"| {r['tool']} | {r['format']} | {r['packets']:,} | {r['mb']:.0f} | "
-              f"{r['seconds']:.2f} | {r['packets_per_s'] / 1e6:.2f} M | {r['mb_per_s']:.0f} | "
-              f"{r['peak_rss_mb']:.0f} | {ratio:.1f}x | {r['load_avg_1min']:.1f} |")
+              f"{r['seconds']:.2f} | {r['cpu_s']:.2f} | {r['packets_per_s'] / 1e6:.2f} M | "
+              f"{r['mb_per_s']:.0f} | {r['peak_rss_mb']:.0f} | {ratio:.1f}x | "
+              f"{r['load_avg_1min']:.1f} | {steal} |")
 
 
 if __name__ == "__main__":

@@ -923,29 +923,40 @@ class CaptureReader:
             # SPB: origlen at +8; data at +12
             idx = np.nonzero(~spb & ~too_short)[0]
             if len(idx):
-                f = _u32_rows(data, s[idx] + 8, 5, big)
+                # the usual case, only EPBs and PBs: slices, not index lists (much faster)
+                every = len(idx) == hi - lo
+                g = slice(lo, hi) if every else lo + idx
+                at = s if every else s[idx]
+                f = _u32_rows(data, at + 8, 5, big)
                 ifid = f[:, 0]
                 pb = btype[idx] == BT_PB
                 if pb.any():
                     ifid = ifid.copy()
                     ifid[pb] = (ifid[pb] >> 16) if big else (ifid[pb] & 0xFFFF)
                 ok = ifid < ifaces_here
-                g = lo + idx
-                ifidx[g] = np.where(ok, ibase + ifid, -1)
+                all_ok = bool(ok.all())
+                ifidx[g] = ibase + ifid if all_ok else np.where(ok, ibase + ifid, -1)
                 units = ((f[:, 1].astype(np.uint64) << np.uint64(32))
                          | f[:, 2].astype(np.uint64))
-                offset[g] = s[idx] + 28
+                offset[g] = at + 28
                 caplen[g] = f[:, 3]
                 wirelen[g] = f[:, 4]
                 tsv = np.zeros(len(idx), np.int64)
-                if ok.any():
-                    ids = ifid[ok] + ibase
-                    uts = np.unique(ids)
-                    sub = np.zeros(int(ok.sum()), np.int64)
-                    for u in uts:
-                        m = ids == u
-                        sub[m] = self._ifaces[int(u)].ts_ns(units[ok][m])
-                    tsv[ok] = sub
+                if all_ok or ok.any():
+                    ids = ifid + ibase if all_ok else ifid[ok] + ibase
+                    u_ok = units if all_ok else units[ok]
+                    present = np.flatnonzero(np.bincount(ids))  # the interfaces in use
+                    if len(present) == 1:
+                        sub = self._ifaces[int(present[0])].ts_ns(u_ok)
+                    else:
+                        sub = np.zeros(len(ids), np.int64)
+                        for u in present:
+                            m = ids == u
+                            sub[m] = self._ifaces[int(u)].ts_ns(u_ok[m])
+                    if all_ok:
+                        tsv = sub
+                    else:
+                        tsv[ok] = sub
                 ts[g] = tsv
                 have_ts[g] = ok
             sidx = np.nonzero(spb & ~too_short)[0]
@@ -965,9 +976,10 @@ class CaptureReader:
         overhead = np.where(offset - st == 12, 16, 32)
         bad = ~short & ((caplen > blen - overhead) | (caplen < 0))
         # SPB timestamps: the previous packet's
-        pos_idx = np.where(have_ts, np.arange(k), -1)
-        np.maximum.accumulate(pos_idx, out=pos_idx)
-        ts = np.where(pos_idx >= 0, ts[np.maximum(pos_idx, 0)], self._last_ts)
+        if not have_ts.all():
+            pos_idx = np.where(have_ts, np.arange(k), -1)
+            np.maximum.accumulate(pos_idx, out=pos_idx)
+            ts = np.where(pos_idx >= 0, ts[np.maximum(pos_idx, 0)], self._last_ts)
         if k:
             self._last_ts = int(ts[-1])
         lt_table = np.array([i.linktype for i in self._ifaces] + [-1], dtype=np.int32)
