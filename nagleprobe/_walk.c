@@ -91,9 +91,9 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
 
 /* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset
  * `pos`, steps over the packet blocks (EPB, SPB, PB) that lie wholly in `buf`, writing their
- * offsets to `out`; stops before any other block, a block with an invalid length or one that
- * runs past the buffer (the caller handles those, and checks the packet blocks' trailing
- * lengths). Returns how many offsets it wrote, where it stopped and how many blocks it passed.
+ * offsets to `out`; stops before any other block, a block with an invalid length, one that
+ * runs past the buffer or one whose trailing copy of its length differs (the caller handles
+ * those). Returns how many offsets it wrote, where it stopped and how many blocks it passed.
  */
 static PyObject *walk_blocks(PyObject *self, PyObject *args)
 {
@@ -111,7 +111,7 @@ static PyObject *walk_blocks(PyObject *self, PyObject *args)
         const unsigned char *q = b + pos;
         uint32_t bt = word(q, big), bl = word(q + 4, big);
         if ((bt != 6 && bt != 3 && bt != 2) || bl < 12 || (bl & 3) || (long long)bl > max_block
-            || pos + (Py_ssize_t)bl > n)
+            || pos + (Py_ssize_t)bl > n || word(q + bl - 4, big) != bl)
             break;
         o[k++] = pos;
         pos += bl;

@@ -715,7 +715,10 @@ class CaptureReader:
                     if _walk is not None:  # a run of packet blocks, compiled
                         out = np.empty((n - pos) // 12 + 1, dtype=np.int64)
                         k, pos, passed = _walk.walk_blocks(buf, pos, big, max_block, out)
+                        all_checked = checked == len(starts)
                         starts.frombytes(out[:k].tobytes())
+                        if all_checked:  # the walk checked the trailing lengths of its blocks
+                            checked = len(starts)
                         block_no += passed
                         if pos > lim:
                             continue  # ends the loop through its `else`: the trailer check
@@ -911,7 +914,10 @@ class CaptureReader:
             if hi <= lo:
                 continue
             s = st[lo:hi]
-            w = _u32_rows(data, s, 2, big)  # type, length
+            # type, length, and (EPB, PB) the five fields after them, read in one pass if
+            # the last block holds them (they are then garbage for SPBs, and not used)
+            seven = s[-1] + 28 <= len(data)
+            w = _u32_rows(data, s, 7 if seven else 2, big)
             btype, bl = w[:, 0], w[:, 1]
             blen[lo:hi] = bl
             spb = btype == BT_SPB
@@ -927,7 +933,10 @@ class CaptureReader:
                 every = len(idx) == hi - lo
                 g = slice(lo, hi) if every else lo + idx
                 at = s if every else s[idx]
-                f = _u32_rows(data, at + 8, 5, big)
+                if seven:
+                    f = w[:, 2:] if every else w[idx, 2:]
+                else:
+                    f = _u32_rows(data, at + 8, 5, big)
                 ifid = f[:, 0]
                 pb = btype[idx] == BT_PB
                 if pb.any():
