@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from .flows import ACK, FIN, RST, SYN, Flows
 
@@ -146,8 +145,8 @@ def detect(f: Flows) -> Detection:
     late_n = np.bincount(data_key[late], minlength=nflows * 2)
     late_median = np.full(nflows * 2, np.nan)
     if late.any():
-        med = pd.Series(delay_at[late] / 1e6).groupby(data_key[late]).median()
-        late_median[med.index.to_numpy()] = med.to_numpy()
+        groups, med, _, _ = _grouped_median(delay_at[late] / 1e6, data_key[late])
+        late_median[groups] = med
     quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
     return Detection(stalls=stalls, nagle_off_proofs=proofs, late_acks=late_n,
                      late_ack_median_ms=late_median, quick_acks=quick_acks, answered=answered)
@@ -159,11 +158,26 @@ def _confidence(st: dict[str, np.ndarray]) -> np.ndarray:
     if not m:
         return np.zeros(0)
     delay = st["ack_delay_ns"] / 1e6
-    g = pd.Series(delay).groupby(st["flow"] * 2 + st["dir"])
-    med = g.transform("median").to_numpy()
-    count = g.transform("size").to_numpy()
+    _, med, count, group = _grouped_median(delay, st["flow"] * 2 + st["dir"])
+    med, count = med[group], count[group]
     conf = np.where((count >= 3) & (np.abs(delay - med) <= 0.25 * med), 0.9, 0.6)
     near_timer = np.zeros(m, dtype=bool)
     for t in KNOWN_TIMERS_MS:
         near_timer |= np.abs(delay - t) <= 0.15 * t
     return np.round(np.minimum(conf + 0.05 * near_timer, 0.99), 2)
+
+
+def _grouped_median(values: np.ndarray, groups: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct `groups` (ascending); for each, the median of its `values` (the mean of
+    the middle two for an even count, as pandas computes it) and their count; and for each
+    value, the index of its group among them."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    new = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
+    first = np.flatnonzero(new)
+    count = np.diff(np.r_[first, len(g)])
+    upper, lower = v[first + count // 2], v[first + (count - 1) // 2]
+    inverse = np.empty(len(g), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return g[first], (upper + lower) / 2, count, inverse

@@ -3,8 +3,11 @@
 Synthetic conversations (scripted columns); real captures are checked in test_samples.py.
 """
 
+import numpy as np
+import pandas as pd
+
 from columns import Conversation
-from nagleprobe.detect import detect
+from nagleprobe.detect import _grouped_median, detect
 from nagleprobe.flows import build_flows
 from nagleprobe.report import build_report
 from nagleprobe.read import CaptureInfo
@@ -186,3 +189,20 @@ def test_window_update_that_acknowledges_nothing_new_is_not_the_releasing_ack():
     conv.ack("s", t + 41, win=512)   # window opens 40 ms later, same ACK number
     conv.send("c", t + 41.02, 7)
     assert run(conv).stall_count == 0
+
+
+def test_grouped_median_is_what_pandas_gives_to_the_last_bit():
+    """Synthetic: random groups, values with few digits (ties) or many, odd and even counts."""
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        n = int(rng.integers(0, 300))
+        g = rng.integers(0, int(rng.integers(1, 30)), n)
+        v = np.round(rng.random(n) * 300, int(rng.integers(0, 7)))
+        if trial % 3 == 0:
+            v = rng.choice([40.0, 40.004, 200.1, 39.9], n)
+        groups, med, count, group_of = _grouped_median(v, g)
+        want = pd.Series(v).groupby(g)
+        assert np.array_equal(groups, want.median().index.to_numpy())
+        assert np.array_equal(med, want.median().to_numpy())
+        assert np.array_equal(count, want.size().to_numpy())
+        assert np.array_equal(med[group_of], want.transform("median").to_numpy())
