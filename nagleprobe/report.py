@@ -108,7 +108,7 @@ class Report:
         writes the flat stall rows, and the nesting of frames/times is spliced into the text."""
         return "".join(self.json_pieces())
 
-    def json_pieces(self, rows_per_piece: int = 100_000) -> Iterator[str]:
+    def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
         head = json.dumps({"capture": self.capture, "summary": self.summary(),
@@ -222,15 +222,12 @@ def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
     cols = []
     for name in df.columns:
         col = df[name]
-        if not isinstance(col.dtype, np.dtype):  # pandas extension types (Int64 with NA)
-            cols.append([None if pd.isna(x) else x for x in col.astype(object).tolist()])
-        elif col.dtype.kind == "f":
-            v = col.to_numpy()
-            cols.append([None if x != x else x for x in v.tolist()])
-        elif col.dtype.kind in "iub":
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f":
+            cols.append([None if x != x else x for x in col.to_numpy().tolist()])
+        elif isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":
             cols.append(col.to_numpy().tolist())
-        else:
-            cols.append([None if x is pd.NA or x is None or x != x else x for x in col.tolist()])
+        else:  # text, objects, pandas extension types (Int64 with NA): missing -> None
+            cols.append(col.to_numpy(dtype=object, na_value=None).tolist())
     names = list(df.columns)
     return [dict(zip(names, row)) for row in zip(*cols)] if names else []
 
