@@ -39,6 +39,8 @@ from .flows import ACK, FIN, RST, SYN, _compiled, build_flows
 from .read import CaptureInfo
 from .report import Report, capture_doc, report_columns, table
 
+# the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
+ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval")}
 DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
 DEFAULT_BATCH_ROWS = 1 << 18
 
@@ -129,7 +131,7 @@ def _gather(picks: Picks, local: np.ndarray) -> tuple[dict[str, np.ndarray], np.
     """One table of the given rows of several chunks, and each row's 4-tuple as numbered
     within the batch (`local`: that number of each tuple id)."""
     n = sum(len(rows) for _, _, rows in picks)
-    batch = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()}
+    batch = {k: np.empty(n, dtype=t) for k, t in ANALYSED.items()}
     tuples = np.empty(n, dtype=np.int64)
     at = 0
     for cols, tid, rows in picks:
@@ -267,7 +269,7 @@ class StreamAnalyzer:
             np.bitwise_or.at(self._closed, tid[fin_rows], bits.astype(np.uint8))
         np.maximum.at(self._last_ts, tid, ts)
         self._rows += np.bincount(tid, minlength=len(self._rows))
-        self._pending.append(_Held(cols, tid))
+        self._pending.append(_Held({k: cols[k] for k in ANALYSED}, tid))
         self.peak_pending_rows = max(self.peak_pending_rows, int(self._rows.sum()))
         self._tick(int(ts.max()))
 
@@ -332,7 +334,9 @@ class StreamAnalyzer:
             if len(out):
                 if nbatch > 1:
                     lab = lab[out]
-                    out = out[np.argsort(lab, kind="stable")]
+                    # a stable sort of small numbers: 16-bit ones sort by radix (linear time)
+                    key = lab.astype(np.uint16) if nbatch <= 1 << 16 else lab
+                    out = out[np.argsort(key, kind="stable")]
                     cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
                     picks.append((part.cols, part.tid, np.split(out, cuts)))
                 else:
@@ -392,7 +396,7 @@ class StreamAnalyzer:
         self.close()
         p = self._parts
         if not p.flows:
-            self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()},
+            self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in ANALYSED.items()},
                                None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
