@@ -7,8 +7,9 @@ Captures are built deterministically from the real samples by bench_analyze.buil
 of five sample conversations every --every-ms of capture time, with shifted ports: stalled,
 clean, bulk and TCP_NODELAY flows mixed), cached in benchmarks/out/. For each size it runs
 nagleprobe on the pcap (the text report, as `nagleprobe analyze` gives by default, and
-`--format json`); on the smallest size also on a pcapng copy and a copy cut to a
-96-byte snap length (both made with editcap, when installed), and, where installed,
+`--format json`); on the smallest size also on a pcapng copy, a pcapng copy whose
+connections come from two interfaces and a copy cut to a 96-byte snap length (made with
+editcap, tcpdump and mergecap, when installed), and, where installed,
 `tshark -T fields` and `tcptrace -l` on the same pcap. Each command is timed whole (process
 start to exit, output to /dev/null), its CPU time and peak RSS read from the kernel (wait4),
 and the CPU time the hypervisor stole meanwhile from /proc/stat. Prints
@@ -83,11 +84,29 @@ def capture(n: int, every_ms: float) -> Path:
 
 
 def variant(src: Path, kind: str) -> Path | None:
-    """A pcapng copy or a 96-byte-snaplen copy of `src`, made once with editcap."""
-    if not shutil.which("editcap"):
+    """A copy of `src`, made once: "pcapng" and "snap96" (a 96-byte snap length) with
+    editcap; "pcapng, 2 interfaces" by splitting the connections in two halves with tcpdump
+    (by a bit of the sum of the ports) and merging them again, interleaved in time, with
+    mergecap, each half on an interface of its own."""
+    tools = ["tcpdump", "mergecap"] if kind == "pcapng, 2 interfaces" else ["editcap"]
+    if not all(shutil.which(t) for t in tools):
         return None
-    out = src.with_name(src.stem + (".pcapng" if kind == "pcapng" else "_snap96.pcap"))
-    if not out.exists():
+    suffix = {"pcapng": ".pcapng", "snap96": "_snap96.pcap", "pcapng, 2 interfaces": "_2if.pcapng"}
+    out = src.with_name(src.stem + suffix[kind])
+    if out.exists():
+        return out
+    if kind == "pcapng, 2 interfaces":
+        halves = [out.with_name(f"{out.stem}_{h}.pcap") for h in (0, 1)]
+        for h, half in enumerate(halves):
+            stay = ["-Z", "root"] if os.geteuid() == 0 else []  # root: may write here
+            subprocess.run(["tcpdump", *stay, "-r", str(src), "-w", str(half),
+                            f"((tcp[0:2] + tcp[2:2]) & 2) = {2 * h}"], check=True,
+                           stderr=subprocess.DEVNULL)
+        subprocess.run(["mergecap", "-I", "none", "-F", "pcapng", "-w", str(out),
+                        *map(str, halves)], check=True)
+        for half in halves:
+            half.unlink()
+    else:
         args = ["-F", "pcapng"] if kind == "pcapng" else ["-F", "pcap", "-s", "96"]
         subprocess.run(["editcap", *args, str(src), str(out)], check=True)
     return out
@@ -114,7 +133,8 @@ def main() -> None:
         pcap = capture(n, args.every_ms)
         files = [("pcap", pcap)]
         if n == min(args.sizes):
-            files += [(k, f) for k in ("pcapng", "snap96") if (f := variant(pcap, k))]
+            files += [(k, f) for k in ("pcapng", "pcapng, 2 interfaces", "snap96")
+                      if (f := variant(pcap, k))]
         for kind, f in files:
             tools = [("nagleprobe", nagle + [str(f)])]
             if kind == "pcap":  # the JSON document too: one object per stall and flow
