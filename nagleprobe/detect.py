@@ -22,6 +22,11 @@ import numpy as np
 
 from .flows import ACK, FIN, RST, SYN, Flows
 
+try:
+    from . import _detect as _compiled
+except ImportError:  # built without a C compiler
+    _compiled = None
+
 DELACK_MIN_MS = 25.0  # below this an ACK is not a delayed ACK (Linux's minimum is 40 ms)
 DELACK_MAX_MS = 600.0  # RFC 1122 caps the delay at 500 ms; a little margin for jitter
 REACTION_SLACK_MS = 2.0  # time for the sender's stack to react to the ACK, beyond the path
@@ -44,21 +49,75 @@ class Detection:
 
 
 def detect(f: Flows) -> Detection:
-    """Run the evidence chain over every segment of every flow.
+    """Run the evidence chain over every segment of every flow (compiled when built, see
+    nagleprobe/_detect.c; else `_chain_numpy`)."""
+    s = f.seg
+    nflows = f.count
+    mss = np.ascontiguousarray(f.flow["mss"].reshape(-1), dtype=np.int64)
+    # round trip from the capture point to the client / server (unknown counts as 0),
+    # indexed by flow * 2 + dir: the sender of dir 0 is the client
+    rtt_to = np.nan_to_num(np.stack([f.flow["rtt_client_ms"], f.flow["rtt_server_ms"]], axis=1)
+                           .reshape(-1) * 1e6).astype(np.int64)
+    chain = _chain_numpy if _compiled is None else _chain_compiled
+    rows, A, S1, ack_delay, reaction, answered, proofs, data_key, delay_at = chain(f, mss, rtt_to)
 
-    Each step narrows the rows still in question, so the costly lookups run on few rows.
-    """
+    fid, d, ts, pay = s["flow"], s["dir"], s["ts_ns"], s["payload"]
+    stalls = {
+        "flow": fid[rows], "dir": d[rows],
+        "small_row": S1, "ack_row": A, "released_row": rows,
+        "small_frame": s["frame"][S1], "ack_frame": s["frame"][A],
+        "released_frame": s["frame"][rows],
+        "small_ns": ts[S1], "ack_ns": ts[A], "released_ns": ts[rows],
+        "held_bytes": pay[rows], "small_bytes": pay[S1],
+        "stall_ns": ts[rows] - ts[S1],
+        "ack_delay_ns": ack_delay, "reaction_ns": reaction,
+    }
+    stalls["confidence"] = _confidence(stalls)
+
+    # The receiver's ACK behaviour: its ACKs of a lone small segment, late or immediate.
+    late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
+    quick = delay_at <= QUICK_ACK_MS * 1e6
+    late_n = np.bincount(data_key[late], minlength=nflows * 2)
+    late_median = np.full(nflows * 2, np.nan)
+    if late.any():
+        groups, med, _, _ = _grouped_median(delay_at[late] / 1e6, data_key[late])
+        late_median[groups] = med
+    quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
+    return Detection(stalls=stalls, nagle_off_proofs=proofs, late_acks=late_n,
+                     late_ack_median_ms=late_median, quick_acks=quick_acks, answered=answered)
+
+
+def _chain_compiled(f: Flows, mss: np.ndarray, rtt_to: np.ndarray) -> tuple:
+    """`_chain_numpy` in one compiled pass (nagleprobe/_detect.c)."""
+    s = f.seg
+    n = len(s["flow"])
+    i64 = lambda k: np.ascontiguousarray(s[k], dtype=np.int64)  # noqa: E731
+    u16 = lambda k: np.ascontiguousarray(s[k], dtype=np.uint16)  # noqa: E731
+    u8 = lambda k: np.ascontiguousarray(s[k]).view(np.uint8)  # noqa: E731
+    out = [np.empty(n, dtype=np.int64) for _ in range(5)]
+    answered = np.empty(n, dtype=bool)
+    proofs = np.empty(len(mss), dtype=np.int64)
+    lone = [np.empty(n, dtype=np.int64) for _ in range(2)]
+    m, k = _compiled.chain(
+        i64("flow"), np.ascontiguousarray(s["dir"], dtype=np.int8).view(np.uint8), i64("ts_ns"),
+        i64("payload"), u16("flags"), i64("seq"), i64("ack"), i64("end"), i64("sent_before"),
+        u8("new_data"), u8("keepalive"), u16("window"), i64("ack_max"), mss, rtt_to,
+        *out, answered.view(np.uint8), proofs, *lone)
+    return (*(o[:m].copy() for o in out), answered[:m].copy(), proofs,
+            *(x[:k].copy() for x in lone))
+
+
+def _chain_numpy(f: Flows, mss: np.ndarray, rtt_to: np.ndarray) -> tuple:
+    """The evidence chain with numpy alone (the reference for the compiled version): the
+    stalls (rows of S2, A and S1, ACK delay, reaction, whether the peer answered), the
+    Nagle-off proofs per flow * 2 + dir, and the lone-ACK delays (the direction of the data
+    acknowledged, the delay less the round trip). Each step narrows the rows still in
+    question, so the costly lookups run on few rows."""
     s = f.seg
     fid, d, ts = s["flow"], s["dir"], s["ts_ns"]
     nflows = f.count
     key = fid * 2 + d
     pay, flags, seq, ack, end = s["payload"], s["flags"], s["seq"], s["ack"], s["end"]
-
-    mss = f.flow["mss"].reshape(-1)
-    # round trip from the capture point to the client / server (unknown counts as 0),
-    # indexed by flow * 2 + dir: the sender of dir 0 is the client
-    rtt_to = np.nan_to_num(np.stack([f.flow["rtt_client_ms"], f.flow["rtt_server_ms"]], axis=1)
-                           .reshape(-1) * 1e6).astype(np.int64)
 
     def pure_ack(r: np.ndarray) -> np.ndarray:
         return (pay[r] == 0) & ((flags[r] & (SYN | FIN | RST)) == 0) & ((flags[r] & ACK) != 0)
@@ -106,50 +165,28 @@ def detect(f: Flows) -> Detection:
     answered &= (ts[np.maximum(y_data, 0)] - ts[rows]
                  <= rtt_to[key[rows] ^ 1] + ANSWER_MS * 1_000_000)
 
-    stalls = {
-        "flow": fid[rows], "dir": d[rows],
-        "small_row": S1, "ack_row": A, "released_row": rows,
-        "small_frame": s["frame"][S1], "ack_frame": s["frame"][A],
-        "released_frame": s["frame"][rows],
-        "small_ns": ts[S1], "ack_ns": ts[A], "released_ns": ts[rows],
-        "held_bytes": pay[rows], "small_bytes": pay[S1],
-        "stall_ns": ts[rows] - ts[S1],
-        "ack_delay_ns": ack_delay, "reaction_ns": reaction,
-    }
-    stalls["confidence"] = _confidence(stalls)
-
     # Nagle off is proven by a small new segment sent while an earlier small one was unacked.
-    rows = np.flatnonzero(s["new_data"] & ~s["keepalive"])
-    rows = rows[small(rows)]
-    other = f.before(rows)[1]
-    p = f.before(rows, data=True)[0]
+    nr = np.flatnonzero(s["new_data"] & ~s["keepalive"])
+    nr = nr[small(nr)]
+    other = f.before(nr)[1]
+    p = f.before(nr, data=True)[0]
     pp = np.maximum(p, 0)
     y_ack_seen = np.where(other >= 0, s["ack_max"][np.maximum(other, 0)], -1)  # Y's ACKs so far
-    proof = ((p >= 0) & small(pp) & s["new_data"][pp] & (end[pp] == seq[rows])
+    proof = ((p >= 0) & small(pp) & s["new_data"][pp] & (end[pp] == seq[nr])
              & (y_ack_seen < end[pp]))
-    proofs = np.bincount(key[rows[proof]], minlength=nflows * 2)
+    proofs = np.bincount(key[nr[proof]], minlength=nflows * 2)
 
-    # The receiver's ACK behaviour: pure ACKs of a lone small segment, late or immediate.
-    rows = np.flatnonzero((pay == 0) & ((flags & (SYN | FIN | RST | ACK)) == ACK))
-    ps = f.before(rows)[0]
-    D = f.before(rows, data=True)[1]  # the data the ACK answers
+    # pure ACKs of a lone small segment
+    ar = np.flatnonzero((pay == 0) & ((flags & (SYN | FIN | RST | ACK)) == ACK))
+    ps = f.before(ar)[0]
+    D = f.before(ar, data=True)[1]  # the data the ACK answers
     dd = np.maximum(D, 0)
     own_prev_ack = np.where(ps >= 0, s["ack_max"][np.maximum(ps, 0)], -1)
-    lone = ((D >= 0) & small(dd) & (ack[rows] >= end[dd])
-            & (own_prev_ack <= seq[dd]) & (ack[rows] > own_prev_ack) & (ps < D))
-    rows, D = rows[lone], D[lone]
-    delay_at = ts[rows] - ts[D] - rtt_to[key[rows]]
-    data_key = key[rows] ^ 1  # the direction whose data was acknowledged
-    late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
-    quick = delay_at <= QUICK_ACK_MS * 1e6
-    late_n = np.bincount(data_key[late], minlength=nflows * 2)
-    late_median = np.full(nflows * 2, np.nan)
-    if late.any():
-        groups, med, _, _ = _grouped_median(delay_at[late] / 1e6, data_key[late])
-        late_median[groups] = med
-    quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
-    return Detection(stalls=stalls, nagle_off_proofs=proofs, late_acks=late_n,
-                     late_ack_median_ms=late_median, quick_acks=quick_acks, answered=answered)
+    lone = ((D >= 0) & small(dd) & (ack[ar] >= end[dd])
+            & (own_prev_ack <= seq[dd]) & (ack[ar] > own_prev_ack) & (ps < D))
+    ar, D = ar[lone], D[lone]
+    delay_at = ts[ar] - ts[D] - rtt_to[key[ar]]
+    return rows, A, S1, ack_delay, reaction, answered, proofs, key[ar] ^ 1, delay_at
 
 
 def _confidence(st: dict[str, np.ndarray]) -> np.ndarray:
