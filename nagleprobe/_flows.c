@@ -1,6 +1,7 @@
 /* Connection bookkeeping compiled: flows._sequence_space, flows._ack_links, the row
- * neighbours of Flows.before/after and the 4-tuple keys of stream, one pass each instead of dozens of numpy passes (same results, tested
- * against the numpy versions in tests/test_flows_compiled.py and tests/test_stream.py).
+ * neighbours of Flows.before/after and the 4-tuple ids of stream, one pass each instead of
+ * dozens of numpy passes (same results, tested against the numpy versions in
+ * tests/test_flows_compiled.py and tests/test_stream.py).
  *
  * sequence_space(ob, g, by_dir, seq, ack, flags, payload,
  *                seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive)
@@ -206,51 +207,110 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
     return done(b, 8, 0, NULL);
 }
 
-/* tuple_keys(src_hi, src_lo, dst_hi, dst_lo, sport, dport, w0, w1, w2, w3, w4, hash,
- *            from_low): stream._tuple_words and stream._mix in one pass. Per row: the five
- * uint64 words naming its unordered 4-tuple (lower endpoint's address hi, lo, the higher's
- * hi, lo, then lower port << 16 | higher port; endpoints compared as (hi, lo, port)), their
- * 64-bit mix, and whether the row travels from the lower endpoint. */
-static PyObject *tuple_keys(PyObject *self, PyObject *args)
+/* The five uint64 words naming a row's unordered 4-tuple (the lower endpoint's address
+ * hi, lo, the higher's hi, lo, then lower port << 16 | higher port; endpoints compared as
+ * (hi, lo, port)), as stream._tuple_words makes them; returns whether the row travels from
+ * the lower endpoint. */
+static inline int tuple_words(uint64_t shi, uint64_t slo, uint64_t dhi, uint64_t dlo,
+                              uint16_t sp, uint16_t dp, uint64_t v[5])
 {
-    Py_buffer b[13];
+    int low = shi < dhi || (shi == dhi && (slo < dlo || (slo == dlo && sp <= dp)));
+    v[0] = low ? shi : dhi;
+    v[1] = low ? slo : dlo;
+    v[2] = low ? dhi : shi;
+    v[3] = low ? dlo : slo;
+    v[4] = low ? ((uint64_t)sp << 16 | dp) : ((uint64_t)dp << 16 | sp);
+    return low;
+}
+
+static inline uint64_t mix(const uint64_t v[5])
+{
+    uint64_t h = 0;
+    for (int j = 0; j < 5; j++) {
+        h ^= v[j];
+        h *= 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* Slot of the tuple `v` in the table, or of the empty slot where it belongs. */
+static inline int64_t probe(const int64_t *slots, int64_t mask, const uint64_t *words,
+                            const uint64_t v[5])
+{
+    int64_t at = (int64_t)(mix(v) & (uint64_t)mask);
+    while (slots[at] >= 0 && memcmp(words + slots[at] * 5, v, 5 * sizeof(uint64_t)) != 0)
+        at = (at + 1) & mask;
+    return at;
+}
+
+/* tuple_ids(src_hi, src_lo, dst_hi, dst_lo, sport, dport, slots, words, count, tid,
+ * from_low) -> count: each row's 4-tuple id, the tuples numbered by first appearance,
+ * and whether the row travels from the tuple's lower endpoint. The ids live in a hash table
+ * kept by the caller: `slots` (int64, -1 where empty, a power of two entries, at least
+ * twice the tuples it will hold) over `words` (uint64, five per id, room for `count` and
+ * every row). Tuples are compared by their words, so ids never mix two tuples. Returns the
+ * number of tuples, new ones added. */
+static PyObject *tuple_ids(PyObject *self, PyObject *args)
+{
+    Py_buffer b[10];
+    Py_ssize_t count;
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3],
-                          &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*nw*w*", &b[0], &b[1], &b[2], &b[3], &b[4],
+                          &b[5], &b[6], &b[7], &count, &b[8], &b[9]))
         return NULL;
-    static const Py_ssize_t size[13] = {8, 8, 8, 8, 2, 2, 8, 8, 8, 8, 8, 8, 1};
-    Py_ssize_t n = b[0].len / 8;
-    int ok = 1;
-    for (int j = 0; j < 13; j++)
-        ok &= b[j].len == n * size[j];
+    Py_ssize_t n = b[0].len / 8, nslots = b[6].len / 8;
+    static const Py_ssize_t size[10] = {8, 8, 8, 8, 2, 2, 0, 0, 8, 1};
+    int ok = count >= 0 && nslots > 0 && (nslots & (nslots - 1)) == 0
+             && nslots >= 2 * (count + n) && b[7].len >= (count + n) * 40;
+    for (int j = 0; j < 10; j++)
+        if (size[j])
+            ok &= b[j].len == n * size[j];
     if (!ok)
-        return done(b, 13, 0, "tuple_keys: columns of different lengths");
+        return done(b, 10, 0, "tuple_ids: inconsistent columns or table");
     const uint64_t *shi = b[0].buf, *slo = b[1].buf, *dhi = b[2].buf, *dlo = b[3].buf;
     const uint16_t *sp = b[4].buf, *dp = b[5].buf;
-    uint64_t *w[5] = {b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf}, *hash = b[11].buf;
-    uint8_t *from_low = b[12].buf;
+    int64_t *slots = b[6].buf, *tid = b[8].buf;
+    uint64_t *words = b[7].buf;
+    uint8_t *from_low = b[9].buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        int low = shi[i] < dhi[i] || (shi[i] == dhi[i] && (slo[i] < dlo[i]
-                                                          || (slo[i] == dlo[i] && sp[i] <= dp[i])));
         uint64_t v[5];
-        v[0] = low ? shi[i] : dhi[i];
-        v[1] = low ? slo[i] : dlo[i];
-        v[2] = low ? dhi[i] : shi[i];
-        v[3] = low ? dlo[i] : slo[i];
-        v[4] = low ? ((uint64_t)sp[i] << 16 | dp[i]) : ((uint64_t)dp[i] << 16 | sp[i]);
-        uint64_t h = 0;
-        for (int j = 0; j < 5; j++) {
-            w[j][i] = v[j];
-            h ^= v[j];
-            h *= 0x9E3779B97F4A7C15ULL;
-            h ^= h >> 29;
+        from_low[i] = (uint8_t)tuple_words(shi[i], slo[i], dhi[i], dlo[i], sp[i], dp[i], v);
+        int64_t at = probe(slots, nslots - 1, words, v);
+        if (slots[at] < 0) {
+            memcpy(words + count * 5, v, sizeof v);
+            slots[at] = count++;
         }
-        hash[i] = h;
-        from_low[i] = (uint8_t)low;
+        tid[i] = slots[at];
     }
     Py_END_ALLOW_THREADS
-    return done(b, 13, 0, NULL);
+    for (int j = 0; j < 10; j++)
+        PyBuffer_Release(&b[j]);
+    return PyLong_FromSsize_t(count);
+}
+
+/* reslot(slots, words, count): put tuples 0..count-1 of `words` into the empty table
+ * `slots` (to grow the table: same rules as tuple_ids). */
+static PyObject *reslot(PyObject *self, PyObject *args)
+{
+    Py_buffer b[2];
+    Py_ssize_t count;
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "w*y*n", &b[0], &b[1], &count))
+        return NULL;
+    Py_ssize_t nslots = b[0].len / 8;
+    int64_t *slots = b[0].buf;
+    const uint64_t *words = b[1].buf;
+    int ok = count >= 0 && nslots > 0 && (nslots & (nslots - 1)) == 0 && nslots >= 2 * count
+             && b[1].len >= count * 40;
+    for (Py_ssize_t s = 0; ok && s < nslots; s++)
+        ok &= slots[s] == -1;
+    if (!ok)
+        return done(b, 2, 0, "reslot: inconsistent table");
+    for (Py_ssize_t t = 0; t < count; t++)
+        slots[probe(slots, nslots - 1, words, words + t * 5)] = t;
+    return done(b, 2, 0, NULL);
 }
 
 /* neighbours(flow, dir, has_data, data, after, same, other): for every row (rows sorted by
@@ -293,8 +353,9 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"neighbours", neighbours, METH_VARARGS,
      "Nearest earlier (or later) row of each row's flow in the same and the other direction."},
-    {"tuple_keys", tuple_keys, METH_VARARGS,
-     "Words, hash and direction of each row's unordered 4-tuple."},
+    {"tuple_ids", tuple_ids, METH_VARARGS,
+     "Ids (by first appearance) and direction of each row's unordered 4-tuple."},
+    {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},
     {"sequence_space", sequence_space, METH_VARARGS,
      "Relative, unwrapped seq/ack and classification of every segment, per direction."},
     {"ack_links", ack_links, METH_VARARGS,

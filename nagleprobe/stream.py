@@ -59,22 +59,6 @@ def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray
     return [lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]], a_low
 
 
-def _tuple_keys(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """`_tuple_words` and their `_mix`: (words, from_low, hash), compiled when built."""
-    if _compiled is None:
-        words, from_low = _tuple_words(c)
-        return words, from_low, _mix(words)
-    n = len(c["sport"])
-    words = [np.empty(n, dtype=np.uint64) for _ in range(5)]
-    h = np.empty(n, dtype=np.uint64)
-    from_low = np.empty(n, dtype=bool)
-    _compiled.tuple_keys(*(np.ascontiguousarray(c[k], np.uint64)
-                           for k in ("src_hi", "src_lo", "dst_hi", "dst_lo")),
-                         np.ascontiguousarray(c["sport"], np.uint16),
-                         np.ascontiguousarray(c["dport"], np.uint16), *words, h, from_low)
-    return words, from_low, h
-
-
 def _mix(words: list[np.ndarray]) -> np.ndarray:
     h = np.zeros(len(words[0]), dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -83,6 +67,64 @@ def _mix(words: list[np.ndarray]) -> np.ndarray:
             h *= _MIX
             h ^= h >> np.uint64(29)
     return h
+
+
+class _Tuples:
+    """Ids of unordered 4-tuples, numbered by first appearance over all the chunks fed: a
+    compiled hash table over the tuples' words when built (nagleprobe/_flows.c), else their
+    64-bit mix in a pandas index, checked against the words."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._compiled = _compiled  # as built, or as a test switched it
+        if _compiled is not None:
+            self._slots = np.full(1 << 10, -1, dtype=np.int64)
+            self._table = np.zeros(5 << 9, dtype=np.uint64)  # five words per id
+        else:
+            self._index = pd.Index(np.zeros(0, dtype=np.uint64))
+            self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
+
+    def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
+        if self._compiled is None:
+            return self._ids_numpy(c)
+        n = len(c["sport"])
+        need = self.count + n  # every row could bring a new tuple
+        if len(self._table) < 5 * need:
+            table = np.zeros(5 * max(need, 2 * (len(self._table) // 5)), dtype=np.uint64)
+            table[:5 * self.count] = self._table[:5 * self.count]
+            self._table = table
+        if len(self._slots) < 2 * need:
+            self._slots = np.full(1 << (2 * need - 1).bit_length(), -1, dtype=np.int64)
+            self._compiled.reslot(self._slots, self._table, self.count)
+        tid = np.empty(n, dtype=np.int64)
+        from_low = np.empty(n, dtype=bool)
+        self.count = self._compiled.tuple_ids(
+            *(np.ascontiguousarray(c[k], np.uint64) for k in ("src_hi", "src_lo", "dst_hi",
+                                                               "dst_lo")),
+            np.ascontiguousarray(c["sport"], np.uint16),
+            np.ascontiguousarray(c["dport"], np.uint16),
+            self._slots, self._table, self.count, tid, from_low.view(np.uint8))
+        return tid, from_low
+
+    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        words, from_low = _tuple_words(c)
+        codes, uniq = pd.factorize(_mix(words))
+        pos = self._index.get_indexer(uniq)
+        new = np.flatnonzero(pos < 0)
+        if len(new):
+            pos[new] = len(self._index) + np.arange(len(new))
+            where = np.full(len(uniq), -1, dtype=np.int64)
+            rows = np.arange(len(codes))[::-1]
+            where[codes[rows]] = rows  # first row of each code
+            self._index = self._index.append(pd.Index(np.asarray(uniq[new], dtype=np.uint64)))
+            self._words = [np.concatenate([s, w[where[new]]]) for s, w in zip(self._words, words)]
+        tid = pos[codes].astype(np.int64)
+        for w, stored in zip(words, self._words):
+            if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
+                raise RuntimeError("4-tuple hash collision while streaming")
+        self.count = len(self._index)
+        return tid, from_low
 
 
 def _libc_trim():
@@ -209,8 +251,7 @@ class StreamAnalyzer:
         self.batches = 0  # analysed so far
         self._hand_ons = 0
         # per 4-tuple state, indexed by tuple id (first appearance)
-        self._index = pd.Index(np.zeros(0, dtype=np.uint64))
-        self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
+        self._tuples = _Tuples()
         self._last_ts = np.zeros(0, dtype=np.int64)
         self._closed = np.zeros(0, dtype=np.uint8)  # _LOW_FIN | _HIGH_FIN | _RST seen
         self._last_syn = np.zeros(0, dtype=np.int64)  # raw seq of its last SYN, -1 if none
@@ -225,17 +266,9 @@ class StreamAnalyzer:
         n = len(cols["frame"])
         if not n:
             return
-        words, from_low, h = _tuple_keys(cols)
-        codes, uniq = pd.factorize(h)
-        pos = self._index.get_indexer(uniq)
-        new = np.flatnonzero(pos < 0)
-        if len(new):
-            pos[new] = len(self._index) + np.arange(len(new))
-            self._grow(uniq[new], words, codes, new)
-        tid = pos[codes].astype(np.int64)
-        for w, stored in zip(words, self._words):
-            if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
-                raise RuntimeError("4-tuple hash collision while streaming")
+        tid, from_low = self._tuples.ids(cols)
+        if self._tuples.count > len(self._rows):
+            self._grow(self._tuples.count - len(self._rows))
         ts, flags = cols["ts_ns"], cols["flags"]
         # every row of this chunk comes at or after its earliest timestamp: connections
         # finished by then are handed on before the chunk's rows are taken
@@ -254,7 +287,7 @@ class StreamAnalyzer:
 
         # last SYN of each tuple in this chunk: its seq, and the closing flags after it
         syn_rows = np.flatnonzero(syn_only)
-        last_syn_row = np.full(len(self._index), -1, dtype=np.int64)
+        last_syn_row = np.full(len(self._rows), -1, dtype=np.int64)
         if len(syn_rows):
             last_syn_row[tid[syn_rows]] = syn_rows  # later rows win
             with_syn = np.flatnonzero(last_syn_row >= 0)
@@ -284,16 +317,8 @@ class StreamAnalyzer:
         if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
             self._hand_on(done)
 
-    def _grow(self, hashes: np.ndarray, words: list[np.ndarray], codes: np.ndarray,
-              new: np.ndarray) -> None:
-        """Register new tuples: `new` are their codes in this chunk."""
-        where = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
-        rows = np.arange(len(codes))[::-1]
-        where[codes[rows]] = rows  # first row of each code
-        first = where[new]
-        self._index = self._index.append(pd.Index(np.asarray(hashes, dtype=np.uint64)))
-        self._words = [np.concatenate([s, w[first]]) for s, w in zip(self._words, words)]
-        k = len(new)
+    def _grow(self, k: int) -> None:
+        """State for `k` new tuples."""
         self._last_ts = np.concatenate([self._last_ts, np.full(k, np.iinfo(np.int64).min)])
         self._closed = np.concatenate([self._closed, np.zeros(k, np.uint8)])
         self._last_syn = np.concatenate([self._last_syn, np.full(k, -1, np.int64)])
@@ -308,7 +333,7 @@ class StreamAnalyzer:
             return np.ones(len(tid), dtype=bool)
         opens = np.flatnonzero(late & syn_only
                                & (seq.astype(np.int64) != self._last_syn[tid]))
-        first_open = np.full(len(self._index), len(tid), dtype=np.int64)
+        first_open = np.full(len(self._rows), len(tid), dtype=np.int64)
         first_open[tid[opens[::-1]]] = opens[::-1]  # earliest opening row per tuple
         keep = ~late | (np.arange(len(tid)) >= first_open[tid])
         again = np.unique(tid[opens])

@@ -1,5 +1,5 @@
 """The compiled parts of flows and stream (nagleprobe/_flows.c: sequence space, ACK links,
-row neighbours, 4-tuple keys) give exactly what their numpy versions give: on every real
+row neighbours, 4-tuple ids) give exactly what their numpy versions give: on every real
 capture in samples/ and on random segment streams."""
 
 from __future__ import annotations
@@ -125,20 +125,59 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
     assert_ack_links_agree_for_any_sent_before(compiled)
 
 
+def tuple_ids_both_ways(chunks: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """stream._Tuples over the chunks, compiled and with numpy alone: they must agree."""
+    compiled = stream._Tuples()
+    kept, stream._compiled = stream._compiled, None
+    try:
+        reference = stream._Tuples()
+    finally:
+        stream._compiled = kept
+    out = []
+    for c in chunks:
+        tid, low = compiled.ids(c)
+        want_tid, want_low = reference.ids(c)
+        assert np.array_equal(tid, want_tid) and np.array_equal(low, want_low)
+        assert compiled.count == reference.count
+        out.append(tid)
+    return out
+
+
+def endpoint_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
+    return {k: np.array([r[j] for r in rows], dtype=t) for j, (k, t) in enumerate(
+        [("src_hi", np.uint64), ("src_lo", np.uint64), ("dst_hi", np.uint64),
+         ("dst_lo", np.uint64), ("sport", np.uint16), ("dport", np.uint16)])}
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0, 1, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1),
                           st.sampled_from([0, 1, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1),
                           st.integers(0, 65535), st.integers(0, 65535)),
-                min_size=1, max_size=30))
-def test_compiled_tuple_keys_equal_numpy(rows):
-    """Synthetic: addresses and ports equal in every part, or not, in either order."""
+                min_size=1, max_size=30),
+       st.integers(1, 4))
+def test_compiled_tuple_ids_equal_numpy(rows, chunks):
+    """Synthetic: addresses and ports equal in every part, or not, in either order, fed in
+    chunks: the same ids (by first appearance) and directions."""
     rows += [(r[2], r[3], r[0], r[1], r[5], r[4]) for r in rows]  # the other direction too
     rows += [(r[0], r[1], r[0], r[1], r[4], r[5]) for r in rows]  # same address both ends
-    cols = {k: np.array([r[j] for r in rows], dtype=t) for j, (k, t) in enumerate(
-        [("src_hi", np.uint64), ("src_lo", np.uint64), ("dst_hi", np.uint64),
-         ("dst_lo", np.uint64), ("sport", np.uint16), ("dport", np.uint16)])}
-    words, from_low, h = stream._tuple_keys(cols)
-    want_words, want_low = stream._tuple_words(cols)
-    assert all(np.array_equal(a, b) for a, b in zip(words, want_words))
-    assert np.array_equal(from_low, want_low)
-    assert np.array_equal(h, stream._mix(want_words))
+    cut = np.linspace(0, len(rows), chunks + 1).astype(int)
+    tids = tuple_ids_both_ways([endpoint_columns(rows[a:b]) for a, b in zip(cut, cut[1:])])
+    tid = np.concatenate(tids)
+    half = len(rows) // 4
+    assert np.array_equal(tid[:half], tid[half:2 * half])  # both directions: one tuple
+
+
+def test_the_compiled_tuple_table_grows_and_keeps_its_ids():
+    """Synthetic: 20 k distinct 4-tuples (tables of 1 k slots to start with), seen again in
+    later chunks."""
+    rng = np.random.default_rng(4)
+    n = 20_000
+    rows = list(zip(np.zeros(n, np.uint64), rng.integers(0, 50, n, dtype=np.uint64),
+                    np.zeros(n, np.uint64), rng.integers(0, 50, n, dtype=np.uint64),
+                    rng.integers(0, 65536, n), rng.integers(0, 65536, n)))
+    chunks = [endpoint_columns(rows[a:a + 3000]) for a in range(0, n, 3000)]
+    tids = tuple_ids_both_ways(chunks + chunks[::-1])
+    assert np.array_equal(np.concatenate(tids[:len(chunks)]),
+                          np.concatenate(tids[len(chunks):][::-1]))
+
+
