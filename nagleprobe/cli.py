@@ -6,15 +6,17 @@ import importlib.util
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from . import __version__
 from .errors import CaptureError, ExitStatus
-from .pipeline import analyze as run_analysis
+from .pipeline import DEFAULT_GRACE_S, analyze as run_analysis
 from .progress import ProgressBar
-from .report import Report
-from .stream import DEFAULT_GRACE_S
+
+if TYPE_CHECKING:
+    from .report import Report
 
 EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
              "3 unreadable/corrupt/unsupported capture (with --strict: also a damaged one), "

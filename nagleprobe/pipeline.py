@@ -1,20 +1,31 @@
-"""read -> decode -> flows -> detect -> report: the library call behind every front end."""
+"""read -> decode -> flows -> detect -> report: the library call behind every front end.
+
+Reading and decoding need numpy only; the analysis needs pandas too, whose import takes
+about 0.4 s. So `analyze` loads the analysis modules in a thread while it reads and decodes
+the first chunks of the capture.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .decode import TCP_COLUMNS, decode
-from .detect import detect
-from .flows import build_flows
 from .read import CaptureReader
-from .report import Report, build_report
-from .stream import DEFAULT_GRACE_S, StreamAnalyzer
+
+if TYPE_CHECKING:
+    from .report import Report
 
 Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
+DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
+
+
+def _load_analysis() -> None:
+    from . import stream  # noqa: F401  (and with it flows, detect, report and pandas)
 
 
 def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
@@ -29,24 +40,55 @@ def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
     (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
     damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
     """
-    reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict)
-    skipped: Counter = Counter()
-    if whole_file:
-        return _analyze_whole(reader, skipped)
-    stream = None
-    frames = 0
+    loader = threading.Thread(target=_load_analysis, name="nagleprobe-import")
+    loader.start()
     try:
-        for batch in reader:
-            if stream is None and len(batch.ts_ns):
+        reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict)
+        skipped: Counter = Counter()
+        if whole_file:
+            loader.join()
+            return _analyze_whole(reader, skipped)
+        chunks = _decoded(reader, skipped, progress)
+        early: deque = deque()  # chunks decoded while the analysis modules load
+        while loader.is_alive() and (chunk := next(chunks, None)) is not None:
+            early.append(chunk)
+        loader.join()
+        return _analyze_stream(reader, skipped, early, chunks, grace_s, batch_rows)
+    finally:
+        loader.join()
+
+
+def _decoded(reader: CaptureReader, skipped: Counter, progress: Progress | None
+             ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
+    """(first timestamp of the chunk or None, its decoded TCP columns) per chunk read."""
+    frames = 0
+    for batch in reader:
+        first_ns = int(batch.ts_ns[0]) if len(batch.ts_ns) else None
+        if len(batch):
+            frames = int(batch.frame[-1])
+        cols = decode(batch, skipped)
+        del batch  # so the reader can reuse its buffer for the next chunk
+        if progress is not None:
+            progress(reader, frames)
+        yield first_ns, cols
+
+
+def _analyze_stream(reader: CaptureReader, skipped: Counter, early: deque,
+                    chunks: Iterator[tuple[int | None, dict[str, np.ndarray]]],
+                    grace_s: float, batch_rows: int | None) -> Report:
+    from .stream import StreamAnalyzer
+
+    stream = None
+    try:
+        while early or (chunk := next(chunks, None)) is not None:
+            first_ns, cols = early.popleft() if early else chunk
+            chunk = None
+            if stream is None and first_ns is not None:
                 kw = {} if batch_rows is None else {"batch_rows": batch_rows}
-                stream = StreamAnalyzer(int(batch.ts_ns[0]), grace_s=grace_s, **kw)
-            if len(batch):
-                frames = int(batch.frame[-1])
+                stream = StreamAnalyzer(first_ns, grace_s=grace_s, **kw)
             if stream is not None:
-                stream.feed(decode(batch, skipped))
-            if progress is not None:
-                progress(reader, frames)
-            del batch  # so the reader can reuse its buffer for the next chunk
+                stream.feed(cols)
+            del cols
         skipped.update(reader.info.skipped)
         return (stream or StreamAnalyzer(workers=0)).finish(reader.info, dict(skipped))
     finally:
@@ -55,6 +97,10 @@ def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
 
 
 def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:
+    from .detect import detect
+    from .flows import build_flows
+    from .report import build_report
+
     parts: list[dict[str, np.ndarray]] = []
     origin_ns = None
     for batch in reader:

@@ -36,12 +36,12 @@ import pandas as pd
 from .decode import TCP_COLUMNS
 from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, build_flows
+from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
 from .report import Report, capture_doc, report_columns, table
 
 # the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval")}
-DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
