@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
 DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
+EARLY_CHUNKS = 8  # at most this many decoded chunks wait for the analysis modules to load
 
 
 def _load_analysis() -> None:
@@ -50,7 +51,8 @@ def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
             return _analyze_whole(reader, skipped)
         chunks = _decoded(reader, skipped, progress)
         early: deque = deque()  # chunks decoded while the analysis modules load
-        while loader.is_alive() and (chunk := next(chunks, None)) is not None:
+        while (loader.is_alive() and len(early) < EARLY_CHUNKS
+               and (chunk := next(chunks, None)) is not None):
             early.append(chunk)
         loader.join()
         return _analyze_stream(reader, skipped, early, chunks, grace_s, batch_rows)
