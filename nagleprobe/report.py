@@ -274,8 +274,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
     duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
     lost_ms = stall_ns.sum(axis=1) / 1e6
-    retrans = np.bincount(f.seg["flow"], weights=f.seg["retrans"], minlength=nflows)
-    keepalive = np.bincount(f.seg["flow"], weights=f.seg["keepalive"], minlength=nflows)
+    retrans = np.bincount(f.seg["flow"][f.seg["retrans"]], minlength=nflows)
+    keepalive = np.bincount(f.seg["flow"][f.seg["keepalive"]], minlength=nflows)
     flows = {
         "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
         "roles": fl["roles"], "vantage": fl["vantage"],
