@@ -1,11 +1,9 @@
-/* The one loop numpy cannot vectorise: where each pcap record starts (and, since it is
- * faster than numpy's gathers, reading header words at known offsets: u32_rows below).
+/* The one loop numpy cannot vectorise: where each pcap record (pcapng block) starts; and,
+ * since it is faster than numpy's gathers, reading header words at known offsets.
  *
- * walk(buf, big_endian, out) -> (count, end): from byte 8 of `buf` (the caplen field of the
- * first record header), writes to the int64 buffer `out` the offset of every record's caplen
- * field while it lies within the buffer (p <= len - 8), stepping caplen + 16 bytes; returns
- * how many it wrote and the offset after the last one. Same result as read._walk_python.
- * `out` must hold len(buf) / 16 + 1 entries. Plain C, no numpy headers.
+ * walk_headers: the pcap records of a buffer and their header fields (read._walk_python
+ * plus numpy gathers without the compiled part). walk_blocks: the pcapng packet blocks.
+ * u32_rows: read._u32_rows. Plain C, no numpy headers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,31 +16,17 @@ static inline uint32_t word(const unsigned char *q, int big)
                : ((uint32_t)q[3] << 24 | (uint32_t)q[2] << 16 | (uint32_t)q[1] << 8 | q[0]);
 }
 
-static PyObject *walk(PyObject *self, PyObject *args)
+/* Release the n argument buffers; then raise `exc`(`error`) if `error`, else return `ok`. */
+static PyObject *done(Py_buffer *b, int n, PyObject *exc, const char *error, PyObject *ok)
 {
-    Py_buffer buf, out;
-    int big;
-    if (!PyArg_ParseTuple(args, "y*pw*", &buf, &big, &out))
-        return NULL;
-    const unsigned char *b = (const unsigned char *)buf.buf;
-    int64_t *o = (int64_t *)out.buf;
-    Py_ssize_t n = buf.len, cap = out.len / (Py_ssize_t)sizeof(int64_t), k = 0;
-    int64_t p = 8, lim = (int64_t)n - 8;
-    Py_BEGIN_ALLOW_THREADS
-    while (p <= lim && k < cap) {
-        const unsigned char *q = b + p;
-        uint32_t cl = word(q, big);
-        o[k++] = p;
-        p += (int64_t)cl + 16;
-    }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&buf);
-    PyBuffer_Release(&out);
-    if (p <= lim) {
-        PyErr_SetString(PyExc_ValueError, "output buffer too small");
+    for (int j = 0; j < n; j++)
+        PyBuffer_Release(&b[j]);
+    if (error) {
+        Py_XDECREF(ok);
+        PyErr_SetString(exc, error);
         return NULL;
     }
-    return Py_BuildValue("nL", k, (long long)p);
+    return ok;
 }
 
 /* walk_headers(buf, big_endian, start, frac_mul, offset, ts_ns, caplen, wirelen) -> (count,
@@ -52,22 +36,21 @@ static PyObject *walk(PyObject *self, PyObject *args)
  * when the buffers are full; `end` is 8 bytes past the start of the next record. */
 static PyObject *walk_headers(PyObject *self, PyObject *args)
 {
-    Py_buffer buf, b_off, b_ts, b_cl, b_wl;
+    Py_buffer b[5]; /* buf, then offset, ts_ns, caplen, wirelen */
     int big;
     Py_ssize_t start;
     long long mul;
-    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*", &buf, &big, &start, &mul, &b_off, &b_ts,
-                          &b_cl, &b_wl))
+    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*", &b[0], &big, &start, &mul, &b[1], &b[2], &b[3],
+                          &b[4]))
         return NULL;
-    const unsigned char *b = (const unsigned char *)buf.buf;
-    int64_t *off = b_off.buf, *ts = b_ts.buf, *cl = b_cl.buf, *wl = b_wl.buf;
-    Py_ssize_t n = buf.len, k = 0, cap = b_off.len / (Py_ssize_t)sizeof(int64_t);
-    int ok = start >= 0 && b_ts.len == b_off.len && b_cl.len == b_off.len
-             && b_wl.len == b_off.len;
-    int64_t p = (int64_t)start + 8, lim = (int64_t)n - 8;
+    const unsigned char *buf = (const unsigned char *)b[0].buf;
+    int64_t *off = b[1].buf, *ts = b[2].buf, *cl = b[3].buf, *wl = b[4].buf;
+    Py_ssize_t k = 0, cap = b[1].len / (Py_ssize_t)sizeof(int64_t);
+    int ok = start >= 0 && b[2].len == b[1].len && b[3].len == b[1].len && b[4].len == b[1].len;
+    int64_t p = (int64_t)start + 8, lim = (int64_t)b[0].len - 8;
     Py_BEGIN_ALLOW_THREADS
     while (ok && p <= lim && k < cap) {
-        const unsigned char *q = b + p;
+        const unsigned char *q = buf + p;
         uint32_t c = word(q, big);
         off[k] = p - 8;
         ts[k] = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)word(q - 4, big) * mul;
@@ -77,16 +60,8 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
         p += (int64_t)c + 16;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&buf);
-    PyBuffer_Release(&b_off);
-    PyBuffer_Release(&b_ts);
-    PyBuffer_Release(&b_cl);
-    PyBuffer_Release(&b_wl);
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "walk_headers: bad start or output buffers");
-        return NULL;
-    }
-    return Py_BuildValue("nL", k, (long long)p);
+    return done(b, 5, PyExc_ValueError, ok ? NULL : "walk_headers: bad start or output buffers",
+                Py_BuildValue("nL", k, (long long)p));
 }
 
 /* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset
@@ -129,15 +104,15 @@ static PyObject *walk_blocks(PyObject *self, PyObject *args)
  * about `out`). */
 static PyObject *u32_rows(PyObject *self, PyObject *args)
 {
-    Py_buffer buf, idx, out;
+    Py_buffer b[3]; /* buf, idx, out */
     int width, big;
-    if (!PyArg_ParseTuple(args, "y*y*ipw*", &buf, &idx, &width, &big, &out))
+    if (!PyArg_ParseTuple(args, "y*y*ipw*", &b[0], &b[1], &width, &big, &b[2]))
         return NULL;
-    const unsigned char *b = (const unsigned char *)buf.buf;
-    const int64_t *at = (const int64_t *)idx.buf;
-    int64_t *o = (int64_t *)out.buf;
-    Py_ssize_t n = idx.len / (Py_ssize_t)sizeof(int64_t), len = buf.len;
-    int ok = width > 0 && out.len == n * width * (Py_ssize_t)sizeof(int64_t);
+    const unsigned char *buf = (const unsigned char *)b[0].buf;
+    const int64_t *at = (const int64_t *)b[1].buf;
+    int64_t *o = (int64_t *)b[2].buf;
+    Py_ssize_t n = b[1].len / (Py_ssize_t)sizeof(int64_t), len = b[0].len;
+    int ok = width > 0 && b[2].len == n * width * (Py_ssize_t)sizeof(int64_t);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; ok && i < n; i++) {
         int64_t p = at[i];
@@ -146,23 +121,17 @@ static PyObject *u32_rows(PyObject *self, PyObject *args)
             break;
         }
         for (int j = 0; j < width; j++)
-            o[i * width + j] = word(b + p + 4 * j, big);
+            o[i * width + j] = word(buf + p + 4 * j, big);
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&buf);
-    PyBuffer_Release(&idx);
-    PyBuffer_Release(&out);
-    if (!ok) {
-        PyErr_SetString(PyExc_IndexError, "u32_rows: a row runs past the buffer");
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    Py_INCREF(Py_None);
+    return done(b, 3, PyExc_IndexError, ok ? NULL : "u32_rows: a row runs past the buffer",
+                Py_None);
 }
 
 static PyMethodDef methods[] = {
     {"walk_headers", walk_headers, METH_VARARGS, "The pcap records of a buffer and their headers."},
     {"u32_rows", u32_rows, METH_VARARGS, "32-bit words at given offsets of a buffer."},
-    {"walk", walk, METH_VARARGS, "Offsets of the caplen fields of the pcap records in a buffer."},
     {"walk_blocks", walk_blocks, METH_VARARGS, "Offsets of the packet blocks of a pcapng buffer."},
     {NULL, NULL, 0, NULL},
 };

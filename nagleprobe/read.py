@@ -361,19 +361,12 @@ def _walk_python(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarray,
     return np.frombuffer(starts, dtype=np.int64), p
 
 
-def _walk_compiled(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarray, int]:
-    """`_walk_python` in C (nagleprobe/_walk.c), about 30 times faster."""
-    out = np.empty((len(buf) - start) // 16 + 1, dtype=np.int64)
-    k, p = _walk.walk(memoryview(buf)[start:], big, out)
-    return out[:k] + start, p + start
-
-
 def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """`walk_records` from `start` with each walked record's header read: (where each header
+    """`_walk_python` from `start` with each walked record's header read: (where each header
     begins, ts_ns, caplen, wirelen, the walk's end). One compiled pass when built."""
     if _walk is None:
-        starts, end = walk_records(buf, big, start)
+        starts, end = _walk_python(buf, big, start)
         hdr = _u32_rows(np.frombuffer(buf, dtype=np.uint8), starts - 8, 4, big)
         return (starts - 8, hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * frac_mul,
                 hdr[:, 2].copy(), hdr[:, 3].copy(), end)
@@ -393,10 +386,8 @@ def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int
 
 try:
     from . import _walk
-    walk_records = _walk_compiled
 except ImportError:  # built without a C compiler: the pure-Python walk
     _walk = None
-    walk_records = _walk_python
 
 
 class CaptureReader:

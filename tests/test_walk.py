@@ -1,4 +1,5 @@
-"""read.walk_records: the compiled pcap record walk agrees with the pure-Python one."""
+"""read: the compiled record and block walks and header gathers agree with the pure-Python
+walk and numpy."""
 
 import random
 import struct
@@ -16,36 +17,53 @@ compiled = pytest.mark.skipif(read._walk is None,
                               reason="nagleprobe._walk not built (no C compiler at install)")
 
 
-def both(buf: bytearray, big: bool) -> tuple:
-    a, pa = read._walk_python(buf, big)
-    b, pb = read._walk_compiled(buf, big)
-    return a.tolist(), pa, b.tolist(), pb
+def headers_both_ways(buf: bytearray, big: bool, start: int = 0) -> list:
+    """read._walk_headers compiled, and with the pure-Python walk and numpy gathers."""
+    got = read._walk_headers(buf, big, start, 1000)
+    kept, read._walk = read._walk, None
+    try:
+        want = read._walk_headers(buf, big, start, 1000)
+    finally:
+        read._walk = kept
+    for a, b in zip(got[:4], want[:4], strict=True):
+        assert a.dtype == b.dtype == np.int64
+        assert np.array_equal(a, b)
+    assert got[4] == want[4]
+    return [x.tolist() for x in got[:4]] + [got[4]]
 
 
 @compiled
 @pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.pcap")) + [SAMPLES / "formats" / "base_lo_be.pcap"],
                          ids=lambda p: p.name)
-def test_compiled_walk_finds_the_same_records_in_real_captures(path):
+def test_compiled_header_walk_reads_the_same_headers_in_real_captures(path):
     raw = path.read_bytes()
     big = raw[:4] == b"\xa1\xb2\xc3\xd4"
     body = bytearray(raw[24:])
-    a, pa, b, pb = both(body, big)
-    assert (a, pa) == (b, pb)
+    starts, ts, caplen, wirelen, end = headers_both_ways(body, big)
     # every record: the walk ends exactly at the end of the file
-    assert pa - 8 == len(body)
-    # and on every prefix (records cut by a chunk boundary)
+    assert end - 8 == len(body) and starts[0] == 0
+    assert all(s + 16 + c == t for s, c, t in zip(starts, caplen, starts[1:]))
+    # and on every prefix (records cut by a chunk boundary), from the start or a later record
     for cut in random.Random(1).sample(range(len(body)), 50):
-        assert both(body[:cut], big)[:2] == both(body[:cut], big)[2:]
+        headers_both_ways(body[:cut], big)
+        headers_both_ways(body[:cut], big, start=starts[len(starts) // 3])
 
 
 @compiled
-def test_compiled_walk_on_garbage_lengths_and_tiny_buffers():
+def test_compiled_header_walk_makes_room_for_records_of_any_size():
+    """Synthetic: a run of empty records (16 bytes each) more than a first guess of 48-byte
+    records holds, between ordinary ones; garbage lengths and tiny buffers."""
+    rec = lambda n, t: struct.pack("<IIII", t, 7, n, n + 4) + bytes(n)  # noqa: E731
+    buf = bytearray(b"".join(rec(60, i) for i in range(50)) + b"".join(rec(0, i) for i in range(400))
+                    + b"".join(rec(60, i) for i in range(10)))
+    starts, ts, caplen, wirelen, end = headers_both_ways(buf, False)
+    assert len(starts) == 460 and end - 8 == len(buf)
+    assert ts[:2] == [7000, 1_000_000_000 + 7000] and wirelen[0] == 64
     rng = random.Random(7)
     for _ in range(300):
-        buf = bytearray(rng.randbytes(rng.randrange(0, 200)))
+        buf = bytearray(rng.randbytes(rng.randrange(0, 300)))
         for big in (False, True):
-            a, pa, b, pb = both(buf, big)
-            assert (a, pa) == (b, pb)
+            headers_both_ways(buf, big)
 
 
 def test_pure_python_walk_steps_over_caplen_plus_header():
@@ -53,14 +71,13 @@ def test_pure_python_walk_steps_over_caplen_plus_header():
     buf = bytearray(rec(10) + rec(0) + rec(3))
     starts, end = read._walk_python(buf, False)
     assert starts.tolist() == [8, 34, 50] and end - 8 == len(buf)
-    assert np.array_equal(read.walk_records(buf, False)[0], starts)
+    assert np.array_equal(read._walk_headers(buf, False, 0, 1000)[0], starts - 8)
 
 
 def read_all(path, chunk: int, monkeypatch=None, compiled: bool = True):
     """Every batch field and the capture info, read with or without the compiled walks."""
     if not compiled:
         monkeypatch.setattr(read, "_walk", None)
-        monkeypatch.setattr(read, "walk_records", read._walk_python)
     r = read.CaptureReader(str(path), chunk_bytes=chunk)
     fields = ("offset", "caplen", "wirelen", "ts_ns", "linktype", "frame")
     batches = [[getattr(b, f).tolist() for f in fields] + [b.data[b.offset].tolist()] for b in r]
@@ -116,48 +133,3 @@ def test_compiled_header_words_refuse_offsets_past_the_buffer():
     for bad in ([61], [-1], [0, 48]):
         with pytest.raises(IndexError):
             read._u32_rows(data, np.array(bad), 5 if bad == [0, 48] else 1, False)
-
-
-def headers_both_ways(buf: bytearray, big: bool, start: int = 0) -> list:
-    """read._walk_headers compiled, and with the pure-Python walk and numpy gathers."""
-    got = read._walk_headers(buf, big, start, 1000)
-    kept = read._walk, read.walk_records
-    try:
-        read._walk, read.walk_records = None, read._walk_python
-        want = read._walk_headers(buf, big, start, 1000)
-    finally:
-        read._walk, read.walk_records = kept
-    for a, b in zip(got[:4], want[:4], strict=True):
-        assert a.dtype == b.dtype == np.int64
-        assert np.array_equal(a, b)
-    assert got[4] == want[4]
-    return [x.tolist() for x in got[:4]] + [got[4]]
-
-
-@compiled
-@pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.pcap")) + [SAMPLES / "formats" / "base_lo_be.pcap"],
-                         ids=lambda p: p.name)
-def test_compiled_header_walk_reads_the_same_headers_in_real_captures(path):
-    raw = path.read_bytes()
-    big = raw[:4] == b"\xa1\xb2\xc3\xd4"
-    body = bytearray(raw[24:])
-    starts, ts, caplen, wirelen, end = headers_both_ways(body, big)
-    assert end - 8 == len(body) and starts[0] == 0
-    assert all(s + 16 + c == t for s, c, t in zip(starts, caplen, starts[1:]))
-    for cut in random.Random(2).sample(range(len(body)), 30):
-        headers_both_ways(body[:cut], big, start=starts[len(starts) // 3] if cut > 200 else 0)
-
-
-@compiled
-def test_compiled_header_walk_makes_room_for_records_of_any_size():
-    """Synthetic: a run of empty records (16 bytes each) more than a first guess of 48-byte
-    records holds, between ordinary ones, and garbage."""
-    rec = lambda n, t: struct.pack("<IIII", t, 7, n, n + 4) + bytes(n)  # noqa: E731
-    buf = bytearray(b"".join(rec(60, i) for i in range(50)) + b"".join(rec(0, i) for i in range(400))
-                    + b"".join(rec(60, i) for i in range(10)))
-    starts, ts, caplen, wirelen, end = headers_both_ways(buf, False)
-    assert len(starts) == 460 and end - 8 == len(buf)
-    assert ts[:2] == [7000, 1_000_000_000 + 7000] and wirelen[0] == 64
-    rng = random.Random(9)
-    for _ in range(200):
-        headers_both_ways(bytearray(rng.randbytes(rng.randrange(0, 300))), rng.random() < 0.5)

@@ -21,7 +21,6 @@ CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
 def test_the_report_is_the_same_without_the_compiled_parts(path, monkeypatch):
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
     monkeypatch.setattr(nagleprobe.read, "_walk", None)
-    monkeypatch.setattr(nagleprobe.read, "walk_records", nagleprobe.read._walk_python)
     for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.stream, nagleprobe.detect):
         monkeypatch.setattr(module, "_compiled", None)
     assert analyze(str(path), chunk_bytes=16 << 10).to_json() == compiled
