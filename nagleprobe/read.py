@@ -934,29 +934,20 @@ class CaptureReader:
                     ifid = ifid.copy()
                     ifid[pb] = (ifid[pb] >> 16) if big else (ifid[pb] & 0xFFFF)
                 ok = ifid < ifaces_here
-                all_ok = bool(ok.all())
-                ifidx[g] = ibase + ifid if all_ok else np.where(ok, ibase + ifid, -1)
+                ids = ibase + ifid
+                ifidx[g] = np.where(ok, ids, -1)
                 units = ((f[:, 1].astype(np.uint64) << np.uint64(32))
                          | f[:, 2].astype(np.uint64))
                 offset[g] = at + 28
                 caplen[g] = f[:, 3]
                 wirelen[g] = f[:, 4]
+                # each interface's blocks get its clock (all of them: a slice, no copies)
+                known = slice(None) if ok.all() else ok
+                present = np.flatnonzero(np.bincount(ids[known]))  # the interfaces in use
                 tsv = np.zeros(len(idx), np.int64)
-                if all_ok or ok.any():
-                    ids = ifid + ibase if all_ok else ifid[ok] + ibase
-                    u_ok = units if all_ok else units[ok]
-                    present = np.flatnonzero(np.bincount(ids))  # the interfaces in use
-                    if len(present) == 1:
-                        sub = self._ifaces[int(present[0])].ts_ns(u_ok)
-                    else:
-                        sub = np.zeros(len(ids), np.int64)
-                        for u in present:
-                            m = ids == u
-                            sub[m] = self._ifaces[int(u)].ts_ns(u_ok[m])
-                    if all_ok:
-                        tsv = sub
-                    else:
-                        tsv[ok] = sub
+                for u in present:
+                    m = known if len(present) == 1 else ok & (ids == u)
+                    tsv[m] = self._ifaces[int(u)].ts_ns(units[m])
                 ts[g] = tsv
                 have_ts[g] = ok
             sidx = np.nonzero(spb & ~too_short)[0]
