@@ -220,26 +220,36 @@ def _lower(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _ordered(a: list[np.ndarray], b: list[np.ndarray]
+             ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """The lower and the higher of endpoints a and b of each row (words as `_lower` compares
+    them), and whether a is the lower."""
+    a_low = _lower(a, b)
+    return ([np.where(a_low, x, y) for x, y in zip(a, b)],
+            [np.where(a_low, y, x) for x, y in zip(a, b)], a_low)
+
+
 def _tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Id of each packet's unordered 4-tuple, numbered by first appearance in record order,
     and whether the packet travels from the 'lower' endpoint."""
-    a, b = _endpoints(c)
-    a_low = _lower(a, b)
-    lo = [np.where(a_low, x, y) for x, y in zip(a, b)]
-    hi = [np.where(a_low, y, x) for x, y in zip(a, b)]
+    lo, hi, a_low = _ordered(*_endpoints(c))
     return _factorize_words(lo + hi), a_low
+
+
+def _mix(words: list[np.ndarray]) -> np.ndarray:
+    """A 64-bit mix of each row's words (as nagleprobe/_flows.c mixes them)."""
+    h = np.zeros(len(words[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for w in words:
+            h ^= w
+            h *= np.uint64(0x9E3779B97F4A7C15)
+            h ^= h >> np.uint64(29)
+    return h
 
 
 def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
     """Ids of the distinct rows of uint64 columns, numbered by first appearance."""
-    # a 64-bit mix of the words; collisions are checked below
-    h = np.zeros(len(cols[0]), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for col in cols:
-            h ^= col
-            h *= np.uint64(0x9E3779B97F4A7C15)
-            h ^= h >> np.uint64(29)
-    ids = pd.factorize(h)[0].astype(np.int64)
+    ids = pd.factorize(_mix(cols))[0].astype(np.int64)  # collisions are checked below
     first = np.flatnonzero(ids > np.maximum.accumulate(np.r_[-1, ids[:-1]])) if len(ids) else ids
     if not all(np.array_equal(col, col[first][ids]) for col in cols):  # hash collision: exact path
         ids = pd.MultiIndex.from_arrays(cols).factorize()[0].astype(np.int64)

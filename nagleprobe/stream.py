@@ -35,7 +35,7 @@ import pandas as pd
 
 from .decode import TCP_COLUMNS
 from .detect import detect
-from .flows import ACK, FIN, RST, SYN, _compiled, build_flows
+from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
 from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
 from .report import Report, capture_doc, report_columns, table
@@ -45,28 +45,15 @@ ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval"
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint first),
-    and whether the row travels from the lower endpoint."""
-    a = (c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64))
-    b = (c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64))
-    a_low = (a[0] < b[0]) | ((a[0] == b[0]) & ((a[1] < b[1]) | ((a[1] == b[1]) & (a[2] <= b[2]))))
-    lo = [np.where(a_low, x, y) for x, y in zip(a, b)]
-    hi = [np.where(a_low, y, x) for x, y in zip(a, b)]
+    """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint's address
+    hi, lo, the higher's, then both ports), as nagleprobe/_flows.c makes them, and whether
+    the row travels from the lower endpoint."""
+    lo, hi, a_low = _ordered([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
+                             [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
     return [lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]], a_low
-
-
-def _mix(words: list[np.ndarray]) -> np.ndarray:
-    h = np.zeros(len(words[0]), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for w in words:
-            h ^= w
-            h *= _MIX
-            h ^= h >> np.uint64(29)
-    return h
 
 
 class _Tuples:
