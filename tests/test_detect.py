@@ -172,13 +172,42 @@ def test_single_stall_has_lower_confidence_than_a_repeated_one():
 
 
 def test_small_tail_after_a_full_segment_is_not_held_on_linux():
-    # Minshall's rule: only an unacknowledged *small* segment holds the next small one
+    # Minshall's rule: only an unacknowledged *small* segment holds the next small one. The
+    # capture shows the sender follows it: once it sent a tail while a full segment was
+    # still unacknowledged, which a classic-Nagle sender never does.
     conv = Conversation(C, SV, mss=1460)
     t = conv.handshake(0.0)
     conv.send("c", t + 1, 1460)
-    conv.ack("s", t + 41)
-    conv.send("c", t + 41.02, 500)
-    assert run(conv).stall_count == 0
+    conv.send("c", t + 1.01, 500)  # tail right behind the unacknowledged full segment
+    conv.ack("s", t + 1.1)
+    conv.send("c", t + 10, 1460)
+    conv.ack("s", t + 50)
+    conv.send("c", t + 50.02, 500)
+    r = run(conv)
+    assert r.stall_count == 0
+    fl = r.to_dict()["flows"][0]
+    assert fl["endpoints"]["client"]["not_classic_evidence"] == 1
+    assert fl["why_not"] == {"not_classic": 1}
+
+
+def test_tail_held_behind_a_lone_full_segment_is_a_classic_nagle_stall():
+    # the classic rule (Windows, BSD, embedded stacks): any unacknowledged data holds a
+    # small segment, so the tail of "one full segment + tail" waits for the delayed ACK
+    conv = Conversation(C, SV, mss=1460)
+    t = conv.handshake(0.0)
+    for _ in range(3):
+        conv.send("c", t + 1, 1460)
+        conv.ack("s", t + 41)
+        conv.send("c", t + 41.02, 500)
+        conv.send("s", t + 41.1, 64)  # the answer
+        t += 100
+    r = run(conv)
+    assert r.stall_count == 3
+    st = r.to_dict()["stalls"][0]
+    assert st["behind_full"] and st["small_bytes"] == 1460 and st["held_bytes"] == 500
+    client = r.to_dict()["flows"][0]["endpoints"]["client"]
+    assert client["nagle_flavour"] == "classic" and client["held_behind_full"] == 3
+    assert client["nagle"] == "on"
 
 
 def test_window_update_that_acknowledges_nothing_new_is_not_the_releasing_ack():
