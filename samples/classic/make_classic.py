@@ -358,7 +358,8 @@ def classic_small_nonagle_tap():
             client_ack_delay_ms=c["ack_delay_ms"])
 
 
-def bulk(name, sport, sizes, cycles, pace_ms, path=False, fwd_args=(), quickack=False, rcvbuf=0):
+def bulk(name, sport, sizes, cycles, pace_ms, path=False, fwd_args=(), quickack=False, rcvbuf=0,
+         link_mbps=0):
     if path:
         fwd = setup_path(fwd_args)
         ns_c, ns_s, tap, cli_ip, srv_ip = "npcm", "npcs", "npctap1", PATH_CLI, PATH_SRV
@@ -373,7 +374,7 @@ def bulk(name, sport, sizes, cycles, pace_ms, path=False, fwd_args=(), quickack=
     cli = classic(ns_c, f"{name}.cli.json", "--tap", tap, "--ip", f"{cli_ip}/24", "--dst",
                   srv_ip, "--port", 8000, "--sport", sport, "--mode", "bulk", "--sizes",
                   ",".join(map(str, sizes)), "--cycles", cycles, "--mss", MSS, "--tail", 100,
-                  "--pace-ms", pace_ms)
+                  "--pace-ms", pace_ms, "--link-mbps", link_mbps)
     wait_all([cli, srv])
     time.sleep(0.5)
     cap.stop()
@@ -381,35 +382,63 @@ def bulk(name, sport, sizes, cycles, pace_ms, path=False, fwd_args=(), quickack=
     return load(f"{name}.cli.json"), load(f"{name}.srv.json"), ferr
 
 
-def classic_bulk_tap():
-    name, sport = "classic_bulk_tap", 40101
-    c, s, _ = bulk(name, sport, (1, 3, 5), 7, 100, rcvbuf=RCVBUF)
+def bulk_tap(name, sport, link_mbps):
+    c, s, _ = bulk(name, sport, (1, 3, 5), 7, 100, rcvbuf=RCVBUF, link_mbps=link_mbps)
     recs = s["records"]
     f2l = [r["first_to_last_byte_ms"] for r in recs]
-    n, delack, base, idx = classify(f2l)
+    ks = [(r["bytes"] - 100) // MSS for r in recs]
+    # the stall rule per record size: a record is stalled when its first->last byte time is
+    # >= 25 ms above the fastest record of the same k (a k = 5 record takes ~6 ms to cross a
+    # 10 Mbit/s link even when nothing is held)
+    base = {k: min(v for v, kk in zip(f2l, ks) if kk == k) for k in set(ks)}
+    excess = [v - base[k] for v, k in zip(f2l, ks)]
+    idx = [i for i, e in enumerate(excess) if e >= STALL_EXCESS_MS]
+    n = len(idx)
+    delack = round(statistics.median(excess[i] for i in idx), 1) if idx else None
     by_k = {}
-    for i, r in enumerate(recs):
-        k = (r["bytes"] - 100) // MSS
+    for i, k in enumerate(ks):
         by_k.setdefault(str(k), [0, 0])
         by_k[str(k)][0] += 1
         by_k[str(k)][1] += i in idx
+    if link_mbps:
+        link = (f"npclassic paces its frames as a {link_mbps} Mbit/s link would (it sleeps each "
+                "frame's serialization time after handing it to the TAP: ~1.2 ms per full "
+                "frame), so the segments of a record reach Linux spaced, the reader drains "
+                "them as they come, Linux ACKs every second full segment and the last (odd) "
+                "one is lone: its ACK is delayed and the classic sender holds the tail until "
+                "then, for k = 1, 3 and 5 alike.")
+    else:
+        link = ("Frames leave back to back (no link rate): the k = 3 and k = 5 bursts reach "
+                "Linux within ~20 us and the reader drains a whole burst in one recv(); "
+                "Linux then ACKs all of it at once from the read (more than one MSS unACKed), "
+                "so the 'odd last segment' is not lone and those tails are not held by a "
+                "delayed ACK; the k = 1 records stall. See classic_bulk_10mbit_tap for the same "
+                "records on a 10 Mbit/s-paced link.")
     sidecar(name, n, "client" if n else None, f"{TAP_CLI}:{sport}" if n else None, delack,
             "client", {"client": "on", "server": "on"}, flavour(True),
             f"Classic-Nagle bulk sender {STACK} -> Linux receiver 10.98.1.2:8000 that only "
-            "reads (TAP, path RTT ~0). Records of k full 1460 B segments + a 100 B tail, each "
-            "ONE send, k cycling 1, 3, 5 (7 cycles, 21 records), one record every 100 ms. "
-            "The Linux receiver ACKs every second full segment at once, so the last (odd) "
-            "full segment is lone, its ACK is delayed, and the classic sender holds the tail "
-            "until that delayed ACK. While Linux is in quick-ack mode (start of the "
-            "connection) it ACKs every segment and the tail is not held long. Counted from "
-            "the receiver's first->last byte log per record; per_k = {k: [records, "
-            "stalled]}.",
+            f"reads (SO_RCVBUF {RCVBUF}: fixed buffer; with autotuning, Linux ACKs every "
+            "segment at once while its window grows). TAP, path RTT ~0. Records of k full "
+            "1460 B segments + a 100 B tail, each ONE send, k cycling 1, 3, 5 (7 cycles, 21 "
+            "records), one record every 100 ms. " + link + " The first records are not held "
+            "long: a fresh Linux connection quick-ACKs. Counted from the receiver's "
+            "first->last byte log per record (stalled: >= 25 ms above the fastest record of the "
+            "same k); per_k = {k: [records, stalled]}.",
             stalled_records=idx, per_k=by_k, first_to_last_byte_ms=f2l,
             record_bytes=[r["bytes"] for r in recs],
-            receiver_recv_sizes=[r["recv_sizes"] for r in recs], fastest_ms=base,
-            path_rtt_ms=0.0, pace_ms=100,
+            receiver_recv_sizes=[r["recv_sizes"] for r in recs],
+            fastest_ms_per_k={str(k): v for k, v in sorted(base.items())},
+            path_rtt_ms=0.0, pace_ms=100, link_mbps=link_mbps or None, receiver_rcvbuf=RCVBUF,
             sender_write_to_all_acked_ms=c["write_to_all_acked_ms"],
             client_ack_delay_ms=c["ack_delay_ms"])
+
+
+def classic_bulk_tap():
+    bulk_tap("classic_bulk_tap", 40101, 0)
+
+
+def classic_bulk_10mbit_tap():
+    bulk_tap("classic_bulk_10mbit_tap", 40106, 10)
 
 
 def classic_bulk_win200_netns():
@@ -445,7 +474,7 @@ def classic_bulk_win200_netns():
 
 
 SCENARIOS = {f.__name__: f for f in (
-    classic_fulltail_tap, classic_bulk_tap, classic_small_tap, classic_fulltail_nonagle_tap,
+    classic_fulltail_tap, classic_bulk_tap, classic_bulk_10mbit_tap, classic_small_tap, classic_fulltail_nonagle_tap,
     classic_small_nonagle_tap, classic_bulk_win200_netns)}
 
 

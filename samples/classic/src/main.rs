@@ -11,6 +11,7 @@
 //!               --mode fulltail|bulk|small [--n 20] [--nagle on|off] [--ack-delay-ms 10|0]
 //!               [--msg 1560] [--reply 64]                       (fulltail)
 //!               [--sizes 1,3,5] [--cycles 7] [--mss 1460] [--tail 100] [--pace-ms 100] (bulk)
+//!               [--link-mbps 0|10]   (0: frames leave back to back; N: spaced as on N Mbit/s)
 //!               --log FILE
 //!
 //! Every application event is timed with std::time::Instant (CLOCK_MONOTONIC) and written to
@@ -23,14 +24,60 @@ use std::str::FromStr;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::{wait as phy_wait, Medium, TunTapInterface};
+use smoltcp::phy::{wait as phy_wait, Device, DeviceCapabilities, Medium, TunTapInterface, TxToken};
 use smoltcp::socket::tcp;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{EthernetAddress, IpAddress, IpCidr, Ipv4Address};
 
+/// The TAP device, optionally with a link rate: after each frame is handed to the TAP the
+/// sender sleeps for the frame's serialization time at `mbps` (e.g. a 10 Mbit/s Ethernet of
+/// an embedded device), so back-to-back segments reach the peer spaced, as on such a link.
+struct Paced {
+    inner: TunTapInterface,
+    mbps: u64,
+}
+
+struct PacedTx<T: TxToken> {
+    inner: T,
+    mbps: u64,
+}
+
+impl<T: TxToken> TxToken for PacedTx<T> {
+    fn consume<R, F>(self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let r = self.inner.consume(len, f);
+        if self.mbps > 0 {
+            // bits / (Mbit/s) = microseconds; + 8 B preamble/SFD + 4 B FCS on the wire
+            std::thread::sleep(StdDuration::from_nanos(((len as u64 + 12) * 8 * 1000) / self.mbps));
+        }
+        r
+    }
+}
+
+impl Device for Paced {
+    type RxToken<'a> = <TunTapInterface as Device>::RxToken<'a>;
+    type TxToken<'a> = PacedTx<<TunTapInterface as Device>::TxToken<'a>>;
+
+    fn receive(&mut self, ts: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let mbps = self.mbps;
+        self.inner.receive(ts).map(|(rx, tx)| (rx, PacedTx { inner: tx, mbps }))
+    }
+
+    fn transmit(&mut self, ts: Instant) -> Option<Self::TxToken<'_>> {
+        let mbps = self.mbps;
+        self.inner.transmit(ts).map(|tx| PacedTx { inner: tx, mbps })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        self.inner.capabilities()
+    }
+}
+
 struct Net {
     iface: Interface,
-    dev: TunTapInterface,
+    dev: Paced,
     sockets: SocketSet<'static>,
     h: SocketHandle,
     fd: i32,
@@ -125,9 +172,14 @@ fn main() {
     let nagle = get::<String>(&a, "nagle", "on") == "on";
     let ack_delay_ms: u64 = get(&a, "ack-delay-ms", "10");
     let log: String = get(&a, "log", "");
+    let link_mbps: u64 = get(&a, "link-mbps", "0");
 
-    let mut dev = TunTapInterface::new(&tap, Medium::Ethernet).expect("open tap");
-    let fd = dev.as_raw_fd();
+    let tapdev = TunTapInterface::new(&tap, Medium::Ethernet).expect("open tap");
+    let fd = tapdev.as_raw_fd();
+    let mut dev = Paced { inner: tapdev, mbps: link_mbps };
+    // Opening the TAP brings its carrier up; an ARP request sent at once was ignored by the
+    // kernel (smoltcp retried it 1 s later), so give the link a moment first.
+    std::thread::sleep(StdDuration::from_millis(200));
     let mut config = Config::new(EthernetAddress([0x02, 0, 0, 0, 0, 0x01]).into());
     config.random_seed = 0x6e70_636c; // fixed: deterministic ISN/ephemeral choices
     let mut iface = Interface::new(config, &mut dev, Instant::now());
@@ -156,6 +208,7 @@ fn main() {
     let mut out = format!(
         "{{\"role\": \"npclassic\", \"stack\": \"smoltcp 0.12.0\", \"mode\": \"{mode}\", \
          \"nagle\": {nagle}, \"ack_delay_ms\": {ack_delay_ms}, \"sport\": {sport}, \
+         \"link_mbps\": {link_mbps}, \
          \"connected_ms\": {connected_ms}"
     );
 
