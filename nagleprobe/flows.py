@@ -551,6 +551,20 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir) -> dic
     mss_of_data = out["mss"].reshape(-1)[key[paired]]
     undelayed = ((seg["payload"][by] > 0) | (advance >= 2 * mss_of_data)
                  | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    # where the first ACK may have been delayed, the peer's next data (its answer, which
+    # carries the ACK) still bounds the path from above
+    late = np.flatnonzero(~undelayed & (turn_ns >= 0))
+    if len(late):
+        y_data = by_dir[seg["payload"][by_dir] > 0]
+        n = len(fid)
+        keys = (key[y_data] * n + y_data).astype(np.int64)  # rows are in time order per flow
+        want = (key[by[late]] * n + by[late]).astype(np.int64)
+        hit = y_data[np.minimum(np.searchsorted(keys, want), max(len(y_data) - 1, 0))] \
+            if len(y_data) else by[late]
+        ok = ((key[hit] == key[by[late]]) & (hit >= by[late])
+              & (seg["ack"][hit] >= seg["end"][paired[late]]))
+        turn_ns[late[ok]] = ts[hit[ok]] - ts[paired[late[ok]]]
+        undelayed[late[ok]] = True
     # The upper quartile of the samples says how long the path usually takes at most (the
     # reaction window's upper end allows for it; a single inflated sample does not move
     # it); the handshake counts as one sample of each side.
