@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from . import relay
 from .detect import REASONS, Detection
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
@@ -82,6 +83,8 @@ class Report:
             fix = {k: rec.pop(f"fix_{k}") for k in _FIX_FIELDS}
             why = {r: rec.pop(f"why_not_{r}") for r in REASONS}
             rec["why_not"] = {r: n for r, n in why.items() if n}
+            up = {k.removeprefix("relay_"): rec.pop(k) for k in relay.RELAY_COLUMNS}
+            rec["relay"] = up if up["upstream_flow"] is not None else None
             rec["endpoints"] = {"client": eps[2 * j], "server": eps[2 * j + 1]}
             rec["fix"] = fix if fix["side"] is not None else None
             docs.append(rec)
@@ -238,7 +241,13 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
     cols = report_columns(f, det, origin_ns)
-    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
+    arr = relay.arrivals(f)
+    warnings = list(info.warnings)
+    if len(arr["flow"]) > relay.MAX_ARRIVALS:
+        arr = None
+        warnings.append(relay.relay_warning(len(f.seg["flow"][f.seg["new_data"]])))
+    cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
+    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns, warnings)
     return Report(capture, table(cols["flows"]), table(cols["stalls"]),
                   table(cols["endpoints"]), source=f)
 
@@ -347,7 +356,7 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     for name, col in columns.items():
         if name in _TABLE_ONLY:
             col = _utc(col)
-        elif name == "window_scale":
+        elif name in ("window_scale", "relay_upstream_flow"):
             known = col >= 0
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA

@@ -38,6 +38,7 @@ from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
 from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
+from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report, capture_doc, report_columns, table
 
 # the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
@@ -151,6 +152,7 @@ class _Part:
     first_ns: np.ndarray
     first_frame: np.ndarray
     tcp_packets: int
+    arrivals: dict[str, np.ndarray]
 
 
 Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, its tuple ids, rows)
@@ -199,7 +201,7 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: 
     flows = build_flows(cols, tuples)
     out = report_columns(flows, detect(flows), origin_ns)
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]))
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), arrivals(flows))
 
 
 @dataclass
@@ -212,6 +214,8 @@ class _Parts:
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
     tcp_packets: int = 0
+    arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
+    arrival_count: int = 0
 
 
 class StreamAnalyzer:
@@ -398,6 +402,11 @@ class StreamAnalyzer:
         p.first_ns.append(part.first_ns)
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
+        p.arrival_count += len(part.arrivals["flow"])
+        if p.arrivals is not None:  # kept for relay linking while there are not too many
+            p.arrivals.append(part.arrivals)
+            if p.arrival_count > MAX_ARRIVALS:
+                p.arrivals = None
 
     # ------------------------------------------------------------------ output
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
@@ -411,6 +420,8 @@ class StreamAnalyzer:
             self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in ANALYSED.items()},
                                None, self.origin_ns))
         warnings = list(info.warnings)
+        if p.arrivals is None:
+            warnings.append(relay_warning(p.arrival_count))
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
                             f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
@@ -436,6 +447,12 @@ def _join(p: _Parts, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, flow_ids)
+    arr = None
+    if p.arrivals is not None:
+        arr = {k: np.concatenate([a[k] for a in p.arrivals]) for k in p.arrivals[0]}
+        arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])
+        p.arrivals = []
+    flows.update(link(flows, stalls, arr))
     return Report(capture, table(flows), table(stalls), table(endpoints))
 
 

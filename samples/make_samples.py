@@ -369,6 +369,8 @@ def proxy_any():
                 "client->proxy flow has no stall. Counted from the client's latency log and "
                 "confirmed by the backend's first-byte->last-byte log.",
                 held_flow=f"{LO_IP}:40014 -> {LO_IP}:8002", latency_ms=lat,
+                relay={"held_flow": f"{LO_IP}:40014 -> {LO_IP}:8002",
+                       "upstream_flow": f"{LO_IP}:40004 -> {LO_IP}:8001", "split": "at-relay"},
                 backend_first_to_last_byte_ms=be_log["first_to_last_byte_ms"],
                 backend_stalls=n_be)
 
@@ -904,6 +906,8 @@ def proxy_netns_any():
             "held side = the proxy as client of that flow. Counted from the client's latency "
             "log, confirmed by the backend's first-byte->last-byte log.",
             held_flow=f"{PX_IP_B}:40028 -> {DB_IP}:8002", latency_ms=lat,
+            relay={"held_flow": f"{PX_IP_B}:40028 -> {DB_IP}:8002",
+                   "upstream_flow": f"{PX_CLI_IP}:40027 -> {PX_IP_C}:8001", "split": "at-relay"},
             backend_first_to_last_byte_ms=be_log["first_to_last_byte_ms"], backend_stalls=n_be,
             proxy_read_sizes_first_6=px_log["client_read_sizes"][:6], query_bytes=q,
             link_type="LINUX_SLL2")
@@ -1092,6 +1096,23 @@ def excerpts():
 
 
 
+def excerpt_proxy_lo():
+    """Seed 004's five packets from proxy_any.pcap, where the proxy has one address (as in
+    the seed: 10.67.15.212 both ways), so the excerpt can link the relay: query in, proxy's
+    ACK, 128 out, the backend's late pure ACK, the rest out."""
+    t = json.loads((HERE / "proxy_any.expected.json").read_text())
+    flags = [v - min(t["latency_ms"]) >= STALL_EXCESS_MS for v in t["latency_ms"]]
+    excerpt("proxy_any.pcap", "excerpt_proxy_lo", f"{LO_IP}:40014", f"{LO_IP}:8002", 128, 36,
+            4, flags, t, before=2, after=0,
+            note="The proxy reads with a 128-byte buffer; the 164 B query (frame 1 here) "
+                 "arrived whole at the proxy and left as 128 + 36: the relay splits it.")
+    side = HERE / "excerpt_proxy_lo.expected.json"
+    doc = json.loads(side.read_text())
+    doc["relay"] = {"held_flow": f"{LO_IP}:40014 -> {LO_IP}:8002",
+                    "upstream_flow": f"{LO_IP}:40004 -> {LO_IP}:8001", "split": "at-relay"}
+    side.write_text(json.dumps(doc, indent=2) + "\n")
+
+
 SCENARIOS = {f.__name__: f for f in (
     echo_split_lo, echo_nodelay_lo, echo_coalesced_lo, confirm_netns, proxy_any,
     records_bulk_netns, records_bulk_win200_netns, server_split_lo, neg_think_time_lo,
@@ -1100,7 +1121,7 @@ SCENARIOS = {f.__name__: f for f in (
     # issue 12 (excerpts needs long_echo_split_rtt80 and proxy_netns_any first)
     long_echo_split_rtt80, long_echo_split_rtt200, long_server_split_rtt80,
     long_server_split_rtt200, neg_nodelay_split_rtt200, neg_think_quickack_rtt80, bridge_any,
-    proxy_netns_any, chain3_lo, excerpts)}
+    proxy_netns_any, chain3_lo, excerpts, excerpt_proxy_lo)}
 
 
 def main():

@@ -60,6 +60,19 @@ def test_behaviour_sample_reports_holds_nagle_rule_and_what_was_guessed(truth_fi
         assert {f["roles"] for f in doc["flows"]} == {"guessed"}
 
 
+@pytest.mark.parametrize("truth_file", BEHAVIOUR, ids=lambda p: p.name.split(".")[0])
+def test_a_relay_is_linked_to_the_flow_that_fed_it_and_nothing_else_is(truth_file):
+    """Proxies (seed 004) and a chain where only the second proxy splits: the held flow names
+    its upstream flow and where the split happened; no other flow of any sample is linked."""
+    truth = json.loads(truth_file.read_text())
+    doc = nagleprobe.analyze(str(SAMPLES / truth["capture"])).to_dict()
+    name = {f["id"]: f"{f['client']} -> {f['server']}" for f in doc["flows"]}
+    linked = {name[f["id"]]: (name[f["relay"]["upstream_flow"]], f["relay"]["split"])
+              for f in doc["flows"] if f["relay"]}
+    want = truth.get("relay")
+    assert linked == ({want["held_flow"]: (want["upstream_flow"], want["split"])} if want else {})
+
+
 @pytest.mark.parametrize("name", ["confirm_netns_client", "confirm_netns_server",
                                   "confirm_netns_middle"])
 def test_vantage_point_is_recognised(name):
