@@ -38,7 +38,7 @@ from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
 from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
-from .report import Report, capture_doc, report_columns, table
+from .report import Report, add_tcp_streams, capture_doc, report_columns, table
 
 # the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval")}
@@ -436,6 +436,7 @@ def _join(p: _Parts, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, flow_ids)
+    add_tcp_streams(flows, capture)
     return Report(capture, table(flows), table(stalls), table(endpoints))
 
 
