@@ -88,16 +88,23 @@ class _Comments:
         at = np.minimum(np.searchsorted(self.unique, frames), len(self.unique) - 1)
         return self.unique[at] == frames
 
-    def texts(self, frame: int) -> list[bytes]:
-        """The comments of one frame (one per stall it belongs to), UTF-8."""
-        lo, hi = np.searchsorted(self.frames, [frame, frame + 1])
-        return [self._text(int(self.role[j]), int(self.row[j])).encode("utf-8")
-                for j in range(lo, hi)]
+    def texts(self, frames: np.ndarray) -> list[list[bytes]]:
+        """The comments of each of the given frames (one per stall it belongs to), UTF-8."""
+        lo = np.searchsorted(self.frames, frames, side="left")
+        hi = np.searchsorted(self.frames, frames, side="right")
+        j = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist())]
+                           or [np.zeros(0, np.int64)])
+        rows = self.row[j]
+        cols = {c: v[rows].tolist() for c, v in self.col.items()}
+        k, of = self.k[rows].tolist(), self.of[rows].tolist()
+        texts = [self._text(r, {c: v[i] for c, v in cols.items()}, k[i], of[i]).encode("utf-8")
+                 for i, r in enumerate(self.role[j].tolist())]
+        bounds = np.r_[0, np.cumsum(hi - lo)].tolist()
+        return [texts[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
-    def _text(self, role: int, row: int) -> str:
-        s = {c: v[row] for c, v in self.col.items()}
+    def _text(self, role: int, s: dict, k: int, of: int) -> str:
         flow = int(s["flow"])
-        head = f"nagleprobe: stall {self.k[row]} of {self.of[row]} (flow {flow}): "
+        head = f"nagleprobe: stall {k} of {of} (flow {flow}): "
         if role == 0:
             side, endpoint, action = self.fix.get(flow, (None, None, None))
             fix = f"; fix {side} {endpoint} {action}" if side else ""
@@ -213,8 +220,8 @@ def _pcap_to_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _
             sl = slice(a, a + GROUP)
             frame = batch.frame[sl]
             want = np.flatnonzero(comments.wanted(frame))
-            extra = [b"".join(_option(OPT_COMMENT, t, e) for t in comments.texts(int(frame[i])))
-                     for i in want.tolist()]
+            extra = [b"".join(_option(OPT_COMMENT, t, e) for t in texts)
+                     for texts in comments.texts(frame[want])]
             out.write(_epbs(batch.data, batch.offset[sl], batch.caplen[sl], batch.wirelen[sl],
                             batch.ts_ns[sl] // div, want, extra))
             packets += len(frame)
@@ -244,17 +251,15 @@ def _epbs(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirelen: np.
     words[w + 5] = caplen
     words[w + 6] = wirelen
     words[(at[1:] >> 2) - 1] = blen
-    # the packet bytes: the same runs of bytes, at other places (one masked copy)
+    # the packet bytes: the same runs of bytes, at other places (one masked copy; the masks
+    # repeat an in/out pattern by the runs' lengths)
     lo = int(offset[0])
     hi = int(offset[-1] + caplen[-1])
-    src = np.zeros(hi - lo + 1, dtype=np.int8)
-    src[offset - lo] = 1
-    src[offset + caplen - lo] -= 1
-    dst = np.zeros(len(out) + 1, dtype=np.int8)
-    dst[at[:-1] + 28] = 1
-    dst[at[:-1] + 28 + caplen] -= 1
-    out[np.cumsum(dst[:-1], dtype=np.int8).view(bool)] = \
-        data[lo:hi][np.cumsum(src[:-1], dtype=np.int8).view(bool)]
+    gaps = np.r_[0, offset[1:] - (offset[:-1] + caplen[:-1])]
+    src = np.repeat(np.tile([False, True], k), np.stack([gaps, caplen], axis=1).reshape(-1))
+    dst = np.repeat(np.tile([False, True, False], k),
+                    np.stack([np.full(k, 28), caplen, blen - 28 - caplen], axis=1).reshape(-1))
+    out[dst] = data[lo:hi][src]
     for i, x in zip(want.tolist(), extra):
         p = int(at[i] + 28 + caplen[i] + (-caplen[i] & 3))
         out[p:p + len(x)] = np.frombuffer(x, dtype=np.uint8)
@@ -278,7 +283,10 @@ def _copy_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Com
     commented = spb = 0
     with open_uncompressed(path) as raw:
         pos = _copy_first_shb(raw, out, capture_comment(report))
-        for p, f in zip(at.tolist(), fr.tolist()):
+        texts: list[list[bytes]] = []
+        for i, p in enumerate(at.tolist()):
+            if i % GROUP == 0:  # the comments of the next GROUP frames
+                texts = comments.texts(fr[i:i + GROUP])
             _copy(raw, out, p - pos)
             head = raw.read(8)
             e = "<" if int.from_bytes(head[:4], "little") in (BT_EPB, BT_PB, BT_SPB) else ">"
@@ -290,7 +298,7 @@ def _copy_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Com
                 spb += 1
                 continue
             caplen = struct.unpack_from(e + "I", block, 20)[0]
-            extra = b"".join(_option(OPT_COMMENT, t, e) for t in comments.texts(f))
+            extra = b"".join(_option(OPT_COMMENT, t, e) for t in texts[i % GROUP])
             out.write(_with_options(block, 28 + caplen + (-caplen & 3), extra, e))
             commented += 1
         _copy(raw, out, None)

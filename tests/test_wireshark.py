@@ -115,3 +115,14 @@ def test_cli_prints_the_filters_the_json_gives():
 def test_clean_capture_prints_no_filters():
     out = cli("analyze", "--format", "wireshark", str(SAMPLES / "echo_nodelay_lo.pcap"))
     assert "No Nagle/delayed-ACK stalls" in out and "frame.number" not in out
+
+
+def test_html_report_and_notebook_show_the_filters_of_each_stalled_flow():
+    r = nagleprobe.analyze(str(SAMPLES / "proxy_any.pcap"))
+    ws = r.to_dict()["flows"][1]["wireshark"]
+    page, view = r.to_html(plots=False), r._repr_html_()
+    for html in (page, view):
+        assert f">{ws['flow_filter']}</code>" in html
+        assert f">{ws['stall_frames_filter']}</code>" in html
+    # a selection keeps the numbers of the whole capture
+    assert f">{ws['flow_filter']}</code>" in r.flow(1)._repr_html_()
