@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from . import relay
+from . import relay, wireshark
 from .detect import REASONS, Detection
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
@@ -78,6 +78,7 @@ class Report:
         sel = fl["id"].to_numpy()
         ep = self.endpoints.loc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
         eps = _records(ep.drop(columns=["flow", "side"]))
+        filters = wireshark.filter_docs(self, sel)
         docs = []
         for j, rec in enumerate(_records(fl)):
             fix = {k: rec.pop(f"fix_{k}") for k in _FIX_FIELDS}
@@ -87,6 +88,7 @@ class Report:
             rec["relay"] = up if up["upstream_flow"] is not None else None
             rec["endpoints"] = {"client": eps[2 * j], "server": eps[2 * j + 1]}
             rec["fix"] = fix if fix["side"] is not None else None
+            rec["wireshark"] = filters[j]
             docs.append(rec)
         return docs
 
@@ -241,13 +243,13 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
     cols = report_columns(f, det, origin_ns)
+    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
+    add_tcp_streams(cols["flows"], capture)
     arr = relay.arrivals(f)
-    warnings = list(info.warnings)
     if len(arr["flow"]) > relay.MAX_ARRIVALS:
+        capture["warnings"].append(relay.relay_warning(len(arr["flow"])))
         arr = None
-        warnings.append(relay.relay_warning(len(f.seg["flow"][f.seg["new_data"]])))
     cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
-    capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns, warnings)
     return Report(capture, table(cols["flows"]), table(cols["stalls"]),
                   table(cols["endpoints"]), source=f)
 
@@ -328,6 +330,10 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
             fixes[name][i] = v
     for name, v in fixes.items():
         flows[f"fix_{name}"] = v
+    # Wireshark frame numbers of each flow's first and last packet
+    frame = f.seg["frame"].astype(np.int64)
+    flows["first_frame"] = np.minimum.reduceat(frame, f.starts) if nflows else frame[:0]
+    flows["last_frame"] = np.maximum.reduceat(frame, f.starts) if nflows else frame[:0]
 
     order = np.lexsort((st["released_frame"], st["flow"]))
     sides = np.array(SIDES, dtype=object)
@@ -356,12 +362,19 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     for name, col in columns.items():
         if name in _TABLE_ONLY:
             col = _utc(col)
-        elif name in ("window_scale", "relay_upstream_flow"):
+        elif name in ("window_scale", "tcp_stream", "relay_upstream_flow"):
             known = col >= 0
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
         out[name] = col
     return settle_dtypes(pd.DataFrame(out, copy=False))
+
+
+def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
+    """Add the flows' Wireshark `tcp.stream` (-1: not computable exactly; NA in the table)
+    to the columns of all of a capture's flows (see `wireshark.tcp_streams`)."""
+    flows["tcp_stream"] = wireshark.tcp_streams(flows["first_frame"], flows["client"],
+                                                flows["server"], capture)
 
 
 def _reread(path: str, flows: pd.DataFrame) -> Flows:

@@ -39,7 +39,7 @@ from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
 from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
-from .report import Report, capture_doc, report_columns, table
+from .report import Report, add_tcp_streams, capture_doc, report_columns, table
 
 # the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval")}
@@ -420,8 +420,6 @@ class StreamAnalyzer:
             self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in ANALYSED.items()},
                                None, self.origin_ns))
         warnings = list(info.warnings)
-        if p.arrivals is None:
-            warnings.append(relay_warning(p.arrival_count))
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
                             f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
@@ -447,8 +445,11 @@ def _join(p: _Parts, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, flow_ids)
+    add_tcp_streams(flows, capture)
     arr = None
-    if p.arrivals is not None:
+    if p.arrivals is None:
+        capture["warnings"].append(relay_warning(p.arrival_count))
+    else:
         arr = {k: np.concatenate([a[k] for a in p.arrivals]) for k in p.arrivals[0]}
         arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])
         p.arrivals = []
