@@ -543,13 +543,23 @@ def _flow_notes(f: dict[str, Any]) -> list[str]:
     if guessed:
         out.append("inferred: " + "; ".join(guessed))
     if f["nagle_holds"]:
+        ms = f["nagle_hold_ms"]
         out.append(f"Nagle holds without a delayed ACK: {f['nagle_holds']} (one round trip "
-                   f"each, up to {f['nagle_hold_ms']:.1f} ms in all; not stalls)")
+                   f"each, up to {ms:.{1 if ms >= 1 else 3}f} ms in all; not stalls)")
+    up = f.get("relay")
+    if up:
+        where = ("the message arrived whole and left split here: the relay must change"
+                 if up["split"] == "at-relay" else
+                 "the message arrived already split: look upstream")
+        out.append(f"relay: {up['out']} forwards what flow {up['upstream_flow']} brings to "
+                   f"{up['in']} ({up['stalls_matched']} stalls followed an arrival there); "
+                   f"{where}")
     if f["why_not"] and not f["stalls"]:
         n = sum(f["why_not"].values())
         out.append(f"why no stall: {n} late ACK{'s' if n != 1 else ''} followed by the peer's "
                    f"data, ruled out: " + "; ".join(
-                       f"{k} x{v}" for k, v in sorted(f["why_not"].items(), key=lambda kv: -kv[1])))
+                       f"{v} {k.replace('_', ' ')}"
+                       for k, v in sorted(f["why_not"].items(), key=lambda kv: -kv[1])))
     return out
 
 
