@@ -544,8 +544,11 @@ def _flow_notes(f: dict[str, Any]) -> list[str]:
         out.append("inferred: " + "; ".join(guessed))
     if f["nagle_holds"]:
         ms = f["nagle_hold_ms"]
+        share = ms / (1e3 * f["duration_s"]) if f["duration_s"] else 0.0
+        worth = (f", {100 * share:.0f}% of the flow: TCP_NODELAY on the sender, or one write "
+                 f"per message, saves them" if share >= HOLD_SHARE else "")
         out.append(f"Nagle holds without a delayed ACK: {f['nagle_holds']} (one round trip "
-                   f"each, up to {ms:.{1 if ms >= 1 else 3}f} ms in all; not stalls)")
+                   f"each, up to {ms:.{1 if ms >= 1 else 3}f} ms in all{worth}; not stalls)")
     up = f.get("relay")
     if up:
         where = ("the message arrived whole and left split here: the relay must change"
@@ -556,8 +559,8 @@ def _flow_notes(f: dict[str, Any]) -> list[str]:
                    f"{where}")
     if f["why_not"] and not f["stalls"]:
         n = sum(f["why_not"].values())
-        out.append(f"why no stall: {n} late ACK{'s' if n != 1 else ''} followed by the peer's "
-                   f"data, ruled out: " + "; ".join(
+        out.append(f"why no stall: {n} late ACK{'s' if n != 1 else ''} followed by the "
+                   f"sender's next small segment, ruled out as: " + "; ".join(
                        f"{v} {k.replace('_', ' ')}"
                        for k, v in sorted(f["why_not"].items(), key=lambda kv: -kv[1])))
     return out
