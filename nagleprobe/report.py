@@ -247,7 +247,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
     add_tcp_streams(cols["flows"], capture)
     arr = relay.arrivals(f)
     if len(arr["flow"]) > relay.MAX_ARRIVALS:
-        capture["warnings"].append(relay.relay_warning(len(arr["flow"])))
+        capture["warnings"].append(relay.relay_warning())
         arr = None
     cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
     return Report(capture, table(cols["flows"]), table(cols["stalls"]),
