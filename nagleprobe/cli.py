@@ -25,7 +25,8 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
              "(check), 2 usage error, 3 unreadable capture, 4 internal error, 5 capture not "
-             "possible (record), 127 command not found (record). Details: COMMAND --help.")
+             "possible (record), 6 no TCP flow to check (check), 127 command not found "
+             "(record). Details: COMMAND --help.")
 
 
 @click.group(epilog=MAIN_HELP)
@@ -108,12 +109,13 @@ def _write_html(report: Report, path: str) -> None:
 # ------------------------------------------------------------------ check / record (the CI gate)
 GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
              "error (options, pyproject settings), 3 a capture unreadable (or no capture file "
-             "found), 4 internal error. With several captures the most severe wins: "
-             "4 > 3 > 1 > 0.")
+             "found; with --strict also a damaged one), 4 internal error, 6 a capture with no "
+             "TCP flow to check (EMPTY; --allow-empty permits it). With several captures the "
+             "most severe wins: 4 > 3 > 6 > 1 > 0.")
 RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (not root, no "
                "tcpdump, no such interface, output not writable), 127 command not found, "
                "2 usage error. With --check, a command that succeeded is followed by the "
-               "gate's status (0, 1, 3 or 4; see `nagleprobe check --help`).")
+               "gate's status (0, 1, 3, 4 or 6; see `nagleprobe check --help`).")
 
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
@@ -143,6 +145,12 @@ _GATE_OPTIONS = [
                  help="Read [tool.nagleprobe.check] from this file instead of the nearest "
                       "pyproject.toml."),
     click.option("--no-config", is_flag=True, help="Ignore pyproject.toml settings."),
+    click.option("--allow-empty", is_flag=True,
+                 help="Pass a capture with no TCP flow to check (after --port/--host) instead "
+                      "of failing it as EMPTY (exit 6)."),
+    click.option("--strict", is_flag=True,
+                 help="A damaged capture (cut short, corrupt records) is unreadable (exit 3) "
+                      "instead of checked up to its damage with warnings."),
     click.option("--junit", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
                  help="Write a JUnit XML report (a test case per capture and per flow)."),
     click.option("--github", is_flag=True,
@@ -173,13 +181,14 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         budget = budget.merged(max_stalls=opts["max_stalls"], max_stall_ms=opts["max_stall_ms"],
                                max_lost_share=opts["max_lost_share"],
                                min_confidence=opts["min_confidence"], ports=ports,
-                               hosts=opts["hosts"])
+                               hosts=opts["hosts"],
+                               allow_empty=True if opts["allow_empty"] else None)
     except BudgetError as e:
         click.echo(f"nagleprobe: error: {e}", err=True)
         return ExitStatus.USAGE
     run = run_check(expand_targets(captures), budget, jobs=jobs,
                     with_documents=opts["fmt"] == "json",
-                    config=str(source) if source else None)
+                    config=str(source) if source else None, strict=bool(opts["strict"]))
     if opts["debug"]:
         for v in run.verdicts:
             if v.error:
