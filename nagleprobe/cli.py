@@ -90,7 +90,22 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
             sys.stdout.write(piece)
         sys.stdout.write("\n")
     else:
-        click.echo(report.to_text(), nl=False)
+        click.echo(report.to_text(_text_width()), nl=False)
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _text_width() -> int:
+    """The terminal's width when standard output is one, else the report's default (100)."""
+    import shutil
+
+    from .report import TEXT_WIDTH
+
+    if not _stdout_is_terminal():
+        return TEXT_WIDTH
+    return max(40, shutil.get_terminal_size((TEXT_WIDTH, 24)).columns)
 
 
 class HtmlWriteError(Exception):
@@ -204,6 +219,11 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
     if opts["fmt"] == "json":
         click.echo(run.to_json())
+    elif _stdout_is_terminal():  # a person's terminal: wrap to it (logs and pipes keep lines)
+        from .report import fit_lines
+
+        click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width())) + "\n",
+                   nl=False)
     else:
         click.echo(render_text(run), nl=False)
     return run.status
