@@ -35,7 +35,7 @@ def main() -> None:
     """Find Nagle / delayed-ACK stalls in tcpdump and Wireshark captures."""
 
 
-@main.command(epilog=EXIT_HELP)
+@main.command(epilog=EXIT_HELP, short_help="Find and explain the stalls in one capture.")
 @click.argument("capture", type=str)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Text report for people, or the JSON document.")
@@ -52,7 +52,15 @@ def main() -> None:
                    "before it is analysed and its packets are freed.")
 def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: bool,
             quiet: bool, reorder_window: float) -> None:
-    """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
+    """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
+
+    \b
+    Examples:
+      nagleprobe analyze capture.pcap                  # the text report
+      nagleprobe analyze --format json capture.pcap.gz > report.json
+      nagleprobe analyze capture.pcap --html report.html
+      tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
+    """
     if html_path is not None and importlib.util.find_spec("matplotlib") is None:
         click.echo("nagleprobe: error: --html needs matplotlib for its pictures: "
                    "pip install 'nagleprobe[plot]'", err=True)
@@ -229,7 +237,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     return run.status
 
 
-@main.command(epilog=GATE_HELP)
+@main.command(epilog=GATE_HELP, short_help="CI gate: fail captures over the stall budget.")
 @click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
 @click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
               help="Check only flows with an endpoint on this port (repeatable).")
@@ -242,7 +250,14 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
 
     The budget (default: no stall at all) comes from [tool.nagleprobe.check] in the nearest
     pyproject.toml (keys as the options: max-stalls, max-stall-ms, max-lost-share,
-    min-confidence, ports, hosts); options given here override it.
+    min-confidence, ports, hosts, allow-empty); options given here override it.
+
+    \b
+    Examples:
+      nagleprobe check traffic.pcap                    # exit 1 if it has any stall
+      nagleprobe check captures/ 'more/**/*.pcap.gz'   # directories, glob patterns
+      nagleprobe check --max-stalls 3 --port 8000 traffic.pcap
+      nagleprobe check --junit nagle.xml --github --strict traffic.pcap
     """
     try:
         status = _run_gate(list(captures), ports, opts, jobs)
@@ -251,7 +266,8 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
     sys.exit(status)
 
 
-@main.command(epilog=RECORD_HELP, context_settings={"allow_interspersed_args": False})
+@main.command(epilog=RECORD_HELP, context_settings={"allow_interspersed_args": False},
+              short_help="Capture a command's TCP traffic with tcpdump.")
 @click.option("--interface", "-i", default="lo", show_default=True,
               help="Interface to capture on (`any` for all).")
 @click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
