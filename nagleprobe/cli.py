@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import traceback
 from pathlib import Path
@@ -61,10 +60,6 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
       nagleprobe analyze capture.pcap --html report.html
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
     """
-    if html_path is not None and importlib.util.find_spec("matplotlib") is None:
-        click.echo("nagleprobe: error: --html needs matplotlib for its pictures: "
-                   "pip install 'nagleprobe[plot]'", err=True)
-        sys.exit(ExitStatus.USAGE)
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     try:
         try:
@@ -121,10 +116,15 @@ class HtmlWriteError(Exception):
 
 
 def _write_html(report: Report, path: str) -> None:
-    from .html_report import write_html  # matplotlib is loaded only when asked for
+    import shlex
 
+    from .html_report import NO_PICTURES, matplotlib_available, write_html
+
+    if not matplotlib_available():  # the report without pictures, and say so
+        click.echo(f"nagleprobe: note: {path}: {NO_PICTURES}", err=True)
+    command = shlex.join(["nagleprobe", *sys.argv[1:]])
     try:
-        write_html(report, path)
+        write_html(report, path, command=command)  # matplotlib is loaded only here
     except OSError as e:
         raise HtmlWriteError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
 

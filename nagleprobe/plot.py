@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+try:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+except ImportError as e:  # ModuleNotFoundError for a missing matplotlib, or None in modules
+    if not (e.name or "").startswith("matplotlib"):
+        raise
+    raise ImportError("nagleprobe.plot draws with matplotlib, which is not installed: "
+                      "pip install 'nagleprobe[plot]' (or pip install matplotlib)",
+                      name=e.name) from None
 
 from .detect import KNOWN_TIMERS_MS
 from .report import timer_name

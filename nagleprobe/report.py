@@ -129,6 +129,13 @@ class Report:
         """The text report, prose wrapped to `width` columns (the CLI passes the terminal's)."""
         return render_text(self, width)
 
+    def __repr__(self) -> str:
+        """One line: the file, its flows, stalls and the time they cost."""
+        s = self.summary()
+        return (f"<nagleprobe.Report {self.capture.get('path')!r}: {s['flows']} flow"
+                f"{'' if s['flows'] == 1 else 's'}, {s['stalls']} stall"
+                f"{'' if s['stalls'] == 1 else 's'}, {s['stall_ms']:.1f} ms lost>")
+
     def __str__(self) -> str:
         """The CLI's text report, so that `print(report)` shows exactly what the CLI prints."""
         return self.to_text().removesuffix("\n")
