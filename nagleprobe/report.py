@@ -20,6 +20,22 @@ TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has a
 TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
 TEXT_LISTED_FLOWS = 50  # further flows listed one per line
 TEXT_WIDTH = 100  # the text report's width when not on a terminal (print(report), pipes)
+SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
+
+
+def document_head() -> dict[str, Any]:
+    """The JSON document's first fields: its schema version and the tool that wrote it."""
+    from . import __version__
+
+    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "nagleprobe",
+                                                       "version": __version__}}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the document (shipped as nagleprobe/schema/report.schema.json)."""
+    from importlib.resources import files
+
+    return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
 
 
 def timer_name(ms: float | None) -> str:
@@ -102,8 +118,8 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
-        return {"capture": self.capture, "summary": self.summary(), "flows": self.flow_docs(),
-                "stalls": self.stall_docs()}
+        return {**document_head(), "capture": self.capture, "summary": self.summary(),
+                "flows": self.flow_docs(), "stalls": self.stall_docs()}
 
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
@@ -113,7 +129,7 @@ class Report:
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
-        head = json.dumps({"capture": self.capture, "summary": self.summary(),
+        head = json.dumps({**document_head(), "capture": self.capture, "summary": self.summary(),
                            "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
         yield head[:-1] + ',"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns
