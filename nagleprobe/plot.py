@@ -233,8 +233,8 @@ def stall_grid(report: Report, flow: int | None = None, n: int = 6, *,
 
 def delay_distribution(report: Report, ax: Axes | None = None) -> Axes:
     """Histogram of stall lengths (S1 to S2) and, as a marker on a stem per bin drawn over
-    the bars, of the peers' ACK delays (capture path removed), log-scaled, with the usual delayed-ACK timers marked: a stack's timer
-    shows as a peak at its mark."""
+    the bars, of the peers' ACK delays (capture path removed), log-scaled, with the usual
+    delayed-ACK timers marked: a stack's timer shows as a peak at its mark."""
     ax = ax if ax is not None else _new_ax((8, 4))
     st = report.stalls
     delay, ack = st["delay_ms"].to_numpy(), st["peer_ack_delay_ms"].to_numpy()

@@ -509,8 +509,9 @@ def fit_lines(lines: list[str], width: int) -> list[str]:
             out.append(line)
             continue
         indent = line[:len(line) - len(line.lstrip(" "))]
-        out += textwrap.wrap(line.lstrip(" "), width, initial_indent=indent, subsequent_indent=indent + "  ",
-                             break_long_words=False, break_on_hyphens=False) or [line]
+        out += textwrap.wrap(line.lstrip(" "), width, initial_indent=indent,
+                             subsequent_indent=indent + "  ", break_long_words=False,
+                             break_on_hyphens=False) or [line]
     return out
 
 

@@ -27,7 +27,7 @@ def too_long(text: str, width: int, path: str = "") -> list[str]:
 def test_every_sample_s_report_fits_80_columns(capture):
     r = nagleprobe.analyze(str(capture))
     assert too_long(r.to_text(80), 80, str(capture)) == []
-    assert too_long(r.to_text(), 100, str(capture)) == []  # the default: print(report), pipes, CI logs
+    assert too_long(r.to_text(), 100, str(capture)) == []  # the default: pipes, CI logs
 
 
 def test_wrapping_keeps_every_word_and_indents_continuations(echo_split):
