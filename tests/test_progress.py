@@ -57,3 +57,20 @@ def test_each_redraw_fits_the_terminal_width_so_no_stale_line_is_left():
 
 def test_width_of_a_stream_that_is_not_a_terminal_is_80():
     assert ProgressBar(out=io.StringIO()).width() == 80
+
+
+def test_width_is_the_terminal_s_it_draws_on():
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 37, 0, 0))
+        with os.fdopen(os.dup(slave), "w") as tty:
+            assert ProgressBar(out=tty).width() == 37
+    finally:
+        os.close(master)
+        os.close(slave)
