@@ -986,7 +986,8 @@ def stall_frames(rows, sender, receiver, first_len, pick):
 
 def cut(src, dst_name, first, last, doc):
     dst = HERE / f"{dst_name}.pcap"
-    run("editcap", "-r", str(HERE / src), str(dst), f"{first}-{last}")
+    # -F pcap: the file is what its name says (editcap writes pcapng by default)
+    run("editcap", "-F", "pcap", "-r", str(HERE / src), str(dst), f"{first}-{last}")
     os.chmod(dst, 0o644)
     rows = tshark_rows(dst)
     assert 3 <= len(rows) <= 8, len(rows)
