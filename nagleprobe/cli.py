@@ -121,7 +121,7 @@ ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input, OUTPUT 
                  "3 unreadable/corrupt/unsupported capture, 4 internal error.")
 
 
-@main.command(epilog=ANNOTATE_HELP)
+@main.command(epilog=ANNOTATE_HELP, short_help="Copy a capture with a comment on each stall's frames.")
 @click.argument("capture", type=str)
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="pcapng file to write.")

@@ -506,6 +506,7 @@ def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, or
 
 
 HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are worth a mention
+HOLD_TEXT_MS = 1.0  # ... and holds costing less than this in all are left out of the text
 
 
 def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
@@ -568,13 +569,13 @@ def _flow_notes(f: dict[str, Any]) -> list[str]:
         guessed.append("round trips unknown (no handshake, no undelayed data/ACK pair)")
     if guessed:
         out.append("inferred: " + "; ".join(guessed))
-    if f["nagle_holds"]:
+    if f["nagle_hold_ms"] >= HOLD_TEXT_MS:  # on a LAN they cost microseconds: JSON only
         ms = f["nagle_hold_ms"]
         share = ms / (1e3 * f["duration_s"]) if f["duration_s"] else 0.0
         worth = (f", {100 * share:.0f}% of the flow: TCP_NODELAY on the sender, or one write "
                  f"per message, saves them" if share >= HOLD_SHARE else "")
         out.append(f"Nagle holds without a delayed ACK: {f['nagle_holds']} (one round trip "
-                   f"each, up to {ms:.{1 if ms >= 1 else 3}f} ms in all{worth}; not stalls)")
+                   f"each, up to {ms:.1f} ms in all{worth}; not stalls)")
     up = f.get("relay")
     if up:
         where = ("the message arrived whole and left split here: the relay must change"

@@ -138,8 +138,8 @@ def test_small_chunks_give_the_same_file(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "COPY_PIECE", 100)
     init = CaptureReader.__init__
     monkeypatch.setattr(CaptureReader, "__init__",
-                        lambda self, path, chunk_bytes=0, strict=False: init(self, path, 4096,
-                                                                             strict))
+                        lambda self, path, chunk_bytes=0, strict=False, **kw: init(
+                            self, path, 4096, strict, **kw))
     for name in names:
         annotate(str(SAMPLES / name), str(tmp_path / "s.pcapng"))
         assert (tmp_path / "s.pcapng").read_bytes() == whole[name], name
