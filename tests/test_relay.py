@@ -1,0 +1,79 @@
+"""relay: a stalled sender that forwards what another flow brought it is linked to that flow,
+and the report says whether the message arrived whole or already split.
+
+Synthetic columns (tests/columns.py); the real proxies and the three-hop chain are checked in
+test_samples.py."""
+
+import pytest
+
+from columns import Conversation, packets
+from nagleprobe.detect import detect
+from nagleprobe.flows import build_flows
+from nagleprobe.read import CaptureInfo
+from nagleprobe.report import build_report
+
+WEB, PROXY_IN, PROXY_OUT, DB = ("10.67.15.102:51000", "10.67.15.212:3307",
+                                "10.67.15.212:52000", "10.13.144.139:3306")
+
+
+def report(*convs: Conversation) -> dict:
+    """The JSON document of the conversations captured together (frames in time order)."""
+    rows = sorted((r for c in convs for r in c.rows), key=lambda r: r["t_ms"])
+    for i, r in enumerate(rows, 1):
+        r["frame"] = i
+    f = build_flows(packets(rows))
+    info = CaptureInfo(path="synthetic", format="pcap", compressed=False,
+                       link_types=["EN10MB"], packets=len(rows), warnings=[], skipped={})
+    return build_report(info, {}, f, detect(f), 0).to_dict()
+
+
+def seed_004(upstream_sizes=(296,), gap_ms=0.096):
+    """Seed 004's five packets, at the times its tcpdump printed (ms since 23.877515 s):
+    the web server's 296 B query reaches the proxy, the proxy sends 128 B to the database,
+    ACKs the query 39.8 ms later, the database's pure ACK comes 40.8 ms after the 128 B,
+    and the proxy sends the remaining 168 B."""
+    up, down = Conversation(WEB, PROXY_IN), Conversation(PROXY_OUT, DB)
+    t = 0.0
+    for size in upstream_sizes:
+        up.send("c", t, size)
+        t += 0.001
+    down.send("c", gap_ms, 128)
+    up.ack("s", 39.779)
+    down.ack("s", 40.883)
+    down.send("c", 40.900, 168)
+    return up, down
+
+
+def test_seed_004_excerpt_is_a_stall_of_the_proxy_that_split_the_query():
+    doc = report(*seed_004())
+    assert doc["summary"]["stalls"] == 1
+    st = doc["stalls"][0]
+    assert st["endpoint"] == PROXY_OUT and (st["small_bytes"], st["held_bytes"]) == (128, 168)
+    assert st["peer_ack_delay_ms"] == pytest.approx(40.787, abs=0.01)
+    held = next(f for f in doc["flows"] if f["stalls"])
+    up = next(f for f in doc["flows"] if f["client"] == WEB)
+    assert held["relay"] == {"upstream_flow": up["id"], "in": PROXY_IN, "out": PROXY_OUT,
+                             "split": "at-relay", "stalls_matched": 1}
+    assert up["relay"] is None
+
+
+def test_a_query_that_arrived_already_split_points_upstream():
+    doc = report(*seed_004(upstream_sizes=(128,)))
+    held = next(f for f in doc["flows"] if f["stalls"])
+    assert held["relay"]["split"] == "upstream"
+
+
+def test_an_arrival_too_long_before_or_of_another_size_links_nothing():
+    for sizes, gap in (((296,), 1.5), ((300,), 0.096)):
+        doc = report(*seed_004(upstream_sizes=sizes, gap_ms=gap))
+        assert doc["summary"]["stalls"] == 1
+        assert all(f["relay"] is None for f in doc["flows"]), (sizes, gap)
+
+
+def test_an_arrival_at_another_host_links_nothing():
+    up, down = seed_004()
+    moved = Conversation(WEB, "10.67.15.99:3307")
+    moved.rows = [dict(r, src=r["src"].replace("10.67.15.212", "10.67.15.99"),
+                       dst=r["dst"].replace("10.67.15.212", "10.67.15.99")) for r in up.rows]
+    doc = report(moved, down)
+    assert all(f["relay"] is None for f in doc["flows"])
