@@ -477,6 +477,9 @@ def render_text(r: Report) -> str:
     lines.append(f"{c['path']}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
                  f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
                  f"{c['tcp_packets']} TCP; skipped: {skipped}")
+    if c["skipped"].get("duplicate"):
+        lines.append(f"{c['skipped']['duplicate']} duplicate packets (the same packet seen twice, "
+                     "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
     for w in c["warnings"]:
         lines.append(f"warning: {w}")
     lines.append("")

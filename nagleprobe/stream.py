@@ -40,8 +40,8 @@ from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
 from .report import Report, capture_doc, report_columns, table
 
-# the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
-ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval")}
+# the decoded columns the analysis reads (SACK permission is not): held and gathered
+ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
@@ -151,6 +151,7 @@ class _Part:
     first_ns: np.ndarray
     first_frame: np.ndarray
     tcp_packets: int
+    duplicates: int
 
 
 Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, its tuple ids, rows)
@@ -199,7 +200,7 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: 
     flows = build_flows(cols, tuples)
     out = report_columns(flows, detect(flows), origin_ns)
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]))
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), flows.duplicates)
 
 
 @dataclass
@@ -212,6 +213,7 @@ class _Parts:
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
     tcp_packets: int = 0
+    duplicates: int = 0  # copies of packets build_flows dropped
 
 
 class StreamAnalyzer:
@@ -398,6 +400,7 @@ class StreamAnalyzer:
         p.first_ns.append(part.first_ns)
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
+        p.duplicates += part.duplicates
 
     # ------------------------------------------------------------------ output
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
@@ -415,6 +418,8 @@ class StreamAnalyzer:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
                             f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
                             "closed and were left out of it")
+        if p.duplicates:
+            skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
 
