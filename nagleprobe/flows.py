@@ -345,9 +345,9 @@ def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     """Positions in `order` (rows grouped by 4-tuple, in time order within; `tup` and
     `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
     them of the same 4-tuple and direction within DUPLICATE_WINDOW_NS: same seq, ack, flags,
-    window, payload, IP ID and TCP timestamp (or none). Candidates are the rows whose 32-bit
-    mix of seq and ack equals that of a row a few places back (few: a pure ACK and the data
-    after it, duplicate ACKs); only they are compared field by field."""
+    window, payload, IP ID and TCP timestamp (or none). Candidates are the pairs of rows whose
+    32-bit mix of seq and ack is the same (few: a pure ACK and the data after it, duplicate
+    ACKs); only they are compared field by field."""
     n = len(order)
     if n < 2:
         return np.zeros(0, dtype=np.int64)
@@ -362,12 +362,14 @@ def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     same = (tup[i] == tup[j]) & (from_low[i] == from_low[j])
     i, j = i[same], j[same]
     ri, rj = order[i], order[j]
-    same = cols["ts_ns"][ri] - cols["ts_ns"][rj] <= DUPLICATE_WINDOW_NS
-    for name in ("seq", "ack", "flags", "window", "payload", "ipid", "has_ts"):
+    # payload first: it tells a pure ACK from the data after it, the most common candidates
+    same = ((cols["payload"][ri] == cols["payload"][rj])
+            & (cols["ts_ns"][ri] - cols["ts_ns"][rj] <= DUPLICATE_WINDOW_NS))
+    i, ri, rj = i[same], ri[same], rj[same]
+    same = (cols["tsval"][ri] == cols["tsval"][rj]) | (cols["has_ts"][ri] == 0)
+    for name in ("seq", "ack", "flags", "window", "ipid", "has_ts"):
         same &= cols[name][ri] == cols[name][rj]
-    same &= (cols["tsval"][ri] == cols["tsval"][rj]) | (cols["has_ts"][ri] == 0)
     return np.unique(i[same])
-
 
 def _roles(c, fid, starts, from_low, flags):
     """Which endpoint is the client (per flow), and whether the handshake says so."""
