@@ -1,19 +1,26 @@
-/* The evidence chain of detect.py in one pass over the segments instead of dozens of numpy
- * passes (same results: tests/test_detect_compiled.py compares it with detect's numpy
- * version on every real capture and on random segment streams).
+/* The structural part of detect.py's evidence chain in one pass over the segments instead of
+ * dozens of numpy passes (same results: tests/test_detect_compiled.py compares it with
+ * detect's numpy version on every real capture and on random segment streams). Every
+ * threshold (times, delays) is applied afterwards in detect.py, so none is copied here.
  *
- * chain(flow, dir, ts, payload, flags, seq, ack, end, sent_before, new_data, keepalive,
- *       window, ack_max, mss, rtt_to,
- *       released, ack_row, small_row, ack_delay, reaction, answered, proofs,
- *       lone_key, lone_delay) -> (stalls, lone ACKs)
+ * chain(flow, dir, ts, payload, flags, seq, ack, end, sent_before, keepalive, new_data,
+ *       ack_max, mss,
+ *       released, ack_row, small_row, ya_row, answer, off_proofs, minshall_proofs,
+ *       lone_row, lone_data) -> (coupled candidates, lone ACKs)
  *
  * Inputs are Flows.seg columns, rows in (flow, time) order: int64 except dir (int8, as
- * uint8), flags and window (uint16) and new_data, keepalive (bool, one byte); mss and
- * rtt_to (int64) are indexed by flow * 2 + dir (rtt_to in ns, 0 if unknown). Outputs: the
- * stalls (rows of S2, A and S1, the ACK delay, the reaction, whether the peer answered; as
- * many entries as rows, the first `stalls` filled), Nagle-off proofs counted per flow * 2
- * + dir (zeroed here), and the lone-ACK delays (the data's direction, the delay less the
- * round trip; the first `lone ACKs` filled). Plain C, no numpy headers.
+ * uint8), flags (uint16) and keepalive, new_data (bool, one byte); mss (int64) is indexed
+ * by flow * 2 + dir. Outputs:
+ *  - the coupled candidates: a data segment S2 smaller than its sender's MSS whose
+ *    sender's peer last sent a pure ACK A that acknowledged new data, covering all the data
+ *    sent before S2, which ended in S1 (rows of S2, A, S1, the peer's packet before A or
+ *    -1, and the peer's next data row if it came before the sender's next data, else -1:
+ *    the first `coupled` entries filled);
+ *  - per flow * 2 + dir (zeroed here): small new segments sent while the previous segment,
+ *    small, was unacknowledged (Nagle off), and while it was full-sized (not classic Nagle);
+ *  - the pure ACKs of a lone segment (one that is not larger than the MSS, and the only
+ *    data outstanding): their row and the data's row (the first `lone ACKs` filled).
+ * Plain C, no numpy headers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,26 +32,25 @@
 #define RST 0x04
 #define ACK 0x10
 
-#define DELACK_MIN_NS 25e6
-#define DELACK_MAX_NS 600e6
-#define REACTION_SLACK_NS 2e6
-#define ANSWER_NS 10000000
-
-#define NIN 15
+#define NIN 13
 #define NOUT 9
 
 typedef struct {
-    const int64_t *flow, *ts, *pay, *seq, *ack, *end, *sent, *ack_max, *mss, *rtt;
-    const uint8_t *dir, *new_data, *keepalive;
-    const uint16_t *flags, *window;
+    const int64_t *flow, *ts, *pay, *seq, *ack, *end, *sent, *ack_max, *mss;
+    const uint8_t *dir, *keepalive, *new_data;
+    const uint16_t *flags;
 } Seg;
+
+static inline int64_t mss_of(const Seg *s, int64_t r)
+{
+    int64_t m = s->mss[s->flow[r] * 2 + s->dir[r]];
+    return m < 1 ? 1 : m;
+}
 
 /* detect.small: a partial segment (TSO: not a multiple of the MSS) */
 static inline int small(const Seg *s, int64_t r)
 {
-    int64_t p = s->pay[r], m = s->mss[s->flow[r] * 2 + s->dir[r]];
-    if (m < 1)
-        m = 1;
+    int64_t p = s->pay[r], m = mss_of(s, r);
     return p > 0 && (p < m || (p > m && p % m != 0));
 }
 
@@ -57,21 +63,21 @@ static PyObject *chain(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*", &b[0],
-                          &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9],
-                          &b[10], &b[11], &b[12], &b[13], &b[14], &b[15], &b[16], &b[17],
-                          &b[18], &b[19], &b[20], &b[21], &b[22], &b[23]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*", &b[0], &b[1],
+                          &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10],
+                          &b[11], &b[12], &b[13], &b[14], &b[15], &b[16], &b[17], &b[18],
+                          &b[19], &b[20], &b[21]))
         return NULL;
-    Py_ssize_t n = b[0].len / 8, keys = b[13].len / 8;
+    Py_ssize_t n = b[0].len / 8, keys = b[12].len / 8;
     /* item sizes; 0: per flow * 2 + dir (checked below) */
-    static const Py_ssize_t size[NIN + NOUT] = {8, 1, 8, 8, 2, 8, 8, 8, 8, 1, 1, 2, 8, 0, 0,
-                                                8, 8, 8, 8, 8, 1, 0, 8, 8};
-    int ok = b[14].len == keys * 8 && b[21].len == keys * 8;
+    static const Py_ssize_t size[NIN + NOUT] = {8, 1, 8, 8, 2, 8, 8, 8, 8, 1, 1, 8, 0,
+                                                8, 8, 8, 8, 8, 0, 0, 8, 8};
+    int ok = b[18].len == keys * 8 && b[19].len == keys * 8;
     for (int j = 0; j < NIN + NOUT; j++)
         if (size[j])
             ok &= b[j].len == n * size[j];
-    Seg s = {b[0].buf, b[2].buf, b[3].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[12].buf,
-             b[13].buf, b[14].buf, b[1].buf, b[9].buf, b[10].buf, b[4].buf, b[11].buf};
+    Seg s = {b[0].buf, b[2].buf, b[3].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[11].buf,
+             b[12].buf, b[1].buf, b[9].buf, b[10].buf, b[4].buf};
     for (Py_ssize_t i = 0; ok && i < n; i++)
         ok &= s.dir[i] <= 1 && s.flow[i] >= 0 && s.flow[i] * 2 + 1 < keys
               && (i == 0 || s.flow[i] >= s.flow[i - 1]);
@@ -84,13 +90,13 @@ static PyObject *chain(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "chain: inconsistent columns");
         return NULL;
     }
-    int64_t *released = b[15].buf, *ack_row = b[16].buf, *small_row = b[17].buf,
-            *ack_delay = b[18].buf, *reaction = b[19].buf, *proofs = b[21].buf,
-            *lone_key = b[22].buf, *lone_delay = b[23].buf;
-    uint8_t *answered = b[20].buf;
+    int64_t *released = b[13].buf, *ack_row = b[14].buf, *small_row = b[15].buf,
+            *ya_row = b[16].buf, *off = b[18].buf, *minshall = b[19].buf,
+            *lone_row = b[20].buf, *lone_data = b[21].buf, *answer = b[17].buf;
     Py_ssize_t m = 0, lone = 0;
     Py_BEGIN_ALLOW_THREADS
-    memset(proofs, 0, (size_t)keys * sizeof(int64_t));
+    memset(off, 0, (size_t)keys * sizeof(int64_t));
+    memset(minshall, 0, (size_t)keys * sizeof(int64_t));
     int64_t last[2] = {-1, -1}, last_data[2] = {-1, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i == 0 || s.flow[i] != s.flow[i - 1])
@@ -102,49 +108,42 @@ static PyObject *chain(PyObject *self, PyObject *args)
         int64_t data_same = last_data[d], data_other = last_data[d ^ 1];
         prev_same[i] = same;
 
-        /* 1.-6. S2 = row i, A = other, S1 = data_same */
-        if (s.new_data[i] && pay < s.mss[key]) {
+        /* coupled: S2 = row i, A = other, S1 = data_same */
+        if (pay > 0 && !s.keepalive[i] && pay < s.mss[key]) {
             int64_t A = other, S1 = data_same;
             if (A >= 0 && S1 >= 0 && S1 < A && pure_ack(&s, A) && s.ack[A] == s.sent[i]
-                && small(&s, S1) && s.end[S1] == s.ack[A]) {
+                && s.end[S1] == s.ack[A]) {
                 int64_t YA = prev_same[A];
-                int64_t ack_prev = YA >= 0 ? s.ack_max[YA] : -1;
-                int64_t to_sender = s.rtt[key], to_receiver = s.rtt[key ^ 1];
-                int64_t delay = s.ts[A] - s.ts[S1] - to_receiver;
-                int64_t react = s.ts[i] - s.ts[A];
-                int64_t bound = to_sender
-                                + (int64_t)(REACTION_SLACK_NS + 0.25 * (double)to_sender);
-                double path = (double)(to_sender + to_receiver);
-                if (s.ack[A] > ack_prev && (double)delay >= (path > DELACK_MIN_NS ? path : DELACK_MIN_NS)
-                    && (double)delay <= DELACK_MAX_NS && react >= 0 && react <= bound
-                    && s.window[A] != 0 && !(YA >= 0 && s.window[YA] == 0)) {
+                if (s.ack[A] > (YA >= 0 ? s.ack_max[YA] : -1)) {
                     released[m] = i;
                     ack_row[m] = A;
                     small_row[m] = S1;
-                    ack_delay[m] = delay;
-                    reaction[m] = react;
+                    ya_row[m] = YA;
                     m++;
                 }
             }
         }
 
-        /* Nagle off: a small new segment sent while an earlier small one was unacked */
+        /* a small new segment sent while the previous one was unacknowledged */
         if (s.new_data[i] && !s.keepalive[i] && small(&s, i)) {
             int64_t p = data_same;
             int64_t seen = other >= 0 ? s.ack_max[other] : -1;
-            if (p >= 0 && small(&s, p) && s.new_data[p] && s.end[p] == s.seq[i]
-                && seen < s.end[p])
-                proofs[key]++;
+            if (p >= 0 && s.new_data[p] && s.end[p] == s.seq[i] && seen < s.end[p]) {
+                if (small(&s, p))
+                    off[key]++;
+                else
+                    minshall[key]++;
+            }
         }
 
-        /* the receiver's ACK of a lone small segment */
+        /* the receiver's ACK of a lone segment */
         if (pay == 0 && (s.flags[i] & (SYN | FIN | RST | ACK)) == ACK) {
             int64_t D = data_other;
             int64_t own_prev = same >= 0 ? s.ack_max[same] : -1;
-            if (D >= 0 && small(&s, D) && s.ack[i] >= s.end[D] && own_prev <= s.seq[D]
-                && s.ack[i] > own_prev && same < D) {
-                lone_key[lone] = key ^ 1;
-                lone_delay[lone] = s.ts[i] - s.ts[D] - s.rtt[key];
+            if (D >= 0 && s.pay[D] <= mss_of(&s, D) && s.ack[i] >= s.end[D]
+                && own_prev <= s.seq[D] && s.ack[i] > own_prev && same < D) {
+                lone_row[lone] = i;
+                lone_data[lone] = D;
                 lone++;
             }
         }
@@ -152,9 +151,10 @@ static PyObject *chain(PyObject *self, PyObject *args)
         if (pay > 0)
             last_data[d] = i;
     }
-    /* answered: the peer's data comes next after S2 (before X's), within the round trip
-     * plus ANSWER_NS. The walk to the next data row passes only rows without data, and
-     * S2 rows carry data, so all the walks together pass each row at most once. */
+    /* answer: the peer's next data row after S2 if it comes before the sender's, else -1.
+     * The walk to the
+     * next data row passes only rows without data, and S2 rows carry data, so all the
+     * walks together pass each row at most once. */
     for (Py_ssize_t k = 0; k < m; k++) {
         int64_t r = released[k], next = -1;
         for (Py_ssize_t j = r + 1; j < n && s.flow[j] == s.flow[r]; j++)
@@ -162,9 +162,7 @@ static PyObject *chain(PyObject *self, PyObject *args)
                 next = j;
                 break;
             }
-        int64_t key = s.flow[r] * 2 + s.dir[r];
-        answered[k] = next >= 0 && s.dir[next] != s.dir[r]
-                      && s.ts[next] - s.ts[r] <= s.rtt[key ^ 1] + ANSWER_NS;
+        answer[k] = next >= 0 && s.dir[next] != s.dir[r] ? next : -1;
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(prev_same);
@@ -175,7 +173,7 @@ static PyObject *chain(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"chain", chain, METH_VARARGS,
-     "The stalls, Nagle-off proofs and lone-ACK delays of every segment, in one pass."},
+     "The coupled candidates, Nagle proofs and lone-segment ACKs of every segment, in one pass."},
     {NULL, NULL, 0, NULL},
 };
 

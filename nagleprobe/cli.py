@@ -36,8 +36,10 @@ def main() -> None:
 
 @main.command(epilog=EXIT_HELP)
 @click.argument("capture", type=str)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Text report for people, or the JSON document.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "wireshark"]),
+              default="text", show_default=True,
+              help="Text report for people, the JSON document, or Wireshark display filters "
+                   "(per flow with stalls: one for the flow, one for its stall frames).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (pictures need the plot extra).")
 @click.option("--strict", is_flag=True,
@@ -88,8 +90,72 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
         for piece in report.json_pieces():
             sys.stdout.write(piece)
         sys.stdout.write("\n")
+    elif fmt == "wireshark":
+        from .wireshark import render_filters
+
+        click.echo(render_filters(report), nl=False)
     else:
         click.echo(report.to_text(), nl=False)
+
+
+ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input, OUTPUT not writable), "
+                 "3 unreadable/corrupt/unsupported capture, 4 internal error.")
+
+
+@main.command(epilog=ANNOTATE_HELP)
+@click.argument("capture", type=str)
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="pcapng file to write.")
+@click.option("--strict", is_flag=True,
+              help="Fail (exit 3) on a truncated or partly corrupt capture.")
+@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+def annotate(capture: str, output: str, strict: bool, debug: bool) -> None:
+    """Write CAPTURE as pcapng with a comment on every stall's frames, for Wireshark.
+
+    CAPTURE is one pcap or pcapng file, optionally gzip-compressed (not standard input: it is
+    read twice; several files of a set are not supported yet). The three frames of each stall
+    (S1, the late pure ACK, S2) get a packet comment, the section header the verdicts; frames,
+    times and packet bytes stay as they are, existing comments are kept. In Wireshark the
+    display filter  frame.comment contains "nagleprobe"  shows the stall frames.
+    """
+    from .annotate import annotate as run_annotate
+
+    if capture == "-":
+        click.echo("nagleprobe: error: annotate reads the capture twice: give a file, not -",
+                   err=True)
+        sys.exit(ExitStatus.USAGE)
+    if Path(output).exists() and Path(output).resolve() == Path(capture).resolve():
+        click.echo(f"nagleprobe: error: {output}: would overwrite the capture", err=True)
+        sys.exit(ExitStatus.USAGE)
+    try:
+        result = run_annotate(capture, output, strict=strict)
+    except CaptureError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nagleprobe: error: {e}", err=True)
+        sys.exit(ExitStatus.BAD_CAPTURE)
+    except OSError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nagleprobe: error: {output}: cannot write: {e.strerror or e}", err=True)
+        sys.exit(ExitStatus.USAGE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # a bug: say so in one line unless debugging
+        if debug:
+            raise
+        click.echo(f"nagleprobe: internal error while annotating {capture}: "
+                   f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
+        sys.exit(ExitStatus.INTERNAL)
+    r = result.report
+    for w in r.capture["warnings"]:
+        click.echo(f"nagleprobe: warning: {w}", err=True)
+    click.echo(f"{output}: {result.packets} packets, {result.commented} frames commented "
+               f"({len(r.stalls)} stalls in {int((r.flows['stalls'] > 0).sum())} of "
+               f"{len(r.flows)} TCP flows). In Wireshark: frame.comment contains \"nagleprobe\"")
+    if result.uncommentable:
+        click.echo(f"nagleprobe: warning: {result.uncommentable} stall frames are Simple Packet "
+                   "Blocks, which cannot carry a comment; they are left without one", err=True)
 
 
 class HtmlWriteError(Exception):

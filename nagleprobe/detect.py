@@ -1,17 +1,21 @@
-"""Find Nagle / delayed-ACK stalls: the evidence chain of DETECTION.md, vectorised.
+"""Find Nagle / delayed-ACK stalls: the evidence chain of docs/DETECTION.md, vectorised.
 
-For every new small data segment S2 of a direction X -> Y:
-  1. S2 carries new data and is smaller than X's send MSS;
-  2. the last packet Y sent before S2 is a pure ACK A that acknowledged all of X's
-     outstanding data and advanced Y's ACK (not a window update);
-  3. the outstanding data ended in a small segment S1, the last data X sent before A
-     and before S2 (Linux senders, Minshall's rule);
-  4. Y's ACK delay, A - S1 less the capture point's round trip to Y, lies in the
-     range of delayed-ACK timers and well above the path round trip;
-  5. S2 follows A within the capture point's round trip to X plus a small slack
-     (it left X as soon as the ACK arrived);
-  6. Y's window was open before A (a zero window is a receive-window stall).
-The stall costs S2 - S1.
+For every data segment S2 of a direction X -> Y that is smaller than X's send MSS:
+  1. the last packet Y sent before S2 is a pure ACK A that acknowledged new data, all of
+     X's outstanding data, which ended in S1, the last data X sent before A ("coupled";
+     found by the compiled pass nagleprobe/_detect.c, or `_chain_numpy`);
+  2. S2 carries new data (not a retransmission), Y's window was open, X is not proven to
+     have Nagle off, and S1 is small (any Nagle) or full-sized while X is not proven to use
+     Minshall's rule (a classic-Nagle sender holds a tail behind a lone full segment);
+  3. S2 follows A within the time a packet seen at the capture point takes to reach X and
+     the answer to come back: the round trip to X, give or take a slack (causality bounds
+     it on both sides);
+  4. Y's ACK delay, A - S1 less the capture point's round trip to Y (the part of the delay
+     the path explains), lies in the range of delayed-ACK timers.
+The stall costs S2 - S1. A candidate that passes 1-3 with an ACK delay the path explains
+(below the timer range) is a Nagle hold without a delayed ACK: one round trip, reported
+apart, never a stall. Each coupled late ACK that is not a stall is counted by the first
+reason (`REASONS`) that rules it out, so the report can say why not.
 """
 
 from __future__ import annotations
@@ -21,36 +25,71 @@ from dataclasses import dataclass
 import numpy as np
 
 from .flows import ACK, FIN, RST, SYN, Flows
+from .flows import grouped_median as _grouped_median
 
 try:
     from . import _detect as _compiled
 except ImportError:  # built without a C compiler
     _compiled = None
 
-DELACK_MIN_MS = 25.0  # below this an ACK is not a delayed ACK (Linux's minimum is 40 ms)
+DELACK_MIN_MS = 25.0  # below this an ACK delay is not a delayed-ACK timer (Linux: 40 ms minimum)
 DELACK_MAX_MS = 600.0  # RFC 1122 caps the delay at 500 ms; a little margin for jitter
-REACTION_SLACK_MS = 2.0  # time for the sender's stack to react to the ACK, beyond the path
+REACTION_SLACK_MS = 2.0  # the sender's stack reacting to the ACK, beyond the path
+REACTION_SLACK_SHARE = 0.25  # ... plus this share of the round trip to the sender (jitter)
 ANSWER_MS = 10.0  # the peer's data within this (beyond the path) answers the released segment
-QUICK_ACK_MS = 5.0  # an ACK of a lone small segment within this (beyond the path) is immediate
+QUICK_ACK_MS = 5.0  # an ACK of a lone segment within this (beyond the path) is immediate
 KNOWN_TIMERS_MS = (40.0, 100.0, 200.0)  # Linux minimum, macOS/FreeBSD, Windows
+CORK_MS, CORK_TOLERANCE_MS = 200.0, 15.0  # Linux releases corked data after 200 ms
+RTT_UNKNOWN_PENALTY = 0.2  # confidence lost when no round trip to either side is known
+RTT_FROM_DATA_PENALTY = 0.05  # ... when the round trips come from data/ACK pairs only
+
+# Why a coupled late ACK was not a stall, tested in this order (the first that holds counts).
+REASONS = {
+    "retransmission": "S2 resent old data",
+    "window": "the receiver's window was shut",
+    "nagle_off": "the sender has Nagle off (it sent a small segment while another was "
+                 "unacknowledged)",
+    "not_classic": "S1 was full-sized and the sender does not hold a tail behind full "
+                   "segments (it sent a small segment while a full one was unacknowledged)",
+    "before_ack_could_arrive": "S2 left before the ACK could have reached the sender",
+    "cork_timer": "S2 left about 200 ms after S1, long after the ACK (a TCP_CORK timer)",
+    "think_time": "S2 was written after the ACK had arrived (think time)",
+    "nagle_hold": "the path explains the ACK's delay: a one-round-trip Nagle hold",
+    "delay_out_of_range": f"the ACK delay, less the path, exceeds {DELACK_MAX_MS:.0f} ms",
+}
+NAGLE_HOLD = list(REASONS).index("nagle_hold")
+FLAVOURS = ("classic", "minshall", "off", "unknown")
 
 
 @dataclass
 class Detection:
-    """Stalls (one entry per stall, numpy arrays) and per-flow, per-direction facts."""
+    """Stalls and Nagle holds (one entry each, numpy arrays) and per-flow, per-direction
+    facts: arrays indexed [flow * 2 + dir], dir 0 = client data (server ACKs), 1 = server
+    data."""
 
     stalls: dict[str, np.ndarray]
-    # arrays indexed [flow * 2 + dir], dir 0 = client data (server ACKs), 1 = server data
-    nagle_off_proofs: np.ndarray
+    holds: dict[str, np.ndarray]
+    nagle_off_proofs: np.ndarray  # small segments sent while a small one was unacknowledged
+    not_classic_proofs: np.ndarray  # ... while a full-sized one was unacknowledged
+    held_behind_small: np.ndarray  # stalls and holds whose S1 was small
+    held_behind_full: np.ndarray  # ... full-sized (only a classic-Nagle sender does that)
+    flavour: np.ndarray  # one of FLAVOURS
     late_acks: np.ndarray  # delayed ACKs the receiver of that direction's data sent
     late_ack_median_ms: np.ndarray  # their median delay (NaN if none): the receiver's timer
     quick_acks: np.ndarray
+    why_not: np.ndarray  # [flow * 2 + dir, reason]: coupled late ACKs rejected, by REASONS
     answered: np.ndarray  # per stall: the peer sent data right after S2
 
 
+def small(payload: np.ndarray, mss: np.ndarray) -> np.ndarray:
+    """A partial segment: smaller than the MSS, or (TSO) larger but not a multiple of it."""
+    m = np.maximum(mss, 1)
+    return (payload > 0) & ((payload < m) | ((payload > m) & (payload % m != 0)))
+
+
 def detect(f: Flows) -> Detection:
-    """Run the evidence chain over every segment of every flow (compiled when built, see
-    nagleprobe/_detect.c; else `_chain_numpy`)."""
+    """Run the evidence chain over every segment of every flow (the structural part
+    compiled when built, see nagleprobe/_detect.c; else `_chain_numpy`)."""
     s = f.seg
     nflows = f.count
     mss = np.ascontiguousarray(f.flow["mss"].reshape(-1), dtype=np.int64)
@@ -58,23 +97,61 @@ def detect(f: Flows) -> Detection:
     # indexed by flow * 2 + dir: the sender of dir 0 is the client
     rtt_to = np.nan_to_num(np.stack([f.flow["rtt_client_ms"], f.flow["rtt_server_ms"]], axis=1)
                            .reshape(-1) * 1e6).astype(np.int64)
+    typical_to = np.nan_to_num(f.flow["rtt_typical_ms"].reshape(-1) * 1e6).astype(np.int64)
     chain = _chain_numpy if _compiled is None else _chain_compiled
-    rows, A, S1, ack_delay, reaction, answered, proofs, data_key, delay_at = chain(f, mss, rtt_to)
+    S2, A, S1, YA, answer, off, not_classic, lone_row, lone_data = chain(f, mss)
 
     fid, d, ts, pay = s["flow"], s["dir"], s["ts_ns"], s["payload"]
-    stalls = {
-        "flow": fid[rows], "dir": d[rows],
-        "small_row": S1, "ack_row": A, "released_row": rows,
-        "small_frame": s["frame"][S1], "ack_frame": s["frame"][A],
-        "released_frame": s["frame"][rows],
-        "small_ns": ts[S1], "ack_ns": ts[A], "released_ns": ts[rows],
-        "held_bytes": pay[rows], "small_bytes": pay[S1],
-        "stall_ns": ts[rows] - ts[S1],
-        "ack_delay_ns": ack_delay, "reaction_ns": reaction,
-    }
-    stalls["confidence"] = _confidence(stalls)
+    key = fid[S2] * 2 + d[S2]
+    s1_small = small(pay[S1], mss[key])
+    to_sender, to_receiver = rtt_to[key], rtt_to[key ^ 1]
+    ack_delay = ts[A] - ts[S1] - to_receiver
+    reaction = ts[S2] - ts[A]
+    # causality: S2 cannot be seen before the fastest the path has been, and is seen within
+    # what the path usually takes (both give or take a slack)
+    usual = np.maximum(to_sender, typical_to[key])
+    slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * to_sender).astype(np.int64)
+    usual_slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * usual).astype(np.int64)
+    window = s["window"]
+    shut = (window[A] == 0) | ((YA >= 0) & (window[np.maximum(YA, 0)] == 0))
+    late_reaction = reaction > usual + usual_slack
+    corked = np.abs(ts[S2] - ts[S1] - CORK_MS * 1e6) <= CORK_TOLERANCE_MS * 1e6
+    reason = np.select(
+        [~s["new_data"][S2], shut, off[key] > 0, ~s1_small & (not_classic[key] > 0),
+         reaction < to_sender - slack, late_reaction & corked, late_reaction,
+         ack_delay < DELACK_MIN_MS * 1e6, ack_delay > DELACK_MAX_MS * 1e6],
+        np.arange(len(REASONS)), -1)
+    stall, hold = reason == -1, reason == NAGLE_HOLD
 
-    # The receiver's ACK behaviour: its ACKs of a lone small segment, late or immediate.
+    late_seen = ts[A] - ts[S1] >= DELACK_MIN_MS * 1e6  # the ACK looked late where captured
+    rejected = (reason >= 0) & late_seen
+    why_not = np.bincount(key[rejected] * len(REASONS) + reason[rejected],
+                          minlength=nflows * 2 * len(REASONS)).reshape(nflows * 2, len(REASONS))
+    held = stall | hold
+    behind_small = np.bincount(key[held & s1_small], minlength=nflows * 2)
+    behind_full = np.bincount(key[held & ~s1_small], minlength=nflows * 2)
+    flavour = np.select([off > 0, (not_classic > 0) & (behind_small > 0),
+                         (not_classic == 0) & (behind_full > 0)],
+                        ["off", "minshall", "classic"], "unknown").astype(object)
+
+    def events(m: np.ndarray) -> dict[str, np.ndarray]:
+        r2, ra, r1 = S2[m], A[m], S1[m]
+        return {"flow": fid[r2], "dir": d[r2], "small_row": r1, "ack_row": ra,
+                "released_row": r2, "small_frame": s["frame"][r1], "ack_frame": s["frame"][ra],
+                "released_frame": s["frame"][r2], "small_ns": ts[r1], "ack_ns": ts[ra],
+                "released_ns": ts[r2], "held_bytes": pay[r2], "small_bytes": pay[r1],
+                "behind_full": ~s1_small[m], "stall_ns": ts[r2] - ts[r1],
+                "ack_delay_ns": ack_delay[m], "reaction_ns": reaction[m]}
+
+    stalls, holds = events(stall), events(hold)
+    stalls["confidence"] = _confidence(stalls, f.flow["rtt_how"])
+    nxt = answer[stall]
+    answered = (nxt >= 0) & (ts[np.maximum(nxt, 0)] - ts[S2[stall]]
+                             <= to_receiver[stall] + ANSWER_MS * 1_000_000)
+
+    # The receiver's ACK behaviour: its pure ACKs of a lone segment, late or immediate.
+    data_key = fid[lone_data] * 2 + d[lone_data]
+    delay_at = ts[lone_row] - ts[lone_data] - rtt_to[data_key ^ 1]
     late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
     quick = delay_at <= QUICK_ACK_MS * 1e6
     late_n = np.bincount(data_key[late], minlength=nflows * 2)
@@ -83,114 +160,86 @@ def detect(f: Flows) -> Detection:
         groups, med, _, _ = _grouped_median(delay_at[late] / 1e6, data_key[late])
         late_median[groups] = med
     quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
-    return Detection(stalls=stalls, nagle_off_proofs=proofs, late_acks=late_n,
-                     late_ack_median_ms=late_median, quick_acks=quick_acks, answered=answered)
+    return Detection(stalls=stalls, holds=holds, nagle_off_proofs=off,
+                     not_classic_proofs=not_classic, held_behind_small=behind_small,
+                     held_behind_full=behind_full, flavour=flavour, late_acks=late_n,
+                     late_ack_median_ms=late_median, quick_acks=quick_acks, why_not=why_not,
+                     answered=answered)
 
 
-def _chain_compiled(f: Flows, mss: np.ndarray, rtt_to: np.ndarray) -> tuple:
+def _chain_compiled(f: Flows, mss: np.ndarray) -> tuple:
     """`_chain_numpy` in one compiled pass (nagleprobe/_detect.c)."""
     s = f.seg
     n = len(s["flow"])
     i64 = lambda k: np.ascontiguousarray(s[k], dtype=np.int64)  # noqa: E731
-    u16 = lambda k: np.ascontiguousarray(s[k], dtype=np.uint16)  # noqa: E731
     u8 = lambda k: np.ascontiguousarray(s[k]).view(np.uint8)  # noqa: E731
     out = [np.empty(n, dtype=np.int64) for _ in range(5)]
-    answered = np.empty(n, dtype=bool)
-    proofs = np.empty(len(mss), dtype=np.int64)
+    proofs = [np.empty(len(mss), dtype=np.int64) for _ in range(2)]
     lone = [np.empty(n, dtype=np.int64) for _ in range(2)]
     m, k = _compiled.chain(
         i64("flow"), np.ascontiguousarray(s["dir"], dtype=np.int8).view(np.uint8), i64("ts_ns"),
-        i64("payload"), u16("flags"), i64("seq"), i64("ack"), i64("end"), i64("sent_before"),
-        u8("new_data"), u8("keepalive"), u16("window"), i64("ack_max"), mss, rtt_to,
-        *out, answered.view(np.uint8), proofs, *lone)
-    return (*(o[:m].copy() for o in out), answered[:m].copy(), proofs,
-            *(x[:k].copy() for x in lone))
+        i64("payload"), np.ascontiguousarray(s["flags"], dtype=np.uint16), i64("seq"),
+        i64("ack"), i64("end"), i64("sent_before"), u8("keepalive"), u8("new_data"),
+        i64("ack_max"), mss, *out, *proofs, *lone)
+    return (*(o[:m].copy() for o in out), *proofs, *(x[:k].copy() for x in lone))
 
 
-def _chain_numpy(f: Flows, mss: np.ndarray, rtt_to: np.ndarray) -> tuple:
-    """The evidence chain with numpy alone (the reference for the compiled version): the
-    stalls (rows of S2, A and S1, ACK delay, reaction, whether the peer answered), the
-    Nagle-off proofs per flow * 2 + dir, and the lone-ACK delays (the direction of the data
-    acknowledged, the delay less the round trip). Each step narrows the rows still in
+def _chain_numpy(f: Flows, mss: np.ndarray) -> tuple:
+    """The structural chain with numpy alone (the reference for the compiled version): the
+    coupled candidates (rows of S2, A, S1, Y's packet before A or -1, Y's answering data
+    row or -1), the Nagle-off and not_classic proofs per flow * 2 + dir, and the pure ACKs
+    of a lone segment (their rows and the data's rows). Each step narrows the rows still in
     question, so the costly lookups run on few rows."""
     s = f.seg
-    fid, d, ts = s["flow"], s["dir"], s["ts_ns"]
+    fid, d = s["flow"], s["dir"]
     nflows = f.count
     key = fid * 2 + d
     pay, flags, seq, ack, end = s["payload"], s["flags"], s["seq"], s["ack"], s["end"]
+    is_small = lambda r: small(pay[r], mss[key[r]])  # noqa: E731
 
-    def pure_ack(r: np.ndarray) -> np.ndarray:
-        return (pay[r] == 0) & ((flags[r] & (SYN | FIN | RST)) == 0) & ((flags[r] & ACK) != 0)
-
-    def small(r: np.ndarray) -> np.ndarray:  # a partial segment (TSO: not a multiple of MSS)
-        p, m = pay[r], np.maximum(mss[key[r]], 1)
-        out = (p > 0) & (p < m)
-        big = np.flatnonzero(p > m)
-        out[big] = p[big] % m[big] != 0
-        return out
-
-    # 1. S2: new data smaller than the sender's MSS
-    rows = np.flatnonzero(s["new_data"])
+    # coupled: S2 smaller than the MSS; A Y's last packet before S2; S1 X's last data
+    rows = np.flatnonzero((pay > 0) & ~s["keepalive"])
     rows = rows[pay[rows] < mss[key[rows]]]
-    # 2./3. A: Y's last packet before S2; S1: X's last data before S2, and before A
     A = f.before(rows)[1]
     S1 = f.before(rows, data=True)[0]
     keep = (A >= 0) & (S1 >= 0) & (S1 < A)
     rows, A, S1 = rows[keep], A[keep], S1[keep]
-    keep = (pure_ack(A) & (ack[A] == s["sent_before"][rows])  # A covered all outstanding data
-            & small(S1) & (end[S1] == ack[A]))  # ...which ended in the small S1
+    keep = ((pay[A] == 0) & ((flags[A] & (SYN | FIN | RST)) == 0) & ((flags[A] & ACK) != 0)
+            & (ack[A] == s["sent_before"][rows]) & (end[S1] == ack[A]))
     rows, A, S1 = rows[keep], A[keep], S1[keep]
     YA = f.before(A)[0]  # Y's packet before A
-    ya = np.maximum(YA, 0)
-    ack_prev = np.where(YA >= 0, s["ack_max"][ya], -1)
-    # 4./5. Y's ACK delay in the timer range; S2 right after A
-    to_sender, to_receiver = rtt_to[key[rows]], rtt_to[key[rows] ^ 1]
-    ack_delay = ts[A] - ts[S1] - to_receiver
-    reaction = ts[rows] - ts[A]
-    bound = to_sender + (REACTION_SLACK_MS * 1e6 + 0.25 * to_sender).astype(np.int64)
-    path = to_sender + to_receiver
-    keep = ((ack[A] > ack_prev)  # A acknowledged something new (not a window update)
-            & (ack_delay >= np.maximum(DELACK_MIN_MS * 1e6, path))
-            & (ack_delay <= DELACK_MAX_MS * 1e6)
-            & (reaction >= 0) & (reaction <= bound)
-            # 6. Y's window was open before A
-            & (s["window"][A] != 0) & ~((YA >= 0) & (s["window"][ya] == 0)))
-    rows, A, S1 = rows[keep], A[keep], S1[keep]
-    ack_delay, reaction = ack_delay[keep], reaction[keep]
-
-    # the peer answered S2 at once (S1 + S2 formed one message it was waiting for): its
-    # next data comes before X sends more, within the round trip plus a little processing
+    ack_prev = np.where(YA >= 0, s["ack_max"][np.maximum(YA, 0)], -1)
+    keep = ack[A] > ack_prev  # A acknowledged something new (not a window update)
+    rows, A, S1, YA = rows[keep], A[keep], S1[keep], YA[keep]
     x_data, y_data = f.after(rows, data=True)
-    answered = (y_data >= 0) & ((x_data < 0) | (y_data < x_data))
-    answered &= (ts[np.maximum(y_data, 0)] - ts[rows]
-                 <= rtt_to[key[rows] ^ 1] + ANSWER_MS * 1_000_000)
+    answer = np.where((y_data >= 0) & ((x_data < 0) | (y_data < x_data)), y_data, -1)
 
-    # Nagle off is proven by a small new segment sent while an earlier small one was unacked.
+    # a small new segment sent while the previous one, small or full, was unacknowledged
     nr = np.flatnonzero(s["new_data"] & ~s["keepalive"])
-    nr = nr[small(nr)]
+    nr = nr[is_small(nr)]
     other = f.before(nr)[1]
     p = f.before(nr, data=True)[0]
     pp = np.maximum(p, 0)
     y_ack_seen = np.where(other >= 0, s["ack_max"][np.maximum(other, 0)], -1)  # Y's ACKs so far
-    proof = ((p >= 0) & small(pp) & s["new_data"][pp] & (end[pp] == seq[nr])
-             & (y_ack_seen < end[pp]))
-    proofs = np.bincount(key[nr[proof]], minlength=nflows * 2)
+    unacked = (p >= 0) & s["new_data"][pp] & (end[pp] == seq[nr]) & (y_ack_seen < end[pp])
+    p_small = is_small(pp)
+    off = np.bincount(key[nr[unacked & p_small]], minlength=nflows * 2)
+    not_classic = np.bincount(key[nr[unacked & ~p_small]], minlength=nflows * 2)
 
-    # pure ACKs of a lone small segment
+    # pure ACKs of a lone segment (no larger than the MSS, the only data outstanding)
     ar = np.flatnonzero((pay == 0) & ((flags & (SYN | FIN | RST | ACK)) == ACK))
     ps = f.before(ar)[0]
     D = f.before(ar, data=True)[1]  # the data the ACK answers
     dd = np.maximum(D, 0)
     own_prev_ack = np.where(ps >= 0, s["ack_max"][np.maximum(ps, 0)], -1)
-    lone = ((D >= 0) & small(dd) & (ack[ar] >= end[dd])
+    lone = ((D >= 0) & (pay[dd] <= np.maximum(mss[key[dd]], 1)) & (ack[ar] >= end[dd])
             & (own_prev_ack <= seq[dd]) & (ack[ar] > own_prev_ack) & (ps < D))
-    ar, D = ar[lone], D[lone]
-    delay_at = ts[ar] - ts[D] - rtt_to[key[ar]]
-    return rows, A, S1, ack_delay, reaction, answered, proofs, key[ar] ^ 1, delay_at
+    return rows, A, S1, YA, answer, off, not_classic, ar[lone], D[lone]
 
 
-def _confidence(st: dict[str, np.ndarray]) -> np.ndarray:
-    """Repetition with a stable delay, and a delay at a known timer, raise confidence."""
+def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
+    """Repetition with a stable delay, and a delay at a known timer, raise confidence; round
+    trips known only from data, or not at all, lower it."""
     m = len(st["flow"])
     if not m:
         return np.zeros(0)
@@ -201,20 +250,6 @@ def _confidence(st: dict[str, np.ndarray]) -> np.ndarray:
     near_timer = np.zeros(m, dtype=bool)
     for t in KNOWN_TIMERS_MS:
         near_timer |= np.abs(delay - t) <= 0.15 * t
+    how = np.asarray(rtt_how, dtype=object)[st["flow"]]
+    conf = conf - RTT_UNKNOWN_PENALTY * (how == "none") - RTT_FROM_DATA_PENALTY * (how != "handshake")
     return np.round(np.minimum(conf + 0.05 * near_timer, 0.99), 2)
-
-
-def _grouped_median(values: np.ndarray, groups: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct `groups` (ascending); for each, the median of its `values` (the mean of
-    the middle two for an even count, as pandas computes it) and their count; and for each
-    value, the index of its group among them."""
-    order = np.lexsort((values, groups))
-    v, g = values[order], groups[order]
-    new = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
-    first = np.flatnonzero(new)
-    count = np.diff(np.r_[first, len(g)])
-    upper, lower = v[first + count // 2], v[first + (count - 1) // 2]
-    inverse = np.empty(len(g), dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return g[first], (upper + lower) / 2, count, inverse

@@ -24,6 +24,8 @@ except ImportError:  # built without a C compiler
 
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 DEFAULT_MSS_FLOOR = 536  # RFC 1122 default: an MSS inferred from traffic is never below it
+GUESSED_MSS = 1460  # without a SYN or a repeated largest segment: Ethernet's usual MSS
+UNDELAYED_MS = 25.0  # a data -> pure ACK turnaround below this cannot include a delayed ACK
 NEAR_MS = 0.1  # a round trip this short (ms) means the capture point sits at that endpoint
 EPHEMERAL_FROM = 32768
 # `tcpdump -i any` on a host with bridges, veth pairs or tunnels sees each packet on two (or
@@ -336,7 +338,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
     seg["window"] = c["window"]
     seg.update(_ack_links(seg, by_dir))
 
-    flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
+    flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir)
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies))
 
 
@@ -370,6 +372,7 @@ def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     for name in ("seq", "ack", "flags", "window", "ipid", "has_ts"):
         same &= cols[name][ri] == cols[name][rj]
     return np.unique(i[same])
+
 
 def _roles(c, fid, starts, from_low, flags):
     """Which endpoint is the client (per flow), and whether the handshake says so."""
@@ -514,7 +517,7 @@ def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str
     return {"ack_max": ack_max, "acked_by": acked_by}
 
 
-def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, np.ndarray]:
+def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir) -> dict[str, np.ndarray]:
     """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays)."""
     nflows = len(starts)
     fid, d, ts = seg["flow"], seg["dir"], seg["ts_ns"]
@@ -549,14 +552,22 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     maxpay = np.zeros(nflows * 2, dtype=np.int64)
     np.maximum.at(maxpay, key, seg["payload"])
 
-    # send MSS of each direction: what the peer announced, less 12 bytes of timestamps;
-    # without it, the largest segment seen in the flow (never below 536)
+    # send MSS of each direction: what the peer announced, less 12 bytes of timestamps.
+    # Without it, the largest segment of the flow if it was sent at least twice (a sender
+    # fills segments to the MSS again and again; one large segment may just be a message),
+    # else a guess: the usual Ethernet MSS, or the largest segment if larger.
     both_ts = (syn_ts[0::2] & syn_ts[1::2]).repeat(2)
     peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
-    observed = np.maximum(maxpay[0::2], maxpay[1::2]).repeat(2)
-    mss = np.where(peer_mss > 0, peer_mss - 12 * both_ts, np.maximum(observed, DEFAULT_MSS_FLOOR))
+    observed = np.maximum(maxpay[0::2], maxpay[1::2])
+    at_max = np.zeros(nflows * 2, dtype=np.int64)
+    np.add.at(at_max, key, (seg["payload"] == observed[fid]) & (seg["payload"] > 0))
+    repeated = ((at_max[0::2] >= 2) | (at_max[1::2] >= 2)) & (observed >= DEFAULT_MSS_FLOOR)
+    observed, repeated = observed.repeat(2), repeated.repeat(2)
+    mss = np.where(peer_mss > 0, peer_mss - 12 * both_ts,
+                   np.where(repeated, observed, np.maximum(observed, GUESSED_MSS)))
     out["mss"] = mss.reshape(-1, 2)
-    out["mss_how"] = np.where(peer_mss > 0, "syn", "inferred").astype(object).reshape(-1, 2)
+    out["mss_how"] = np.select([peer_mss > 0, repeated], ["syn", "inferred"],
+                               "guessed").astype(object).reshape(-1, 2)
     ws = wscale.reshape(-1, 2)
     both_syn = (first_syn_of.reshape(-1, 2) >= 0).all(axis=1)
     out["wscale"] = np.where((ws >= 0).all(axis=1)[:, None], ws,
@@ -574,17 +585,55 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     rs = np.where(syn_before >= 0, (ts[sa0] - ts[np.maximum(syn_before, 0)]) / 1e6, nan)
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
-    # otherwise the fastest data -> ACK turnaround per direction (delayed ACKs only add)
+    # and the data -> ACK turnarounds that cannot hold a delayed ACK: ACKs that carry data
+    # (piggybacked on an answer), that acknowledge two full segments or more (which must be
+    # ACKed at once), or that came too soon to be delayed. The smallest sample of each side
+    # counts: one inflated by ARP, a queue or the peer's think time cannot hide the path.
+    g = key[by_dir]
+    prev_ack_max = seg["ack"].copy()  # the highest ACK sent before each row (its own if first)
+    follows = by_dir[1:][g[1:] == g[:-1]]
+    prev_ack_max[follows] = seg["ack_max"][by_dir[:-1][g[1:] == g[:-1]]]
     paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
+    by = seg["acked_by"][paired]
+    turn_ns = ts[by] - ts[paired]
+    advance = seg["ack"][by] - prev_ack_max[by]
+    mss_of_data = out["mss"].reshape(-1)[key[paired]]
+    undelayed = ((seg["payload"][by] > 0) | (advance >= 2 * mss_of_data)
+                 | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    # where the first ACK may have been delayed, the peer's next data (its answer, which
+    # carries the ACK) still bounds the path from above
+    late = np.flatnonzero(~undelayed & (turn_ns >= 0))
+    if len(late):
+        y_data = by_dir[seg["payload"][by_dir] > 0]
+        n = len(fid)
+        keys = (key[y_data] * n + y_data).astype(np.int64)  # rows are in time order per flow
+        want = (key[by[late]] * n + by[late]).astype(np.int64)
+        hit = y_data[np.minimum(np.searchsorted(keys, want), max(len(y_data) - 1, 0))] \
+            if len(y_data) else by[late]
+        ok = ((key[hit] == key[by[late]]) & (hit >= by[late])
+              & (seg["ack"][hit] >= seg["end"][paired[late]]))
+        turn_ns[late[ok]] = ts[hit[ok]] - ts[paired[late[ok]]]
+        undelayed[late[ok]] = True
+    # The upper quartile of the samples says how long the path usually takes at most (the
+    # reaction window's upper end allows for it; a single inflated sample does not move
+    # it); the handshake counts as one sample of each side.
+    sample_key = np.r_[key[paired[undelayed]], np.flatnonzero(~np.isnan(rs)) * 2,
+                       np.flatnonzero(~np.isnan(rc)) * 2 + 1]
+    sample_ms = np.r_[turn_ns[undelayed] / 1e6, rs[~np.isnan(rs)], rc[~np.isnan(rc)]]
     turn = np.full(nflows * 2, np.inf)
-    np.minimum.at(turn, key[paired], (ts[seg["acked_by"][paired]] - ts[paired]) / 1e6)
+    np.minimum.at(turn, key[paired[undelayed]], turn_ns[undelayed] / 1e6)
     turn[turn == np.inf] = np.nan
+    typical = np.full(nflows * 2, np.nan)
+    groups, upper = grouped_quartile(sample_ms, sample_key)
+    typical[groups] = upper
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
-    rc = np.where(from_hs, rc, turn[1::2])
-    rs = np.where(from_hs, rs, turn[0::2])
+    from_data = ~np.isnan(turn[1::2]) & ~np.isnan(turn[0::2])
+    rc = np.fmin(rc, turn[1::2])
+    rs = np.fmin(rs, turn[0::2])
     out["rtt_client_ms"], out["rtt_server_ms"], out["rtt_ms"] = rc, rs, rc + rs
-    out["rtt_how"] = np.where(from_hs, "handshake",
-                              np.where(~np.isnan(rc + rs), "data/ACK pairs", "none")).astype(object)
+    out["rtt_typical_ms"] = typical.reshape(-1, 2)[:, ::-1]  # [client, server]
+    out["rtt_how"] = np.select([from_hs, from_data | ~np.isnan(rc + rs)],
+                               ["handshake", "data/ACK pairs"], "none").astype(object)
 
     total = rc + rs
     near_c = rc <= np.maximum(NEAR_MS, 0.1 * total)
@@ -618,3 +667,29 @@ def _format_addresses(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.nda
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     text = np.array([format_address(int(v), int(h), int(l)) for v, h, l in uniq], dtype=object)
     return text[np.asarray(inv).reshape(-1)]
+
+
+def grouped_median(values: np.ndarray, groups: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct `groups` (ascending); for each, the median of its `values` (the mean of
+    the middle two for an even count, as pandas computes it) and their count; and for each
+    value, the index of its group among them."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    new = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
+    first = np.flatnonzero(new)
+    count = np.diff(np.r_[first, len(g)])
+    upper, lower = v[first + count // 2], v[first + (count - 1) // 2]
+    inverse = np.empty(len(g), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return g[first], (upper + lower) / 2, count, inverse
+
+
+def grouped_quartile(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `groups` (ascending) and, for each, the upper quartile of its `values`
+    (the sample at rank floor(0.75 * (count - 1)) in ascending order)."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+    count = np.diff(np.r_[first, len(g)])
+    return g[first], v[first + (3 * (count - 1)) // 4]

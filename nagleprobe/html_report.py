@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from . import __version__
+from . import __version__, wireshark
 from .report import SIDES, Report, timer_name
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ figure { margin: 0.8em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
 .note { font-size: 0.85em; color: #555; }
+.filters code { user-select: all; word-break: break-all; background: #f5f5f5; padding: 0 3px; }
 footer { margin-top: 2.5em; font-size: 0.8em; color: #777; border-top: 1px solid #ddd;
          padding-top: 0.5em; }
 """
@@ -136,6 +137,19 @@ def _flow_name(f: dict[str, Any]) -> str:
     return f"Flow {f['id']}: client {f['client']} {ARROW} server {f['server']}"
 
 
+FILTER_CODE = "user-select:all;word-break:break-all;background:#f5f5f5;padding:0 3px"
+
+
+def filters_html(docs: dict[str, str | None], inline_style: bool = False) -> str:
+    """A flow's Wireshark display filters (`wireshark.filter_docs`), each in a <code> that
+    selects whole on a click, to copy."""
+    code = f'<code style="{FILTER_CODE}">' if inline_style else "<code>"
+    out = [f"Wireshark display filters: flow {code}{_text(str(docs['flow_filter']))}</code>"]
+    if docs["stall_frames_filter"]:
+        out.append(f"; stall frames {code}{_text(docs['stall_frames_filter'])}</code>")
+    return "".join(out)
+
+
 def summary_html(report: Report) -> str:
     """What a Report shows in Jupyter: the verdict, the flows (stalled rows highlighted,
     worst first, then the others), and the fix for each stalled flow."""
@@ -150,11 +164,14 @@ def summary_html(report: Report) -> str:
     if len(fl):
         out.append(table_html(ordered, FLOW_COLUMNS, FLOW_FMT, _stalled, limit=NOTEBOOK_ROWS,
                               inline_style=True))
-    for f in _worst_first(fl).head(NOTEBOOK_ROWS).to_dict("records"):
+    shown = _worst_first(fl).head(NOTEBOOK_ROWS)
+    filters = wireshark.filter_docs(report, shown["id"].tolist())
+    for f, ws in zip(shown.to_dict("records"), filters):
         out.append(f'<p style="margin:0.3em 0"><b>{_text(_flow_name(f))}</b> '
                    f"({f['stalls']} stalls, {f['stall_ms']:.1f} ms): "
                    f"<code>{_text(str(f['fix_action']))}</code> on the "
-                   f"{_text(str(f['fix_side']))}. {_text(str(f['fix_text']))}</p>")
+                   f"{_text(str(f['fix_side']))}. {_text(str(f['fix_text']))}<br>"
+                   f'<span style="font-size:0.9em">{filters_html(ws, True)}</span></p>')
     out.append("</div>")
     return "".join(out)
 
@@ -220,6 +237,7 @@ def _flow_section(report: Report, f: dict[str, Any], pictures: bool) -> str:
            f"({_text(f['vantage_basis'])}).</p>",
            f'<div class="fix"><span class="action">{_text(f["fix_action"])}</span> on the '
            f"{_text(f['fix_side'])} {_text(f['fix_endpoint'])}<br>{_text(f['fix_text'])}</div>",
+           f'<p class="filters">{filters_html(wireshark.filter_docs(report, [fid])[0])}</p>',
            _endpoint_table(report, fid)]
     if pictures:
         from . import plot

@@ -85,6 +85,9 @@ class RecordBatch:
     ts_ns: np.ndarray  # int64, nanoseconds since the epoch
     linktype: np.ndarray  # int32, LINKTYPE_* of each record (pcapng: from its interface)
     frame: np.ndarray  # int64, 1-based frame number (counts every packet record)
+    # int64, where each record's header (pcap) or block (pcapng) starts in the file, counting
+    # uncompressed bytes: for copying records as they are (`annotate`); None if not known
+    start: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -589,7 +592,7 @@ class CaptureReader:
                         bad = (int(st[j]), int(cl[j]))
                         k = j
                     if k:
-                        yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k])
+                        yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k], base)
                 if bad is None:
                     p = end
                     break
@@ -604,14 +607,15 @@ class CaptureReader:
         self._finish(len(carry), resync)
 
     def _pcap_batch(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, caplen: np.ndarray,
-                    wirelen: np.ndarray) -> RecordBatch:
+                    wirelen: np.ndarray, base: int = 0) -> RecordBatch:
         k = len(st)
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
         self._frames += k
         self.info.packets += k
         self._last_sec = int(_u32_rows(data, st[-1:], 1, self._big)[0, 0])
         return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
-                           linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame)
+                           linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame,
+                           start=st + base)
 
     def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Could a record header start at each of `pos`? (mask, caplen)."""
@@ -796,7 +800,7 @@ class CaptureReader:
                     need = 0
                     del starts[j:]
                 if len(starts):
-                    yield self._pcapng_batch(data, starts, segs)
+                    yield self._pcapng_batch(data, starts, segs, base)
                 if bad is None:
                     break
                 self._corrupt(f"corrupt block: {bad[1]}", "block", block_no + 1, base + bad[0])
@@ -886,7 +890,8 @@ class CaptureReader:
             self.info.link_types.append(name)
         return None
 
-    def _pcapng_batch(self, data: np.ndarray, starts: array, segs: list) -> RecordBatch:
+    def _pcapng_batch(self, data: np.ndarray, starts: array, segs: list, base: int = 0
+                      ) -> RecordBatch:
         st = np.frombuffer(starts, dtype=np.int64)
         k = len(st)
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
@@ -976,15 +981,16 @@ class CaptureReader:
         lt_table = np.array([i.linktype for i in self._ifaces] + [-1], dtype=np.int32)
         linktype = lt_table[ifidx]  # -1 -> last entry (-1)
         keep = (ifidx >= 0) & ~bad
+        start = st + base
         if not keep.all():
             self._skip("corrupt-block", int(short.sum()))
             self._skip("unknown-interface", int(((ifidx < 0) & ~short).sum()))
             self._skip("caplen-exceeds-block", int((bad & (ifidx >= 0)).sum()))
             sel = np.nonzero(keep)[0]
             offset, caplen, wirelen, ts = offset[sel], caplen[sel], wirelen[sel], ts[sel]
-            linktype, frame = linktype[sel], frame[sel]
+            linktype, frame, start = linktype[sel], frame[sel], start[sel]
         return RecordBatch(data=data, offset=offset, caplen=caplen, wirelen=wirelen,
-                           ts_ns=ts, linktype=linktype, frame=frame)
+                           ts_ns=ts, linktype=linktype, frame=frame, start=start)
 
     # ------------------------------------------------------------------ damage
     def _skip(self, reason: str, n: int) -> None:
@@ -1091,6 +1097,16 @@ class CaptureReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def open_uncompressed(path: str) -> BinaryIO:
+    """The bytes of the capture file `path` as a stream, gzip inflated in bounded memory
+    (a corrupt or cut gzip stream just ends early): for copying records as they are, at the
+    file offsets `RecordBatch.start` gives."""
+    raw = open(path, "rb")
+    magic = raw.read(2)
+    raw.seek(0)
+    return _Gunzip(raw) if magic == b"\x1f\x8b" else raw
 
 
 def read_capture(path: str, strict: bool = False) -> CaptureReader:

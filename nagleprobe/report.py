@@ -10,7 +10,8 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from .detect import Detection
+from . import relay, wireshark
+from .detect import REASONS, Detection
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
 
@@ -77,11 +78,17 @@ class Report:
         sel = fl["id"].to_numpy()
         ep = self.endpoints.loc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
         eps = _records(ep.drop(columns=["flow", "side"]))
+        filters = wireshark.filter_docs(self, sel)
         docs = []
         for j, rec in enumerate(_records(fl)):
             fix = {k: rec.pop(f"fix_{k}") for k in _FIX_FIELDS}
+            why = {r: rec.pop(f"why_not_{r}") for r in REASONS}
+            rec["why_not"] = {r: n for r, n in why.items() if n}
+            up = {k.removeprefix("relay_"): rec.pop(k) for k in relay.RELAY_COLUMNS}
+            rec["relay"] = up if up["upstream_flow"] is not None else None
             rec["endpoints"] = {"client": eps[2 * j], "server": eps[2 * j + 1]}
             rec["fix"] = fix if fix["side"] is not None else None
+            rec["wireshark"] = filters[j]
             docs.append(rec)
         return docs
 
@@ -237,6 +244,12 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
     cols = report_columns(f, det, origin_ns)
     capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
+    add_tcp_streams(cols["flows"], capture)
+    arr = relay.arrivals(f)
+    if len(arr["flow"]) > relay.MAX_ARRIVALS:
+        capture["warnings"].append(relay.relay_warning(len(arr["flow"])))
+        arr = None
+    cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
     return Report(capture, table(cols["flows"]), table(cols["stalls"]),
                   table(cols["endpoints"]), source=f)
 
@@ -255,7 +268,9 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
     # endpoints: the delayed ACKs of an endpoint are measured on the data it received
     proofs = det.nagle_off_proofs.reshape(-1, 2)
-    nagle = np.where(stall_n > 0, "on", np.where(proofs > 0, "off", "unknown")).astype(object)
+    flavour = det.flavour.reshape(-1, 2)
+    nagle = np.select([(stall_n > 0) | (flavour == "classic") | (flavour == "minshall"),
+                       proofs > 0], ["on", "off"], "unknown").astype(object)
     recv = lambda a: a.reshape(-1, 2)[:, ::-1]  # noqa: E731  per endpoint, from the peer's data
     timers = np.round(recv(det.late_ack_median_ms), 1)
     endpoints = {
@@ -264,6 +279,10 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         "endpoint": np.stack([fl["client"], fl["server"]], axis=1).reshape(-1),
         "nagle": nagle.reshape(-1),
         "nagle_off_evidence": proofs.reshape(-1),
+        "nagle_flavour": flavour.reshape(-1),
+        "not_classic_evidence": det.not_classic_proofs,
+        "held_behind_small": det.held_behind_small,
+        "held_behind_full": det.held_behind_full,
         "delayed_ack_ms": timers.reshape(-1),
         "delayed_acks": recv(det.late_acks).reshape(-1),
         "quick_acks": recv(det.quick_acks).reshape(-1),
@@ -274,6 +293,9 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
     duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
     lost_ms = stall_ns.sum(axis=1) / 1e6
+    hold_n = np.bincount(det.holds["flow"], minlength=nflows)
+    hold_ms = np.bincount(det.holds["flow"], weights=det.holds["stall_ns"], minlength=nflows) / 1e6
+    why_not = det.why_not.reshape(nflows, 2, len(REASONS)).sum(axis=1)
     retrans = np.bincount(f.seg["flow"][f.seg["retrans"]], minlength=nflows)
     keepalive = np.bincount(f.seg["flow"][f.seg["keepalive"]], minlength=nflows)
     flows = {
@@ -292,6 +314,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         "duration_without_stalls_s": np.round(np.maximum(duration - lost_ms / 1e3, 0.0), 6),
         "lost_share": np.round(np.divide(lost_ms / 1e3, duration, out=np.zeros(nflows),
                                          where=duration > 0), 4),
+        "nagle_holds": hold_n, "nagle_hold_ms": np.round(hold_ms, 3),
+        **{f"why_not_{r}": why_not[:, j] for j, r in enumerate(REASONS)},
     }
     fixes = {k: np.full(nflows, None, dtype=object) for k in _FIX_FIELDS}
     names = np.stack([fl["client"], fl["server"]], axis=1)
@@ -300,11 +324,16 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         timer = float(timers[i, 1 - k])
         fix = _fix(k, names[i, k], None if np.isnan(timer) else timer,
                    int(stall_n[i, k]), float(stall_ns[i, k]) / 1e6,
-                   bool(answered[i, k] * 2 >= stall_n[i, k]))
+                   bool(answered[i, k] * 2 >= stall_n[i, k]),
+                   _hold_note(int(hold_n[i]), float(hold_ms[i]), float(duration[i])))
         for name, v in fix.items():
             fixes[name][i] = v
     for name, v in fixes.items():
         flows[f"fix_{name}"] = v
+    # Wireshark frame numbers of each flow's first and last packet
+    frame = f.seg["frame"].astype(np.int64)
+    flows["first_frame"] = np.minimum.reduceat(frame, f.starts) if nflows else frame[:0]
+    flows["last_frame"] = np.maximum.reduceat(frame, f.starts) if nflows else frame[:0]
 
     order = np.lexsort((st["released_frame"], st["flow"]))
     sides = np.array(SIDES, dtype=object)
@@ -314,6 +343,7 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
                              fl["server"][st["flow"][order]]),
         "delay_ms": np.round(st["stall_ns"][order] / 1e6, 3),
         "held_bytes": st["held_bytes"][order], "small_bytes": st["small_bytes"][order],
+        "behind_full": st["behind_full"][order],
         "peer_ack_delay_ms": np.round(st["ack_delay_ns"][order] / 1e6, 3),
         "reaction_ms": np.round(st["reaction_ns"][order] / 1e6, 3),
         **{f"{k}_frame": st[f"{k}_frame"][order] for k in _STALL_POINTS},
@@ -332,12 +362,19 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     for name, col in columns.items():
         if name in _TABLE_ONLY:
             col = _utc(col)
-        elif name == "window_scale":
+        elif name in ("window_scale", "tcp_stream", "relay_upstream_flow"):
             known = col >= 0
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
         out[name] = col
     return settle_dtypes(pd.DataFrame(out, copy=False))
+
+
+def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
+    """Add the flows' Wireshark `tcp.stream` (-1: not computable exactly; NA in the table)
+    to the columns of all of a capture's flows (see `wireshark.tcp_streams`)."""
+    flows["tcp_stream"] = wireshark.tcp_streams(flows["first_frame"], flows["client"],
+                                                flows["server"], capture)
 
 
 def _reread(path: str, flows: pd.DataFrame) -> Flows:
@@ -442,8 +479,22 @@ def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, or
             "time_origin_ns": int(origin_ns)}
 
 
+HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are worth a mention
+
+
+def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
+    """A sentence on the Nagle holds without a delayed ACK of a flow, if they cost a
+    noticeable share of it; else ""."""
+    if not count or hold_ms < HOLD_SHARE * duration_s * 1e3:
+        return ""
+    share = 100 * hold_ms / (duration_s * 1e3)
+    return (f"Nagle also held {count} write{'s' if count != 1 else ''} for one round trip "
+            f"each without a delayed ACK (up to {hold_ms:.1f} ms, {share:.0f}% of the flow), "
+            f"which the same change saves.")
+
+
 def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-         one_message: bool) -> dict[str, str]:
+         one_message: bool, hold_note: str = "") -> dict[str, str]:
     """Who must change what, in one readable sentence."""
     side, peer = SIDES[k], SIDES[1 - k]
     timer_txt = f"~{timer:.0f} ms" if timer is not None else "its timer"
@@ -465,8 +516,54 @@ def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
         text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
                 f"small messages that must go at once: {cost}. Batching its small writes into "
                 f"full segments also avoids the wait; {quickack}.")
+    if hold_note:
+        text += " " + hold_note
     return {"side": side, "endpoint": endpoint, "action": action, "alternative": alternative,
             "text": text}
+
+
+def _nagle_text(e: dict[str, Any]) -> str:
+    """"on", "off" or "unknown", with the Nagle rule when the capture shows it."""
+    rule = e.get("nagle_flavour")
+    return f"{e['nagle']} ({rule} rule)" if rule in ("classic", "minshall") else e["nagle"]
+
+
+def _flow_notes(f: dict[str, Any]) -> list[str]:
+    """Lines on what was inferred, the Nagle holds and why late ACKs were not stalls."""
+    out = []
+    guessed = []
+    if f["roles"] == "guessed":
+        guessed.append("roles from the ports (no handshake)")
+    mss = {e["mss_from"] for e in f["endpoints"].values()}
+    if mss - {"syn"}:
+        how = "guessed" if "guessed" in mss else "inferred from repeated full segments"
+        guessed.append(f"MSS {how} (no SYN option)")
+    if f["rtt_ms"] is None:
+        guessed.append("round trips unknown (no handshake, no undelayed data/ACK pair)")
+    if guessed:
+        out.append("inferred: " + "; ".join(guessed))
+    if f["nagle_holds"]:
+        ms = f["nagle_hold_ms"]
+        share = ms / (1e3 * f["duration_s"]) if f["duration_s"] else 0.0
+        worth = (f", {100 * share:.0f}% of the flow: TCP_NODELAY on the sender, or one write "
+                 f"per message, saves them" if share >= HOLD_SHARE else "")
+        out.append(f"Nagle holds without a delayed ACK: {f['nagle_holds']} (one round trip "
+                   f"each, up to {ms:.{1 if ms >= 1 else 3}f} ms in all{worth}; not stalls)")
+    up = f.get("relay")
+    if up:
+        where = ("the message arrived whole and left split here: the relay must change"
+                 if up["split"] == "at-relay" else
+                 "the message arrived already split: look upstream")
+        out.append(f"relay: {up['out']} forwards what flow {up['upstream_flow']} brings to "
+                   f"{up['in']} ({up['stalls_matched']} stalls followed an arrival there); "
+                   f"{where}")
+    if f["why_not"] and not f["stalls"]:
+        n = sum(f["why_not"].values())
+        out.append(f"why no stall: {n} late ACK{'s' if n != 1 else ''} followed by the "
+                   f"sender's next small segment, ruled out as: " + "; ".join(
+                       f"{v} {k.replace('_', ' ')}"
+                       for k, v in sorted(f["why_not"].items(), key=lambda kv: -kv[1])))
+    return out
 
 
 def render_text(r: Report) -> str:
@@ -494,11 +591,12 @@ def render_text(r: Report) -> str:
                      f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                      f"without them ~{f['duration_without_stalls_s']:.3f} s")
         lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
+        lines += [f"  {x}" for x in _flow_notes(f)]
         for side in SIDES:
             e = f["endpoints"][side]
             da = (f"{e['delayed_ack_ms']:.1f} ms {timer_name(e['delayed_ack_ms'])}".rstrip()
                   if e["delayed_ack_ms"] is not None else "not seen")
-            lines.append(f"  {side} {e['endpoint']}: Nagle {e['nagle']}, delayed ACK {da}, "
+            lines.append(f"  {side} {e['endpoint']}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
                          f"quick ACKs {e['quick_acks']}")
         lines.append(f"  FIX: {f['fix']['text']}")
         ev = r.stall_docs(f["id"])
@@ -531,7 +629,8 @@ def render_text(r: Report) -> str:
             ce, se = f["endpoints"]["client"], f["endpoints"]["server"]
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  {f['packets']} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}, Nagle client "
-                         f"{ce['nagle']} / server {se['nagle']}")
+                         f"{_nagle_text(ce)} / server {_nagle_text(se)}")
+            lines += [f"        {x}" for x in _flow_notes(f)]
         if len(clean_ids) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {len(clean_ids) - TEXT_LISTED_FLOWS} more")
     return "\n".join(lines) + "\n"

@@ -38,7 +38,8 @@ from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
 from .pipeline import DEFAULT_GRACE_S
 from .read import CaptureInfo
-from .report import Report, capture_doc, report_columns, table
+from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
+from .report import Report, add_tcp_streams, capture_doc, report_columns, table
 
 # the decoded columns the analysis reads (SACK permission is not): held and gathered
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -151,6 +152,7 @@ class _Part:
     first_ns: np.ndarray
     first_frame: np.ndarray
     tcp_packets: int
+    arrivals: dict[str, np.ndarray]
     duplicates: int
 
 
@@ -200,7 +202,8 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: 
     flows = build_flows(cols, tuples)
     out = report_columns(flows, detect(flows), origin_ns)
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), flows.duplicates)
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), arrivals(flows),
+                 flows.duplicates)
 
 
 @dataclass
@@ -213,6 +216,8 @@ class _Parts:
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
     tcp_packets: int = 0
+    arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
+    arrival_count: int = 0
     duplicates: int = 0  # copies of packets build_flows dropped
 
 
@@ -401,6 +406,11 @@ class StreamAnalyzer:
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
         p.duplicates += part.duplicates
+        p.arrival_count += len(part.arrivals["flow"])
+        if p.arrivals is not None:  # kept for relay linking while there are not too many
+            p.arrivals.append(part.arrivals)
+            if p.arrival_count > MAX_ARRIVALS:
+                p.arrivals = None
 
     # ------------------------------------------------------------------ output
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
@@ -441,6 +451,15 @@ def _join(p: _Parts, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, flow_ids)
+    add_tcp_streams(flows, capture)
+    arr = None
+    if p.arrivals is None:
+        capture["warnings"].append(relay_warning(p.arrival_count))
+    else:
+        arr = {k: np.concatenate([a[k] for a in p.arrivals]) for k in p.arrivals[0]}
+        arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])
+        p.arrivals = []
+    flows.update(link(flows, stalls, arr))
     return Report(capture, table(flows), table(stalls), table(endpoints))
 
 

@@ -5,13 +5,15 @@ Every program is a real kernel TCP socket. Each one writes a JSON log (``--log``
 its own application-level timings (time.monotonic_ns), which is where the ground truth
 in ``<capture>.expected.json`` comes from.
 
-    apps.py echo-server   --port 8000 [--nodelay] [--quickack]
+    apps.py echo-server   --port 8000 [--nodelay] [--quickack] [--log-arrivals]
     apps.py echo-client   --dst IP --port 8000 --sport P --n 20 --mode split|coalesced [--nodelay]
+                          [--think-ms 40,45,50 (sleep between the two writes, cycled)]
     apps.py confirm-server --port 8000            (TCP_NODELAY, replies 19 B per 30 B message)
     apps.py confirm-client --dst IP --port 8000 --sport P --n 20
     apps.py backend       --port 8002             (answers each 164 B query once complete)
     apps.py proxy         --port 8001 --backend-port 8002 --sport P   (recv(128) -> send)
-    apps.py query-client  --dst IP --port 8001 --sport P --n 20
+                          [--backend-host IP] [--read-size 128] [--whole N (recv N, one send)]
+    apps.py query-client  --dst IP --port 8001 --sport P --n 20 [--query 164]
     apps.py split-server  --port 8000             (reply = write(20 B header); write(30 B body))
     apps.py req-client    --dst IP --port 8000 --sport P --n 20
     apps.py records-receiver --port 8000          (reads 96 B header + body records)
@@ -78,35 +80,48 @@ def echo_server(a):
     buf = b""
     lines = 0
     quickacks = 0
+    arrivals = []  # [absolute monotonic ms, bytes] per recv (same clock in every namespace)
     while True:
         if a.quickack:
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
         d = c.recv(4096)
+        t = NS()
         if a.quickack:
             # re-arm after every recv: the kernel clears quick-ack mode by itself
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             quickacks += 1
         if not d:
             break
+        if a.log_arrivals:
+            arrivals.append([ms(t), len(d)])
         buf += d
         while b"\r\n" in buf:
             line, buf = buf.split(b"\r\n", 1)
             c.sendall(line + b"\r\n")
             lines += 1
     c.close()
-    log_write(a.log, {"role": "echo-server", "peer": list(peer), "lines": lines,
-                      "nodelay": a.nodelay, "quickack": a.quickack})
+    doc = {"role": "echo-server", "peer": list(peer), "lines": lines,
+           "nodelay": a.nodelay, "quickack": a.quickack}
+    if a.log_arrivals:
+        doc["recv_at_abs_ms_len"] = arrivals
+    log_write(a.log, doc)
 
 
 def echo_client(a):
     s = connect(a.dst, a.port, a.sport, a.src, a.nodelay)
     head, body = b"hello ", b"world\r\n"
     lat = []
+    writes = []  # [head write, body write] absolute monotonic ms, per request
+    think = [float(x) for x in a.think_ms.split(",")] if a.think_ms else []
     for i in range(a.n):
         t0 = NS()
         if a.mode == "split":
             s.send(head)
+            if think:  # application think time between the two writes
+                time.sleep(think[i % len(think)] / 1000)
+            t1 = NS()
             s.send(body)
+            writes.append([ms(t0), ms(t1)])
         else:
             s.send(head + body)
         got = b""
@@ -119,8 +134,13 @@ def echo_client(a):
         if a.gap_ms:
             time.sleep(a.gap_ms / 1000)
     s.close()
-    log_write(a.log, {"role": "echo-client", "mode": a.mode, "nodelay": a.nodelay,
-                      "sport": a.sport, "latency_ms": [ms(x) for x in lat]})
+    doc = {"role": "echo-client", "mode": a.mode, "nodelay": a.nodelay,
+           "sport": a.sport, "latency_ms": [ms(x) for x in lat]}
+    if think:
+        doc["think_ms"] = [think[i % len(think)] for i in range(a.n)]
+    if writes and (think or a.log_arrivals):
+        doc["write_at_abs_ms"] = writes
+    log_write(a.log, doc)
 
 
 # ---------------------------------------------------------------- confirm (seed 002)
@@ -172,8 +192,8 @@ def backend(a):
         while True:
             t0 = None
             got = 0
-            while got < QUERY:
-                d = c.recv(QUERY - got)
+            while got < a.query:
+                d = c.recv(a.query - got)
                 if not d:
                     raise EOFError
                 if t0 is None:
@@ -200,7 +220,13 @@ def proxy(a):
         r, _, _ = select.select([c, b], [], [])
         for s in r:
             if s is c:
-                d = c.recv(128)  # the proxy's small buffer
+                if a.whole:  # read one whole message, forward it in one send()
+                    try:
+                        d = recv_exact(c, a.whole)
+                    except EOFError:
+                        d = b""
+                else:
+                    d = c.recv(a.read_size)  # the proxy's small buffer (128 B)
                 if not d:
                     open_ = False
                     break
@@ -214,7 +240,8 @@ def proxy(a):
                 c.sendall(d)
     b.close()
     c.close()
-    log_write(a.log, {"role": "proxy", "sport": a.sport, "client_read_sizes": reads})
+    log_write(a.log, {"role": "proxy", "sport": a.sport, "read_size": a.read_size,
+                      "whole": a.whole, "client_read_sizes": reads})
 
 
 def query_client(a):
@@ -222,7 +249,7 @@ def query_client(a):
     lat = []
     for i in range(a.n):
         t0 = NS()
-        s.send(b"Q" * QUERY)
+        s.send(b"Q" * a.query)
         recv_exact(s, ANSWER)
         lat.append(NS() - t0)
         if a.gap_ms:
@@ -388,6 +415,10 @@ def main():
     ap.add_argument("--log-arrivals", action="store_true")
     ap.add_argument("--bytes", type=int, default=1 << 20)
     ap.add_argument("--chunk", type=int, default=65536)
+    ap.add_argument("--think-ms", default="", help="comma list, cycled: sleep between writes")
+    ap.add_argument("--query", type=int, default=QUERY)
+    ap.add_argument("--read-size", type=int, default=128)
+    ap.add_argument("--whole", type=int, default=0)
     ap.add_argument("--log", default="")
     a = ap.parse_args()
     fn = globals()[a.cmd.replace("-", "_")]

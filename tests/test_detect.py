@@ -172,13 +172,42 @@ def test_single_stall_has_lower_confidence_than_a_repeated_one():
 
 
 def test_small_tail_after_a_full_segment_is_not_held_on_linux():
-    # Minshall's rule: only an unacknowledged *small* segment holds the next small one
+    # Minshall's rule: only an unacknowledged *small* segment holds the next small one. The
+    # capture shows the sender follows it: once it sent a tail while a full segment was
+    # still unacknowledged, which a classic-Nagle sender never does.
     conv = Conversation(C, SV, mss=1460)
     t = conv.handshake(0.0)
     conv.send("c", t + 1, 1460)
-    conv.ack("s", t + 41)
-    conv.send("c", t + 41.02, 500)
-    assert run(conv).stall_count == 0
+    conv.send("c", t + 1.01, 500)  # tail right behind the unacknowledged full segment
+    conv.ack("s", t + 1.1)
+    conv.send("c", t + 10, 1460)
+    conv.ack("s", t + 50)
+    conv.send("c", t + 50.02, 500)
+    r = run(conv)
+    assert r.stall_count == 0
+    fl = r.to_dict()["flows"][0]
+    assert fl["endpoints"]["client"]["not_classic_evidence"] == 1
+    assert fl["why_not"] == {"not_classic": 1}
+
+
+def test_tail_held_behind_a_lone_full_segment_is_a_classic_nagle_stall():
+    # the classic rule (Windows, BSD, embedded stacks): any unacknowledged data holds a
+    # small segment, so the tail of "one full segment + tail" waits for the delayed ACK
+    conv = Conversation(C, SV, mss=1460)
+    t = conv.handshake(0.0)
+    for _ in range(3):
+        conv.send("c", t + 1, 1460)
+        conv.ack("s", t + 41)
+        conv.send("c", t + 41.02, 500)
+        conv.send("s", t + 41.1, 64)  # the answer
+        t += 100
+    r = run(conv)
+    assert r.stall_count == 3
+    st = r.to_dict()["stalls"][0]
+    assert st["behind_full"] and st["small_bytes"] == 1460 and st["held_bytes"] == 500
+    client = r.to_dict()["flows"][0]["endpoints"]["client"]
+    assert client["nagle_flavour"] == "classic" and client["held_behind_full"] == 3
+    assert client["nagle"] == "on"
 
 
 def test_window_update_that_acknowledges_nothing_new_is_not_the_releasing_ack():
@@ -206,3 +235,88 @@ def test_grouped_median_is_what_pandas_gives_to_the_last_bit():
         assert np.array_equal(med, want.median().to_numpy())
         assert np.array_equal(count, want.size().to_numpy())
         assert np.array_equal(med[group_of], want.transform("median").to_numpy())
+
+
+def long_path(rtt: float = 200.0) -> Conversation:
+    """Captured at the client, the server `rtt` ms away (handshake says so)."""
+    conv = Conversation(C, SV)
+    conv.rows += [dict(t_ms=0, src=C, dst=SV, seq=1000, flags=0x02, mss=1460),
+                  dict(t_ms=rtt, src=SV, dst=C, seq=5000, ack=1001, flags=0x12, mss=1460),
+                  dict(t_ms=rtt + 0.05, src=C, dst=SV, seq=1001, ack=5001, flags=0x10)]
+    conv.nxt = {"c": 1001, "s": 5001}
+    return conv
+
+
+def test_on_a_long_path_the_ack_delay_is_what_the_path_does_not_explain():
+    # at the client, the server's 40 ms delayed ACK shows 200 + 40 ms after S1
+    conv = long_path(200.0)
+    t = 500.0
+    for _ in range(3):
+        t = echo_round(conv, t, delack=240.0, gap=200.0) + 300
+    r = run(conv)
+    assert r.stall_count == 3
+    st = r.to_dict()["stalls"][0]
+    assert abs(st["peer_ack_delay_ms"] - 40.0) < 0.1 and abs(st["delay_ms"] - 240.02) < 0.01
+
+
+def test_on_a_long_path_a_prompt_ack_is_a_nagle_hold_not_a_stall():
+    # think time 50 ms, then Nagle holds the second write until the ACK, one RTT after S1
+    conv = long_path(80.0)
+    t = 500.0
+    for _ in range(4):
+        conv.send("c", t, 6)
+        conv.ack("s", t + 80.0)
+        conv.send("c", t + 80.03, 7)
+        conv.send("s", t + 160.1, 13)
+        t += 400
+    r = run(conv)
+    fl = r.to_dict()["flows"][0]
+    assert r.stall_count == 0
+    assert fl["nagle_holds"] == 4 and abs(fl["nagle_hold_ms"] - 4 * 80.03) < 0.01
+    assert fl["why_not"] == {"nagle_hold": 4}
+
+
+def test_a_release_before_the_ack_could_arrive_is_not_a_stall():
+    # capture near the server, the client 40 ms away: S2 seen 1 ms after the ACK left the
+    # server cannot have been released by it
+    conv = Conversation(C, SV)
+    conv.rows += [dict(t_ms=0, src=C, dst=SV, seq=1000, flags=0x02, mss=1460),
+                  dict(t_ms=0.05, src=SV, dst=C, seq=5000, ack=1001, flags=0x12, mss=1460),
+                  dict(t_ms=40.05, src=C, dst=SV, seq=1001, ack=5001, flags=0x10)]
+    conv.nxt = {"c": 1001, "s": 5001}
+    conv.send("c", 100.0, 6)
+    conv.ack("s", 141.0)
+    conv.send("c", 142.0, 7)
+    fl = run(conv).to_dict()["flows"][0]
+    assert fl["stalls"] == 0 and fl["why_not"] == {"before_ack_could_arrive": 1}
+
+
+def test_a_sender_proven_to_have_nagle_off_is_never_held():
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 6)
+    conv.send("c", t + 1.01, 7)  # small while small unacked: Nagle off
+    conv.ack("s", t + 2)
+    echo_round(conv, t + 10)  # the shape of a stall, but the sender does not hold
+    r = run(conv)
+    fl = r.to_dict()["flows"][0]
+    assert r.stall_count == 0 and fl["why_not"] == {"nagle_off": 1}
+    assert fl["endpoints"]["client"]["nagle_flavour"] == "off"
+
+
+def ack_delay_boundary(delack_ms: float) -> dict:
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0, rtt_ms=0.0)
+    echo_round(conv, t + 10, delack=delack_ms)
+    return run(conv).to_dict()["flows"][0]
+
+
+def test_the_ack_delay_range_is_inclusive_at_25_and_600_ms():
+    from nagleprobe.detect import DELACK_MAX_MS, DELACK_MIN_MS
+    assert (DELACK_MIN_MS, DELACK_MAX_MS) == (25.0, 600.0)
+    assert ack_delay_boundary(25.0)["stalls"] == 1
+    assert ack_delay_boundary(600.0)["stalls"] == 1
+    below = ack_delay_boundary(24.9)
+    assert below["stalls"] == 0 and below["nagle_holds"] == 1 and below["why_not"] == {}
+    above = ack_delay_boundary(600.1)
+    assert above["stalls"] == 0 and above["why_not"] == {"delay_out_of_range": 1}

@@ -81,7 +81,7 @@ def test_retransmission_and_keepalive_are_recognised():
     assert f.seg["keepalive"][-1]
 
 
-def test_without_handshake_roles_are_guessed_from_ports_and_mss_inferred():
+def test_without_handshake_roles_are_guessed_from_ports_and_mss_guessed():
     conv = Conversation(C, SV)
     conv.send("c", 0.0, 100)
     conv.send("s", 0.2, 700)
@@ -89,12 +89,40 @@ def test_without_handshake_roles_are_guessed_from_ports_and_mss_inferred():
     f = build_flows(conv.columns())
     assert f.flow["roles"].tolist() == ["guessed"]
     assert f.flow["client"].tolist() == [C]
-    assert f.flow["mss_how"][0].tolist() == ["inferred", "inferred"]
-    assert f.flow["mss"][0].tolist() == [700, 700]
+    # one 700-byte segment may be a whole message: the MSS is guessed, not taken from it
+    assert f.flow["mss_how"][0].tolist() == ["guessed", "guessed"]
+    assert f.flow["mss"][0].tolist() == [1460, 1460]
     # RTT from data/ACK pairs: server acknowledged client data 0.2 ms later, client 0.1 ms
     assert f.flow["rtt_how"].tolist() == ["data/ACK pairs"]
     assert abs(f.flow["rtt_server_ms"][0] - 0.2) < 1e-9
     assert abs(f.flow["rtt_client_ms"][0] - 0.1) < 1e-9
+
+
+def test_without_syn_a_largest_segment_sent_again_and_again_is_the_mss():
+    conv = Conversation(C, SV)
+    for i in range(3):
+        conv.send("s", i * 1.0, 1448)
+    conv.send("s", 3.0, 200)
+    conv.ack("c", 3.3)
+    f = build_flows(conv.columns())
+    assert f.flow["mss_how"][0].tolist() == ["inferred", "inferred"]
+    assert f.flow["mss"][0].tolist() == [1448, 1448]
+
+
+def test_round_trips_skip_acks_that_may_be_delayed_and_keep_the_fastest():
+    """A pure ACK of one small segment 45 ms later may be a delayed ACK: it is not the path.
+    An ACK of two full segments must be sent at once, and an answer carries its ACK."""
+    conv = Conversation(C, SV, mss=1460)
+    conv.send("c", 0.0, 128)
+    conv.ack("s", 45.0)                  # possibly delayed: not a sample
+    assert build_flows(conv.columns()).flow["rtt_how"].tolist() == ["none"]
+    conv.send("c", 50.0, 1460)
+    conv.send("c", 50.1, 1460)
+    conv.ack("s", 50.9)                  # two full segments: 0.8 ms after the second
+    conv.send("c", 60.0, 100)
+    conv.send("s", 62.0, 300)            # the answer carries the ACK: 2 ms
+    f = build_flows(conv.columns())
+    assert abs(f.flow["rtt_server_ms"][0] - 0.8) < 1e-9
 
 
 def test_mss_from_syn_less_timestamp_option():

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import nagleprobe
+from nagleprobe.detect import FLAVOURS
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 FORMATS = SAMPLES / "formats"
@@ -34,6 +35,42 @@ def test_behaviour_sample_reports_the_ground_truth(truth_file):
     assert stalled["endpoints"][truth["held_side"]]["nagle"] == "on"
     measured = stalled["endpoints"][peer]["delayed_ack_ms"]
     assert measured == pytest.approx(truth["peer_delayed_ack_ms"], rel=0.15)
+
+
+@pytest.mark.parametrize("truth_file", [p for p in BEHAVIOUR if any(
+    k in json.loads(p.read_text()) for k in ("nagle_holds", "nagle_flavour", "roles"))],
+    ids=lambda p: p.name.split(".")[0])
+def test_behaviour_sample_reports_holds_nagle_rule_and_what_was_guessed(truth_file):
+    """Nagle holds without a delayed ACK counted exactly; the Nagle rule never contradicts
+    the sender's configuration, and a classic sender is recognised wherever the capture
+    shows a tail held behind a lone full segment; excerpts say roles were guessed."""
+    truth = json.loads(truth_file.read_text())
+    doc = nagleprobe.analyze(str(SAMPLES / truth["capture"])).to_dict()
+    if "nagle_holds" in truth:
+        assert sum(f["nagle_holds"] for f in doc["flows"]) == truth["nagle_holds"]
+    for side, want in truth.get("nagle_flavour", {}).items():
+        for f in doc["flows"]:
+            got = f["endpoints"][side]["nagle_flavour"]
+            allowed = {"classic": {"classic", "unknown"}, "off": {"off", "unknown"},
+                       "minshall": {"minshall", "unknown"}}.get(want, set(FLAVOURS))
+            assert got in allowed, (side, got)
+            if want == "classic" and any(s["behind_full"] for s in doc["stalls"]):
+                assert got == "classic"
+    if truth.get("roles") == "guessed":
+        assert {f["roles"] for f in doc["flows"]} == {"guessed"}
+
+
+@pytest.mark.parametrize("truth_file", BEHAVIOUR, ids=lambda p: p.name.split(".")[0])
+def test_a_relay_is_linked_to_the_flow_that_fed_it_and_nothing_else_is(truth_file):
+    """Proxies (seed 004) and a chain where only the second proxy splits: the held flow names
+    its upstream flow and where the split happened; no other flow of any sample is linked."""
+    truth = json.loads(truth_file.read_text())
+    doc = nagleprobe.analyze(str(SAMPLES / truth["capture"])).to_dict()
+    name = {f["id"]: f"{f['client']} -> {f['server']}" for f in doc["flows"]}
+    linked = {name[f["id"]]: (name[f["relay"]["upstream_flow"]], f["relay"]["split"])
+              for f in doc["flows"] if f["relay"]}
+    want = truth.get("relay")
+    assert linked == ({want["held_flow"]: (want["upstream_flow"], want["split"])} if want else {})
 
 
 @pytest.mark.parametrize("name", ["confirm_netns_client", "confirm_netns_server",

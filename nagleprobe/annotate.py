@@ -1,0 +1,327 @@
+"""A copy of a capture for Wireshark: pcapng, with a packet comment on the three frames of
+every stall and the verdicts in the section header's comment.
+
+    analyse (the usual streamed analysis) -> read the capture again, copying its records a
+    chunk at a time, adding an `opt_comment` to the frames that need one.
+
+* pcapng input is copied byte for byte (blocks of every kind, existing options and comments
+  kept); a commented packet block gets its options rewritten (existing ones kept, ours
+  appended) and its length fields updated; the first section header gets the verdicts as a
+  comment and its section length set to -1 (unknown), since the section grew. Simple Packet
+  Blocks cannot carry options: a stall frame stored as one stays without a comment (counted).
+* pcap input becomes one pcapng section with one interface (the pcap's link type and snap
+  length, `if_tsresol` 6 or 9 as the pcap's micro- or nanosecond timestamps) and one
+  Enhanced Packet Block per record, with the record's time, lengths and bytes. The blocks
+  are built with numpy a chunk at a time.
+
+Memory: the analysis's (bounded) plus, per stall, three frame numbers and their comments'
+row; the copying holds one reader chunk (32 MiB) and its blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
+
+import numpy as np
+
+from . import __version__
+from .errors import CaptureError
+from .read import PCAP_NS, PCAP_US, CaptureReader, open_uncompressed
+
+if TYPE_CHECKING:
+    from .report import Report
+
+BT_SHB, BT_IDB, BT_EPB, BT_PB, BT_SPB = 0x0A0D0D0A, 1, 6, 2, 3
+OPT_END, OPT_COMMENT, SHB_USERAPPL, IF_SNAPLEN, IF_TSRESOL = 0, 1, 4, 0, 9
+MAX_OPTION = 65535  # an option's length field is 16 bits
+SHB_LISTED_FLOWS = 200  # flows named one by one in the section header's comment
+ROLES = ("small", "ack", "released")
+COPY_PIECE = 1 << 20  # bytes copied at a time between commented pcapng blocks
+GROUP = 1 << 16  # pcap records converted at once (bounds numpy's temporaries)
+
+
+@dataclass
+class AnnotateResult:
+    """What `annotate` wrote."""
+
+    output: str
+    report: Report
+    packets: int  # packet records written
+    commented: int  # frames that got a comment
+    uncommentable: int  # stall frames stored as Simple Packet Blocks (no options possible)
+
+
+class _Comments:
+    """The comment texts of the stall frames, built when a frame is written (not held as
+    strings: a capture with a million stalls would need hundreds of MB for them)."""
+
+    def __init__(self, report: Report) -> None:
+        st = report.stalls
+        n = len(st)
+        flow = st["flow"].to_numpy()
+        # each stall's number within its flow (stalls are sorted by flow, then S2's frame)
+        first = np.r_[0, np.flatnonzero(flow[1:] != flow[:-1]) + 1] if n else np.zeros(0, int)
+        counts = np.diff(np.r_[first, n])
+        self.k = np.arange(n) - np.repeat(first, counts) + 1
+        self.of = np.repeat(counts, counts)
+        frames = np.concatenate([st[f"{r}_frame"].to_numpy() for r in ROLES]).astype(np.int64)
+        role = np.repeat(np.arange(3), n)
+        row = np.tile(np.arange(n), 3)
+        order = np.lexsort((role, frames))
+        self.frames, self.role, self.row = frames[order], role[order], row[order]
+        self.unique = np.unique(self.frames)
+        self.col = {c: st[c].to_numpy() for c in ("flow", "sender", "small_bytes", "delay_ms",
+                                                   "peer_ack_delay_ms", "held_bytes",
+                                                   "reaction_ms")}
+        fl = report.flows
+        self.fix = {int(i): (s, e, a) for i, s, e, a in zip(
+            fl["id"].tolist(), fl["fix_side"].tolist(), fl["fix_endpoint"].tolist(),
+            fl["fix_action"].tolist())}
+
+    def wanted(self, frames: np.ndarray) -> np.ndarray:
+        """Mask of the given frames that get comments."""
+        if not len(self.unique):
+            return np.zeros(len(frames), dtype=bool)
+        at = np.minimum(np.searchsorted(self.unique, frames), len(self.unique) - 1)
+        return self.unique[at] == frames
+
+    def texts(self, frames: np.ndarray) -> list[list[bytes]]:
+        """The comments of each of the given frames (one per stall it belongs to), UTF-8."""
+        lo = np.searchsorted(self.frames, frames, side="left")
+        hi = np.searchsorted(self.frames, frames, side="right")
+        j = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist())]
+                           or [np.zeros(0, np.int64)])
+        rows = self.row[j]
+        cols = {c: v[rows].tolist() for c, v in self.col.items()}
+        k, of = self.k[rows].tolist(), self.of[rows].tolist()
+        texts = [self._text(r, {c: v[i] for c, v in cols.items()}, k[i], of[i]).encode("utf-8")
+                 for i, r in enumerate(self.role[j].tolist())]
+        bounds = np.r_[0, np.cumsum(hi - lo)].tolist()
+        return [texts[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def _text(self, role: int, s: dict, k: int, of: int) -> str:
+        flow = int(s["flow"])
+        head = f"nagleprobe: stall {k} of {of} (flow {flow}): "
+        if role == 0:
+            side, endpoint, action = self.fix.get(flow, (None, None, None))
+            fix = f"; fix {side} {endpoint} {action}" if side else ""
+            return (f"{head}S1 small segment ({s['small_bytes']} B), the next data held "
+                    f"{s['delay_ms']:.1f} ms{fix}")
+        if role == 1:
+            peer = "server" if s["sender"] == "client" else "client"
+            return (f"{head}late pure ACK ({peer}'s delayed ACK, "
+                    f"{s['peer_ack_delay_ms']:.1f} ms)")
+        return (f"{head}S2 released ({s['held_bytes']} B, {s['delay_ms']:.1f} ms after S1, "
+                f"{s['reaction_ms']:.3f} ms after the ACK)")
+
+
+def capture_comment(report: Report) -> str:
+    """The section header's comment: the verdict and, per flow with stalls, its fix."""
+    lines = [f"nagleprobe {__version__}: {report.verdict()}"]
+    stalled = report.flows[report.flows["stalls"] > 0].sort_values(
+        ["stall_ms", "id"], ascending=[False, True])
+    for f in stalled.head(SHB_LISTED_FLOWS).to_dict("records"):
+        lines.append(f"flow {f['id']}: client {f['client']} -> server {f['server']}: "
+                     f"{f['stalls']} stalls, {f['stall_ms']:.1f} ms lost "
+                     f"({100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s); fix: "
+                     f"{f['fix_side']} {f['fix_endpoint']} {f['fix_action']}")
+    if len(stalled) > SHB_LISTED_FLOWS:
+        lines.append(f"... {len(stalled) - SHB_LISTED_FLOWS} more flows with stalls "
+                     "(nagleprobe analyze --format json lists them all)")
+    if len(stalled):
+        lines.append('The stall frames carry packet comments: display filter '
+                     'frame.comment contains "nagleprobe".')
+    return "\n".join(lines)
+
+
+def _option(code: int, value: bytes, e: str) -> bytes:
+    value = value[:MAX_OPTION]
+    return struct.pack(e + "HH", code, len(value)) + value + b"\0" * (-len(value) & 3)
+
+
+def _options_end(block: bytes, at: int, e: str) -> int:
+    """Where the options from `at` end, before their end-of-options marker (the block's
+    trailing length if they have none or do not parse: they are then kept whole)."""
+    end = len(block) - 4
+    p = at
+    while p + 4 <= end:
+        code, ln = struct.unpack_from(e + "HH", block, p)
+        if code == OPT_END:
+            return p
+        p += 4 + ln + (-ln & 3)
+    return end
+
+
+def _with_options(block: bytes, opts_at: int, extra: bytes, e: str,
+                  section_length_at: int | None = None) -> bytes:
+    """`block` with the options `extra` added after its own, lengths updated."""
+    keep = _options_end(block, opts_at, e)
+    body = bytearray(block[:keep] + extra + b"\0\0\0\0")
+    total = len(body) + 4
+    struct.pack_into(e + "I", body, 4, total)
+    if section_length_at is not None:
+        struct.pack_into(e + "q", body, section_length_at, -1)
+    return bytes(body) + struct.pack(e + "I", total)
+
+
+def annotate(path: str, output: str, report: Report | None = None, *,
+             strict: bool = False) -> AnnotateResult:
+    """Write `output` (pcapng): the capture `path` with comments on every stall's frames and
+    the verdicts in the section header. `report`: its analysis, if already made."""
+    if path == "-":
+        raise CaptureError(path, "annotate reads the capture twice: give a file, not "
+                           "standard input")
+    if report is None:
+        from .pipeline import analyze
+
+        report = analyze(path, strict=strict)
+    comments = _Comments(report)
+    reader = CaptureReader(path, strict=strict)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as out:
+            if reader.info.format == "pcap":
+                packets, commented, spb = _pcap_to_pcapng(path, reader, out, comments, report)
+            else:
+                packets, commented, spb = _copy_pcapng(path, reader, out, comments, report)
+        os.replace(tmp, output)
+    finally:
+        reader.close()
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return AnnotateResult(output, report, packets, commented, spb)
+
+
+# ------------------------------------------------------------------ pcap -> pcapng
+def _pcap_to_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Comments,
+                    report: Report) -> tuple[int, int, int]:
+    with open_uncompressed(path) as raw:
+        head = raw.read(24)
+    magic = int.from_bytes(head[:4], "little")
+    big = magic not in (PCAP_US, PCAP_NS)
+    ns = int.from_bytes(head[:4], "big" if big else "little") == PCAP_NS
+    snaplen, network = struct.unpack((">" if big else "<") + "II", head[16:24])
+    e = "<"
+    shb_opts = (_option(OPT_COMMENT, capture_comment(report).encode("utf-8"), e)
+                + _option(SHB_USERAPPL, f"nagleprobe {__version__}".encode(), e))
+    shb = struct.pack(e + "IIIHHq", BT_SHB, 0, 0x1A2B3C4D, 1, 0, -1) + shb_opts + b"\0" * 4
+    idb = (struct.pack(e + "IIHHI", BT_IDB, 0, network & 0xFFFF, 0, snaplen)
+           + _option(IF_TSRESOL, bytes([9 if ns else 6]), e) + b"\0" * 4)
+    for block in (shb, idb):
+        n = len(block) + 4
+        out.write(block[:4] + struct.pack(e + "I", n) + block[8:] + struct.pack(e + "I", n))
+    div = 1 if ns else 1000
+    packets = commented = 0
+    for batch in reader:
+        for a in range(0, len(batch), GROUP):
+            sl = slice(a, a + GROUP)
+            frame = batch.frame[sl]
+            want = np.flatnonzero(comments.wanted(frame))
+            extra = [b"".join(_option(OPT_COMMENT, t, e) for t in texts)
+                     for texts in comments.texts(frame[want])]
+            out.write(_epbs(batch.data, batch.offset[sl], batch.caplen[sl], batch.wirelen[sl],
+                            batch.ts_ns[sl] // div, want, extra))
+            packets += len(frame)
+            commented += len(want)
+    return packets, commented, 0
+
+
+def _epbs(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirelen: np.ndarray,
+          units: np.ndarray, want: np.ndarray, extra: list[bytes]) -> memoryview:
+    """Enhanced Packet Blocks (little-endian, interface 0) of the records whose bytes are at
+    `offset` in `data`; records `want` get the options `extra` (plus an end marker)."""
+    k = len(offset)
+    opt = np.zeros(k, dtype=np.int64)
+    opt[want] = [len(x) + 4 for x in extra]
+    blen = 32 + caplen + (-caplen & 3) + opt
+    at = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(blen, out=at[1:])
+    out = np.zeros(int(at[-1]), dtype=np.uint8)
+    if not k:
+        return memoryview(out)
+    words = out.view("<u4")
+    w = at[:-1] >> 2
+    words[w] = BT_EPB
+    words[w + 1] = blen
+    words[w + 3] = units >> 32
+    words[w + 4] = units & 0xFFFFFFFF
+    words[w + 5] = caplen
+    words[w + 6] = wirelen
+    words[(at[1:] >> 2) - 1] = blen
+    # the packet bytes: the same runs of bytes, at other places (one masked copy; the masks
+    # repeat an in/out pattern by the runs' lengths)
+    lo = int(offset[0])
+    hi = int(offset[-1] + caplen[-1])
+    gaps = np.r_[0, offset[1:] - (offset[:-1] + caplen[:-1])]
+    src = np.repeat(np.tile([False, True], k), np.stack([gaps, caplen], axis=1).reshape(-1))
+    dst = np.repeat(np.tile([False, True, False], k),
+                    np.stack([np.full(k, 28), caplen, blen - 28 - caplen], axis=1).reshape(-1))
+    out[dst] = data[lo:hi][src]
+    for i, x in zip(want.tolist(), extra):
+        p = int(at[i] + 28 + caplen[i] + (-caplen[i] & 3))
+        out[p:p + len(x)] = np.frombuffer(x, dtype=np.uint8)
+    return memoryview(out)
+
+
+# ------------------------------------------------------------------ pcapng -> pcapng
+def _copy_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Comments,
+                 report: Report) -> tuple[int, int, int]:
+    # where the stall frames' blocks start (the reader finds them; the copy then needs no
+    # parsing of its own but for those blocks and the first section header)
+    starts, frames = [], []
+    packets = 0
+    for batch in reader:
+        m = np.flatnonzero(comments.wanted(batch.frame))
+        starts.append(batch.start[m])
+        frames.append(batch.frame[m])
+        packets += len(batch)
+    at = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    fr = np.concatenate(frames) if frames else np.zeros(0, np.int64)
+    commented = spb = 0
+    with open_uncompressed(path) as raw:
+        pos = _copy_first_shb(raw, out, capture_comment(report))
+        texts: list[list[bytes]] = []
+        for i, p in enumerate(at.tolist()):
+            if i % GROUP == 0:  # the comments of the next GROUP frames
+                texts = comments.texts(fr[i:i + GROUP])
+            _copy(raw, out, p - pos)
+            head = raw.read(8)
+            e = "<" if int.from_bytes(head[:4], "little") in (BT_EPB, BT_PB, BT_SPB) else ">"
+            btype, blen = struct.unpack(e + "II", head)
+            block = head + raw.read(blen - 8)
+            pos = p + blen
+            if btype == BT_SPB:  # no options in a Simple Packet Block
+                out.write(block)
+                spb += 1
+                continue
+            caplen = struct.unpack_from(e + "I", block, 20)[0]
+            extra = b"".join(_option(OPT_COMMENT, t, e) for t in texts[i % GROUP])
+            out.write(_with_options(block, 28 + caplen + (-caplen & 3), extra, e))
+            commented += 1
+        _copy(raw, out, None)
+    return packets, commented, spb
+
+
+def _copy_first_shb(raw: BinaryIO, out: BinaryIO, comment: str) -> int:
+    """Copy the first section header with `comment` added; the input offset after it."""
+    head = raw.read(12)
+    e = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+    blen = struct.unpack_from(e + "I", head, 4)[0]
+    block = head + raw.read(blen - 12)
+    out.write(_with_options(block, 24, _option(OPT_COMMENT, comment.encode("utf-8"), e), e,
+                            section_length_at=16))
+    return blen
+
+
+def _copy(raw: BinaryIO, out: BinaryIO, n: int | None) -> None:
+    """Copy n bytes (all that is left if None) from raw to out."""
+    while n is None or n > 0:
+        piece = raw.read(COPY_PIECE if n is None else min(n, COPY_PIECE))
+        if not piece:
+            return
+        out.write(piece)
+        if n is not None:
+            n -= len(piece)

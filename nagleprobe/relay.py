@@ -1,0 +1,118 @@
+"""Relays and proxy chains: which flow brought the data that a stalled sender split.
+
+A proxy, sidecar or pooler receives a message on one connection and sends it on another.
+When the sender held by Nagle on a flow F is such a relay, the message came in on an
+upstream flow U at the same host (the same address, or both at the capture point) just
+before F's small segment S1 left, in the other role
+(received as a server, sent as a client, or the reverse). The bytes tell where the message
+was split: it arrived whole (one segment of S1 + S2 bytes) and left split, so the relay must
+change; or it arrived already split (a segment of S1's bytes), so look upstream. Only exact
+byte counts, within RELAY_WINDOW_MS, repeated on at least half of F's stalls, link two flows:
+a busy host receives unrelated data all the time.
+
+`arrivals` keeps the few columns this needs of every new data segment of a batch; `link`
+joins them with the stalls once all flows are known.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .flows import NEAR_MS, Flows
+
+RELAY_WINDOW_MS = 1.0  # a relay forwards what it read within this (loopback: microseconds)
+LOOK_BACK = 8  # arrivals at the host examined before each S1, latest first
+MAX_ARRIVALS = 2_000_000  # data segments kept for linking (16 bytes each); beyond, no linking
+RELAY_COLUMNS = ("relay_upstream_flow", "relay_in", "relay_out", "relay_split",
+                 "relay_stalls_matched")
+
+
+def arrivals(f: Flows) -> dict[str, np.ndarray]:
+    """Every new data segment of the flows: flow, direction, time, payload."""
+    s = f.seg
+    r = np.flatnonzero(s["new_data"])
+    return {"flow": s["flow"][r], "dir": s["dir"][r].astype(np.int8),
+            "ts_ns": s["ts_ns"][r], "payload": s["payload"][r].astype(np.int32)}
+
+
+def relay_warning(count: int) -> str:
+    """The capture warning when there were too many data segments to link relays."""
+    return (f"relays were not linked: {count} data segments, more than the "
+            f"{MAX_ARRIVALS} kept for it (analyse an excerpt of the capture to link them)")
+
+
+def no_relays(nflows: int) -> dict[str, np.ndarray]:
+    """The relay columns of flows that feed no stall (upstream flow -1)."""
+    none = np.full(nflows, None, dtype=object)
+    return {"relay_upstream_flow": np.full(nflows, -1, dtype=np.int64), "relay_in": none,
+            "relay_out": none.copy(), "relay_split": none.copy(),
+            "relay_stalls_matched": np.zeros(nflows, dtype=np.int64)}
+
+
+def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
+         arr: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """The relay columns of the flows table (`report_columns` shapes: flows with client and
+    server "ip:port", stalls with flow, sender, small_time (epoch ns), small_bytes,
+    held_bytes); `arr` the arrivals of all flows, with the same flow ids."""
+    nflows = len(flows["client"])
+    out = no_relays(nflows)
+    if arr is None or not len(stalls["flow"]) or not len(arr["flow"]):
+        return out
+    ends = np.stack([flows["client"], flows["server"]], axis=1).astype(object)  # [flow, side]
+    addr_of = np.unique(pd.Series(ends.reshape(-1)).str.rsplit(":", n=1).str[0]
+                        .to_numpy(dtype=object), return_inverse=True)[1].reshape(nflows, 2)
+    # endpoints at the capture point are on one host, whatever their address (a proxy with
+    # one address towards its clients and another towards its servers, captured on it)
+    near = np.stack([flows["rtt_client_ms"], flows["rtt_server_ms"]], axis=1) <= NEAR_MS
+    at_capture = np.where(near, 0, np.arange(1, 2 * nflows + 1).reshape(nflows, 2))
+
+    recv_side = 1 - arr["dir"].astype(np.int64)  # data of dir d is received by side 1 - d
+    sent_side = (stalls["sender"] == "server").astype(np.int64)
+    s_flow = stalls["flow"]
+    s1, whole = stalls["small_bytes"], stalls["small_bytes"] + stalls["held_bytes"]
+    match = np.full(len(s_flow), -1, dtype=np.int64)  # the upstream arrival of each stall
+    for host_of in (addr_of, at_capture):
+        _match(host_of[arr["flow"], recv_side], arr, recv_side,
+               host_of[s_flow, sent_side], stalls["small_time"], s_flow, sent_side, s1, whole,
+               match)
+    a_flow, a_side, a_pay = arr["flow"], recv_side, arr["payload"]
+    for fid in np.unique(s_flow[match >= 0]).tolist():
+        mine = np.flatnonzero(s_flow == fid)
+        got = mine[match[mine] >= 0]
+        up_of = a_flow[match[got]]
+        ups, counts = np.unique(up_of, return_counts=True)
+        best = int(np.argmax(counts))
+        if 2 * counts[best] < len(mine):
+            continue  # not one upstream flow for most of the stalls
+        got = got[up_of == ups[best]]
+        arrived_whole = int(np.count_nonzero(a_pay[match[got]] == whole[got]))
+        out["relay_upstream_flow"][fid] = int(ups[best])
+        out["relay_in"][fid] = ends[ups[best], int(a_side[match[got[0]]])]
+        out["relay_out"][fid] = ends[fid, int(sent_side[got[0]])]
+        out["relay_split"][fid] = "at-relay" if 2 * arrived_whole >= len(got) else "upstream"
+        out["relay_stalls_matched"][fid] = len(got)
+    return out
+
+
+def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
+           s_host: np.ndarray, s_ts: np.ndarray, s_flow: np.ndarray, sent_side: np.ndarray,
+           s1: np.ndarray, whole: np.ndarray, match: np.ndarray) -> None:
+    """For each stall not yet matched, the latest arrival at its sender's host (as `a_host`
+    and `s_host` name hosts) that can have fed it: within the window before S1, on another
+    flow, received in the other role, of S1's or S1 + S2's bytes. Sets `match` (arrival
+    row, -1 if none)."""
+    order = np.lexsort((arr["ts_ns"], a_host))
+    a_host, a_ts, a_flow = a_host[order], arr["ts_ns"][order], arr["flow"][order]
+    a_side, a_pay = a_side[order], arr["payload"][order]
+    for h in np.unique(s_host[match < 0]).tolist():
+        mine = np.flatnonzero((s_host == h) & (match < 0))
+        lo, hi = np.searchsorted(a_host, [h, h + 1])
+        pos = lo + np.searchsorted(a_ts[lo:hi], s_ts[mine], side="right")  # first after S1
+        for back in range(1, LOOK_BACK + 1):
+            j = pos - back
+            jj = np.maximum(j, 0)
+            hit = ((match[mine] < 0) & (j >= lo) & (s_ts[mine] - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
+                   & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
+                   & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
+            match[mine[hit]] = order[jj[hit]]

@@ -1,0 +1,122 @@
+"""Wireshark display filters for the flows and stalls of a report (one place for the text,
+JSON, HTML and notebook views).
+
+* A flow: `tcp.stream eq N` when N can be computed exactly as Wireshark numbers TCP
+  conversations (see `tcp_streams`), else the address/port filter of its two endpoints
+  limited to its first..last frame (`ip.addr==A && tcp.port==P && ip.addr==B &&
+  tcp.port==Q && frame.number >= F && frame.number <= L`, `ipv6.addr` for IPv6).
+* Its stalls: `frame.number in {10,11,12,...}` (S1, late ACK and S2 of every stall; commas
+  as Wireshark 4 wants them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .report import Report
+
+
+def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
+                capture: dict[str, Any]) -> np.ndarray:
+    """Wireshark's `tcp.stream` of each flow, -1 where it cannot be computed exactly.
+
+    Wireshark numbers TCP conversations 0, 1, ... in the order of their first frame, one per
+    4-tuple until a new SYN reuses one. So the number of a flow is its rank by first frame,
+    exactly, when every TCP packet Wireshark sees is in a flow (nothing skipped, no damage
+    or late packets: `capture["skipped"]` and `capture["warnings"]` empty) and no earlier
+    flow is a second connection on a reused 4-tuple (whose split may follow other rules in
+    other Wireshark versions): flows from the first such one on get -1.
+    """
+    n = len(first_frame)
+    out = np.full(n, -1, dtype=np.int64)
+    if not n or capture.get("skipped") or capture.get("warnings"):
+        return out
+    order = np.argsort(first_frame, kind="stable")
+    seen: set[tuple[str, str]] = set()
+    for rank, i in enumerate(order.tolist()):
+        a, b = str(client[i]), str(server[i])
+        key = (a, b) if a <= b else (b, a)
+        if key in seen:
+            break
+        seen.add(key)
+        out[i] = rank
+    return out
+
+
+def _endpoint(text: str) -> tuple[str, str, int]:
+    """("ip.addr" or "ipv6.addr", address, port) of "ip:port" / "[ipv6]:port"."""
+    addr, port = text.rsplit(":", 1)
+    v6 = addr.startswith("[")
+    return ("ipv6.addr" if v6 else "ip.addr"), addr.strip("[]"), int(port)
+
+
+def flow_filter(client: str, server: str, tcp_stream: int | None, first_frame: int,
+                last_frame: int) -> str:
+    """The display filter that selects one flow."""
+    if tcp_stream is not None and tcp_stream >= 0:
+        return f"tcp.stream eq {tcp_stream}"
+    fa, a, p = _endpoint(client)
+    fb, b, q = _endpoint(server)
+    return (f"{fa}=={a} && tcp.port=={p} && {fb}=={b} && tcp.port=={q} && "
+            f"frame.number >= {first_frame} && frame.number <= {last_frame}")
+
+
+def frames_filter(frames: np.ndarray | list[int]) -> str | None:
+    """`frame.number in {...}` of the given frames (sorted, each once); None for none."""
+    u = np.unique(np.asarray(frames, dtype=np.int64))
+    if not len(u):
+        return None
+    return "frame.number in {" + ",".join(map(str, u.tolist())) + "}"
+
+
+def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
+                ) -> list[dict[str, str | None]]:
+    """Per flow (all, or the given ids, in that order): {"flow_filter", "stall_frames_filter"
+    (None without stalls)}, as the JSON document, the HTML report and the notebook give
+    them."""
+    fl = report.flows if ids is None else report.flows.loc[list(ids)]
+    sel = fl["id"].to_numpy()
+    st = report.stalls
+    mine = st["flow"].isin(sel).to_numpy() if len(sel) < len(report.flows) else slice(None)
+    flow = np.tile(st["flow"].to_numpy()[mine], 3)
+    frames = np.concatenate([st[f"{k}_frame"].to_numpy()[mine]
+                             for k in ("small", "ack", "released")])
+    order = np.lexsort((frames, flow))
+    flow, frames = flow[order], frames[order]
+    bounds = np.searchsorted(flow, sel, side="left"), np.searchsorted(flow, sel, side="right")
+    streams = (fl["tcp_stream"].to_numpy(dtype=np.int64, na_value=-1)
+               if "tcp_stream" in fl.columns else np.full(len(fl), -1))
+    docs = []
+    for j, (c, s, ff, lf) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
+                                           fl["first_frame"].tolist(),
+                                           fl["last_frame"].tolist())):
+        docs.append({"flow_filter": flow_filter(c, s, int(streams[j]), ff, lf),
+                     "stall_frames_filter": frames_filter(
+                         frames[bounds[0][j]:bounds[1][j]])})
+    return docs
+
+
+def render_filters(report: Report) -> str:
+    """`analyze --format wireshark`: per flow with stalls, a filter for the flow and one for
+    its stall frames, ready to paste into Wireshark's display filter bar."""
+    c = report.capture
+    stalled = report.flows[report.flows["stalls"] > 0]
+    lines = [f"{c['path']}: {report.verdict()}"]
+    if c["warnings"]:
+        lines.append("warning: the capture is damaged; frame numbers after the damage may "
+                     "differ from Wireshark's")
+    if not len(stalled):
+        return "\n".join(lines) + "\n"
+    lines.append("Wireshark display filters (paste into the display filter bar; frame numbers "
+                 "as Wireshark counts them):")
+    docs = filter_docs(report, stalled["id"].tolist())
+    for f, d in zip(stalled.to_dict("records"), docs):
+        lines.append("")
+        lines.append(f"flow {f['id']}: client {f['client']} -> server {f['server']}: "
+                     f"{f['stalls']} stalls, {f['stall_ms']:.1f} ms lost")
+        lines.append(f"  flow:   {d['flow_filter']}")
+        lines.append(f"  stalls: {d['stall_frames_filter']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,55 @@
+"""docs/DETECTION.md states the rule's thresholds: each is the code's, and the compiled
+chain holds no copy of any (it finds the coupled candidates; detect.py applies every
+threshold)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from nagleprobe import detect, flows, relay, report
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "docs" / "DETECTION.md").read_text()
+HOMES = (detect, flows, relay, report)
+
+
+def stated() -> dict[str, str]:
+    table = PAGE.split("## Thresholds", 1)[1]
+    return dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", table, flags=re.M))
+
+
+def constant(name: str):
+    homes = [m for m in HOMES if hasattr(m, name)]
+    assert homes, f"{name} is stated in docs/DETECTION.md but defined nowhere"
+    return getattr(homes[0], name)
+
+
+@pytest.mark.parametrize("name", sorted(stated()))
+def test_every_threshold_on_the_page_is_the_codes(name):
+    value = constant(name)
+    want = [float(x) for x in stated()[name].split(",")]
+    got = [float(x) for x in (value if isinstance(value, tuple) else (value,))]
+    assert got == want, name
+
+
+def test_every_constant_the_page_names_in_the_text_is_in_its_table():
+    named = {n for n in re.findall(r"`([A-Z][A-Z_]+[A-Z])`", PAGE)
+             if not n.startswith(("TCP_", "MSG_"))}  # socket options, not thresholds
+    assert named <= set(stated()), named - set(stated())
+
+
+def test_the_compiled_chain_copies_no_threshold():
+    source = (ROOT / "nagleprobe" / "_detect.c").read_text()
+    defines = re.findall(r"#define\s+(\w+)", source)
+    assert set(defines) == {"PY_SSIZE_T_CLEAN", "FIN", "SYN", "RST", "ACK", "NIN", "NOUT"}
+    assert not re.search(r"\d+e\d|\d{4,}", source.split("PyMODINIT_FUNC")[0])
+
+
+def test_every_why_not_reason_is_explained_on_the_page():
+    for reason in detect.REASONS:
+        assert f"| `{reason}` |" in PAGE, reason
+
+
+def test_the_readme_links_the_page():
+    assert "docs/DETECTION.md" in (ROOT / "README.md").read_text()
