@@ -195,12 +195,13 @@ def test_every_packet_seen_twice_gives_the_same_analysis_with_the_copies_counted
     assert whole.capture["packets"] == 2 * n
     assert whole.capture["skipped"] == {**once.capture["skipped"], "duplicate": n}
     assert whole.capture["tcp_packets"] == once.capture["tcp_packets"]
-    pd.testing.assert_frame_equal(whole.flows, once.flows)
     pd.testing.assert_frame_equal(whole.endpoints, once.endpoints)
-    want = once.stalls.copy()
-    for col in ("small_frame", "ack_frame", "released_frame"):
-        want[col] = np.array([frame_of[f] for f in want[col]], dtype=np.int64)
-    pd.testing.assert_frame_equal(whole.stalls, want)
+    # tcp_stream is left out: wireshark.tcp_streams gives none when anything was skipped
+    flows = (whole.flows.drop(columns="tcp_stream"), once.flows.drop(columns="tcp_stream"))
+    for got, want in (flows, (whole.stalls, once.stalls.copy())):
+        for col in [c for c in want.columns if c.endswith("_frame")]:
+            want[col] = np.array([frame_of[f] for f in want[col]], dtype=np.int64)
+        pd.testing.assert_frame_equal(got, want)
     assert len(once.stalls) == {"echo_split_lo.pcap": 19, "proxy_any.pcap": 19}.get(name, 0)
     assert analyze(str(path)).to_json() == whole.to_json()
     assert stream(path, grace_s=0.05, batch_rows=1)[0].to_json() == whole.to_json()
