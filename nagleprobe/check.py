@@ -29,10 +29,17 @@ EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annot
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
 ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture
+TEXT_WARNINGS = 5  # capture warnings shown per capture in the text verdict
 VERDICT_WORDS = {ExitStatus.OK: "PASS", ExitStatus.STALLS_FOUND: "FAIL",
-                 ExitStatus.BAD_CAPTURE: "ERROR", ExitStatus.INTERNAL: "ERROR"}
+                 ExitStatus.EMPTY: "EMPTY", ExitStatus.BAD_CAPTURE: "ERROR",
+                 ExitStatus.INTERNAL: "ERROR"}
 STATUS_NAMES = {ExitStatus.OK: "pass", ExitStatus.STALLS_FOUND: "fail",
-                ExitStatus.BAD_CAPTURE: "unreadable", ExitStatus.INTERNAL: "internal-error"}
+                ExitStatus.EMPTY: "empty", ExitStatus.BAD_CAPTURE: "unreadable",
+                ExitStatus.INTERNAL: "internal-error"}
+# the exit status of several captures is the most severe verdict, least severe first: a gate
+# that checked nothing (empty) or could not read a file must not look like a budget failure
+SEVERITY = (ExitStatus.OK, ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus.BAD_CAPTURE,
+            ExitStatus.INTERNAL)
 
 
 class BudgetError(ValueError):
@@ -57,6 +64,7 @@ class Budget:
     min_confidence: float = 0.0
     ports: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
+    allow_empty: bool = False  # a capture with no TCP flow to check passes instead of EMPTY
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -96,6 +104,8 @@ class Budget:
             parts.append("port " + "/".join(map(str, self.ports)))
         if self.hosts:
             parts.append("host " + "/".join(self.hosts))
+        if self.allow_empty:
+            parts.append("empty captures allowed")
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -110,7 +120,8 @@ class Budget:
 
 CONFIG_KEYS = {"max-stalls": "max_stalls", "max-stall-ms": "max_stall_ms",
                "max-lost-share": "max_lost_share", "min-confidence": "min_confidence",
-               "port": "ports", "ports": "ports", "host": "hosts", "hosts": "hosts"}
+               "port": "ports", "ports": "ports", "host": "hosts", "hosts": "hosts",
+               "allow-empty": "allow_empty"}
 
 
 def parse_host(text: str) -> str:
@@ -145,6 +156,8 @@ def _validate(b: Budget) -> None:
         if not isinstance(h, str):
             raise bad("hosts", f"must be IP addresses or networks, not {h!r}")
         parse_host(h)
+    if not isinstance(b.allow_empty, bool):
+        raise bad("allow_empty", f"must be true or false, not {b.allow_empty!r}")
 
 
 def budget_from_mapping(table: Mapping[str, Any], source: str) -> Budget:
@@ -245,6 +258,7 @@ class CaptureVerdict:
     ignored_stalls: int = 0  # below min_confidence, in selected flows
     seconds: float = 0.0
     document: dict[str, Any] | None = None  # the analyze JSON document, when asked for
+    warnings: list[str] = field(default_factory=list)  # the capture's damage, as read
 
     @property
     def passed(self) -> bool:
@@ -260,7 +274,7 @@ class CaptureVerdict:
                 "reasons": list(self.reasons), "error": self.error,
                 "flows_selected": self.flows_selected, "stalls": self.stalls,
                 "stall_ms": self.stall_ms, "ignored_stalls": self.ignored_stalls,
-                "flows": [f.to_dict() for f in self.flows]}
+                "flows": [f.to_dict() for f in self.flows], "warnings": list(self.warnings)}
 
 
 def _endpoint_parts(endpoint: str) -> tuple[str, int]:
@@ -328,7 +342,22 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
                          f"{_num(budget.max_lost_share)}% lost-share budget")
     if v.failing_flows:
         v.status = ExitStatus.STALLS_FOUND
+    if not chosen and not budget.allow_empty:
+        v.status = ExitStatus.EMPTY
+        v.reasons.append("no TCP flow in the capture" if not len(fl) else
+                         f"none of its {len(fl)} TCP flow{_s(len(fl))} selected by "
+                         f"{_selection(budget)}")
+    v.warnings = list(report.capture.get("warnings", []))
     return v
+
+
+def _selection(budget: Budget) -> str:
+    parts = []
+    if budget.ports:
+        parts.append("port " + "/".join(map(str, budget.ports)))
+    if budget.hosts:
+        parts.append("host " + "/".join(budget.hosts))
+    return " and ".join(parts)
 
 
 def _evidence(rows: Any) -> list[dict[str, Any]]:
@@ -339,13 +368,16 @@ def _evidence(rows: Any) -> list[dict[str, Any]]:
              "confidence": float(r["confidence"])} for r in rows.to_dict("records")]
 
 
-def check_capture(path: str, budget: Budget, with_document: bool = False) -> CaptureVerdict:
-    """Analyse one capture and evaluate it; never raises for a bad file (see `status`)."""
+def check_capture(path: str, budget: Budget, with_document: bool = False,
+                  strict: bool = False) -> CaptureVerdict:
+    """Analyse one capture and evaluate it; never raises for a bad file (see `status`).
+    `strict`: a damaged capture (a warning while reading) is unreadable, as `analyze
+    --strict` has it."""
     from .pipeline import analyze  # the worker's import, kept out of `import nagleprobe.check`
 
     t0 = time.perf_counter()
     try:
-        report = analyze(path)
+        report = analyze(path, strict=strict)
         v = evaluate(report, budget, path)
         if with_document:
             v.document = json.loads(report.to_json())
@@ -421,8 +453,9 @@ class CheckRun:
 
     @property
     def status(self) -> ExitStatus:
-        """Most severe first: internal error 4 > unreadable 3 > over budget 1 > ok 0."""
-        return max((v.status for v in self.verdicts), default=ExitStatus.OK)
+        """Most severe first: internal error 4 > unreadable 3 > empty 6 > over budget 1 >
+        ok 0 (SEVERITY)."""
+        return max((v.status for v in self.verdicts), key=SEVERITY.index, default=ExitStatus.OK)
 
     @property
     def passed(self) -> bool:
@@ -443,7 +476,8 @@ class CheckRun:
 
 
 def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None = None,
-              with_documents: bool = False, config: str | None = None) -> CheckRun:
+              with_documents: bool = False, config: str | None = None,
+              strict: bool = False) -> CheckRun:
     """Check every target, in parallel processes (at most `jobs`, default one per core)."""
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     results: list[CaptureVerdict | None] = [None] * len(targets)
@@ -462,7 +496,8 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
         remote = []
     if remote:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {i: pool.submit(check_capture, targets[i].path, budget, with_documents)
+            futures = {i: pool.submit(check_capture, targets[i].path, budget, with_documents,
+                                      strict)
                        for i in remote}
             for i, fut in futures.items():
                 try:
@@ -472,7 +507,7 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
                         path=targets[i].path, status=ExitStatus.INTERNAL,
                         error=f"{targets[i].path}: the analysing process died (out of memory?)")
     for i in local:
-        results[i] = check_capture(targets[i].path, budget, with_documents)
+        results[i] = check_capture(targets[i].path, budget, with_documents, strict)
     return CheckRun(budget, [r for r in results if r is not None], config)
 
 
@@ -485,6 +520,11 @@ def render_text(run: CheckRun) -> str:
         if v.error:
             lines.append(f"{word} {v.error}")
             continue
+        if v.status == ExitStatus.EMPTY:
+            lines.append(f"{word} {v.path}: nothing checked: {'; '.join(v.reasons)} (a wrong "
+                         f"interface, port or filter? --allow-empty permits this)")
+            lines += _warning_lines(v)
+            continue
         sel = (f"{v.flows_selected} of {v.flows_total} flows selected"
                if v.flows_selected != v.flows_total else
                f"{v.flows_total} flow{_s(v.flows_total)}")
@@ -494,6 +534,7 @@ def render_text(run: CheckRun) -> str:
             else ""
         why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
         lines.append(f"{word} {v.path}: {found} in {sel}{extra}{why}")
+        lines += _warning_lines(v)
         worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
         for f in worst[:TEXT_FLOWS]:
             state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
@@ -512,6 +553,8 @@ def render_text(run: CheckRun) -> str:
     parts = [f"{counts[ExitStatus.OK]} within budget"]
     if counts[ExitStatus.STALLS_FOUND]:
         parts.append(f"{counts[ExitStatus.STALLS_FOUND]} over budget")
+    if counts[ExitStatus.EMPTY]:
+        parts.append(f"{counts[ExitStatus.EMPTY]} empty")
     if counts[ExitStatus.BAD_CAPTURE]:
         parts.append(f"{counts[ExitStatus.BAD_CAPTURE]} unreadable")
     if counts[ExitStatus.INTERNAL]:
@@ -520,6 +563,15 @@ def render_text(run: CheckRun) -> str:
     lines.append(f"nagleprobe check: {n} capture{_s(n)}: {', '.join(parts)} "
                  f"(budget{src}: {run.budget.describe()}) -> exit {int(run.status)}")
     return "\n".join(lines) + "\n"
+
+
+def _warning_lines(v: CaptureVerdict) -> list[str]:
+    """The capture's damage under its verdict line (the first TEXT_WARNINGS, then a count)."""
+    lines = [f"  warning: {w}" for w in v.warnings[:TEXT_WARNINGS]]
+    if len(v.warnings) > TEXT_WARNINGS:
+        lines.append(f"  ... {len(v.warnings) - TEXT_WARNINGS} more warnings (--format json "
+                     f"lists them all; --strict makes damage an error)")
+    return lines
 
 
 def flow_evidence_text(f: FlowVerdict) -> str:
@@ -557,17 +609,24 @@ def render_junit(run: CheckRun) -> str:
             ET.SubElement(capture_case, "error", message=v.error, type=kind).text = v.error
         else:
             if v.reasons:
+                empty = v.status == ExitStatus.EMPTY
                 failure = ET.SubElement(capture_case, "failure", message="; ".join(v.reasons),
-                                        type="NagleStallBudget")
+                                        type="EmptyCapture" if empty else "NagleStallBudget")
                 failure.text = "\n".join(
                     f"{f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms; held: "
                     f"{f.fix['side']} {f.fix['endpoint']}; fix: {f.fix['action']}"
                     if f.fix else f"{f.name}: {f.stalls} stall{_s(f.stalls)}"
                     for f in v.failing_flows)
+                if empty:
+                    failure.text = ("no TCP flow was checked: a wrong interface, port or filter "
+                                    "when recording? (--allow-empty permits this)")
             out = ET.SubElement(capture_case, "system-out")
             out.text = (f"{v.stalls} counted stalls, {v.stall_ms:.1f} ms, in "
                         f"{v.flows_selected} of {v.flows_total} flows; budget: "
                         f"{run.budget.describe()}")
+            if v.warnings:
+                ET.SubElement(capture_case, "system-err").text = "\n".join(
+                    f"warning: {w}" for w in v.warnings)
             for f in v.flows:
                 case = ET.Element("testcase", name=f.name, classname=_classname(v.path),
                                   time="0")
@@ -610,6 +669,14 @@ def render_github(run: CheckRun) -> str:
                      else "nagleprobe: internal error")
             found["error"].append(_workflow_command("error", v.path, title, v.error))
             continue
+        for w in v.warnings:
+            found["warning"].append(_workflow_command("warning", v.path,
+                                                      "nagleprobe: damaged capture", w))
+        if v.status == ExitStatus.EMPTY:
+            found["error"].append(_workflow_command(
+                "error", v.path, "nagleprobe: nothing checked",
+                f"{'; '.join(v.reasons)}: a wrong interface, port or filter when recording? "
+                f"(--allow-empty permits this)"))
         for f in sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id)):
             msg = (f"{f.stalls} Nagle/delayed-ACK stall{_s(f.stalls)}, {f.stall_ms:.1f} ms "
                    f"lost ({f.lost_share_pct:.1f}% of the flow)")

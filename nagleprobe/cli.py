@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import traceback
 from pathlib import Path
@@ -25,7 +24,8 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
              "(check), 2 usage error, 3 unreadable capture, 4 internal error, 5 capture not "
-             "possible (record), 127 command not found (record). Details: COMMAND --help.")
+             "possible (record), 6 no TCP flow to check (check), 127 command not found "
+             "(record). Details: COMMAND --help.")
 
 
 @click.group(epilog=MAIN_HELP)
@@ -34,7 +34,7 @@ def main() -> None:
     """Find Nagle / delayed-ACK stalls in tcpdump and Wireshark captures."""
 
 
-@main.command(epilog=EXIT_HELP)
+@main.command(epilog=EXIT_HELP, short_help="Find and explain the stalls in one capture.")
 @click.argument("capture", type=str)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "wireshark"]),
               default="text", show_default=True,
@@ -53,11 +53,15 @@ def main() -> None:
                    "before it is analysed and its packets are freed.")
 def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: bool,
             quiet: bool, reorder_window: float) -> None:
-    """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
-    if html_path is not None and importlib.util.find_spec("matplotlib") is None:
-        click.echo("nagleprobe: error: --html needs matplotlib for its pictures: "
-                   "pip install 'nagleprobe[plot]'", err=True)
-        sys.exit(ExitStatus.USAGE)
+    """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
+
+    \b
+    Examples:
+      nagleprobe analyze capture.pcap                  # the text report
+      nagleprobe analyze --format json capture.pcap.gz > report.json
+      nagleprobe analyze capture.pcap --html report.html
+      tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
+    """
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     try:
         try:
@@ -95,7 +99,22 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
 
         click.echo(render_filters(report), nl=False)
     else:
-        click.echo(report.to_text(), nl=False)
+        click.echo(report.to_text(_text_width()), nl=False)
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _text_width() -> int:
+    """The terminal's width when standard output is one, else the report's default (100)."""
+    import shutil
+
+    from .report import TEXT_WIDTH
+
+    if not _stdout_is_terminal():
+        return TEXT_WIDTH
+    return max(40, shutil.get_terminal_size((TEXT_WIDTH, 24)).columns)
 
 
 ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input, OUTPUT not writable), "
@@ -163,10 +182,15 @@ class HtmlWriteError(Exception):
 
 
 def _write_html(report: Report, path: str) -> None:
-    from .html_report import write_html  # matplotlib is loaded only when asked for
+    import shlex
 
+    from .html_report import NO_PICTURES, matplotlib_available, write_html
+
+    if not matplotlib_available():  # the report without pictures, and say so
+        click.echo(f"nagleprobe: note: {path}: {NO_PICTURES}", err=True)
+    command = shlex.join(["nagleprobe", *sys.argv[1:]])
     try:
-        write_html(report, path)
+        write_html(report, path, command=command)  # matplotlib is loaded only here
     except OSError as e:
         raise HtmlWriteError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
 
@@ -174,12 +198,13 @@ def _write_html(report: Report, path: str) -> None:
 # ------------------------------------------------------------------ check / record (the CI gate)
 GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
              "error (options, pyproject settings), 3 a capture unreadable (or no capture file "
-             "found), 4 internal error. With several captures the most severe wins: "
-             "4 > 3 > 1 > 0.")
+             "found; with --strict also a damaged one), 4 internal error, 6 a capture with no "
+             "TCP flow to check (EMPTY; --allow-empty permits it). With several captures the "
+             "most severe wins: 4 > 3 > 6 > 1 > 0.")
 RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (not root, no "
                "tcpdump, no such interface, output not writable), 127 command not found, "
                "2 usage error. With --check, a command that succeeded is followed by the "
-               "gate's status (0, 1, 3 or 4; see `nagleprobe check --help`).")
+               "gate's status (0, 1, 3, 4 or 6; see `nagleprobe check --help`).")
 
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
@@ -209,6 +234,12 @@ _GATE_OPTIONS = [
                  help="Read [tool.nagleprobe.check] from this file instead of the nearest "
                       "pyproject.toml."),
     click.option("--no-config", is_flag=True, help="Ignore pyproject.toml settings."),
+    click.option("--allow-empty", is_flag=True,
+                 help="Pass a capture with no TCP flow to check (after --port/--host) instead "
+                      "of failing it as EMPTY (exit 6)."),
+    click.option("--strict", is_flag=True,
+                 help="A damaged capture (cut short, corrupt records) is unreadable (exit 3) "
+                      "instead of checked up to its damage with warnings."),
     click.option("--junit", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
                  help="Write a JUnit XML report (a test case per capture and per flow)."),
     click.option("--github", is_flag=True,
@@ -239,13 +270,14 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         budget = budget.merged(max_stalls=opts["max_stalls"], max_stall_ms=opts["max_stall_ms"],
                                max_lost_share=opts["max_lost_share"],
                                min_confidence=opts["min_confidence"], ports=ports,
-                               hosts=opts["hosts"])
+                               hosts=opts["hosts"],
+                               allow_empty=True if opts["allow_empty"] else None)
     except BudgetError as e:
         click.echo(f"nagleprobe: error: {e}", err=True)
         return ExitStatus.USAGE
     run = run_check(expand_targets(captures), budget, jobs=jobs,
                     with_documents=opts["fmt"] == "json",
-                    config=str(source) if source else None)
+                    config=str(source) if source else None, strict=bool(opts["strict"]))
     if opts["debug"]:
         for v in run.verdicts:
             if v.error:
@@ -261,12 +293,17 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
     if opts["fmt"] == "json":
         click.echo(run.to_json())
+    elif _stdout_is_terminal():  # a person's terminal: wrap to it (logs and pipes keep lines)
+        from .report import fit_lines
+
+        click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width())) + "\n",
+                   nl=False)
     else:
         click.echo(render_text(run), nl=False)
     return run.status
 
 
-@main.command(epilog=GATE_HELP)
+@main.command(epilog=GATE_HELP, short_help="CI gate: fail captures over the stall budget.")
 @click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
 @click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
               help="Check only flows with an endpoint on this port (repeatable).")
@@ -279,7 +316,14 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
 
     The budget (default: no stall at all) comes from [tool.nagleprobe.check] in the nearest
     pyproject.toml (keys as the options: max-stalls, max-stall-ms, max-lost-share,
-    min-confidence, ports, hosts); options given here override it.
+    min-confidence, ports, hosts, allow-empty); options given here override it.
+
+    \b
+    Examples:
+      nagleprobe check traffic.pcap                    # exit 1 if it has any stall
+      nagleprobe check captures/ 'more/**/*.pcap.gz'   # directories, glob patterns
+      nagleprobe check --max-stalls 3 --port 8000 traffic.pcap
+      nagleprobe check --junit nagle.xml --github --strict traffic.pcap
     """
     try:
         status = _run_gate(list(captures), ports, opts, jobs)
@@ -288,7 +332,8 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
     sys.exit(status)
 
 
-@main.command(epilog=RECORD_HELP, context_settings={"allow_interspersed_args": False})
+@main.command(epilog=RECORD_HELP, context_settings={"allow_interspersed_args": False},
+              short_help="Capture a command's TCP traffic with tcpdump.")
 @click.option("--interface", "-i", default="lo", show_default=True,
               help="Interface to capture on (`any` for all).")
 @click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),

@@ -14,6 +14,7 @@ class ExitStatus(enum.IntEnum):
     BAD_CAPTURE = 3  # unreadable, cut before any packet, unsupported; --strict: any damage
     INTERNAL = 4  # a bug in nagleprobe
     CANNOT_CAPTURE = 5  # `record`: not permitted (not root), no tcpdump, interface, output file
+    EMPTY = 6  # `check`: a capture with no TCP flow to check (after selection); --allow-empty
     COMMAND_NOT_FOUND = 127  # `record`: the command to run does not exist (the shell's status)
 
 

@@ -338,7 +338,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
     seg["window"] = c["window"]
     seg.update(_ack_links(seg, by_dir))
 
-    flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir)
+    flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies))
 
 
@@ -518,7 +518,7 @@ def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str
     return {"ack_max": ack_max, "acked_by": acked_by}
 
 
-def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir) -> dict[str, np.ndarray]:
+def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, np.ndarray]:
     """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays)."""
     nflows = len(starts)
     fid, d, ts = seg["flow"], seg["dir"], seg["ts_ns"]
@@ -561,7 +561,11 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir) -> dic
     peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
     observed = np.maximum(maxpay[0::2], maxpay[1::2])
     at_max = np.zeros(nflows * 2, dtype=np.int64)
-    np.add.at(at_max, key, (seg["payload"] == observed[fid]) & (seg["payload"] > 0))
+    no_syn = (peer_mss.reshape(-1, 2) <= 0).any(axis=1)
+    if no_syn.any():  # count the largest segments only in the flows that need it
+        rows = np.flatnonzero(no_syn[fid])
+        at_max = np.bincount(key[rows[(seg["payload"][rows] == observed[fid[rows]])
+                                      & (seg["payload"][rows] > 0)]], minlength=nflows * 2)
     repeated = ((at_max[0::2] >= 2) | (at_max[1::2] >= 2)) & (observed >= DEFAULT_MSS_FLOOR)
     observed, repeated = observed.repeat(2), repeated.repeat(2)
     mss = np.where(peer_mss > 0, peer_mss - 12 * both_ts,
@@ -587,48 +591,35 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags, by_dir) -> dic
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
     # and the data -> ACK turnarounds that cannot hold a delayed ACK: ACKs that carry data
-    # (piggybacked on an answer), that acknowledge two full segments or more (which must be
-    # ACKed at once), or that came too soon to be delayed. The smallest sample of each side
+    # (piggybacked on an answer), that came too soon to be delayed, or that acknowledge two
+    # full segments or more (which must be ACKed at once). The smallest sample of each side
     # counts: one inflated by ARP, a queue or the peer's think time cannot hide the path.
-    g = key[by_dir]
-    prev_ack_max = seg["ack"].copy()  # the highest ACK sent before each row (its own if first)
-    follows = by_dir[1:][g[1:] == g[:-1]]
-    prev_ack_max[follows] = seg["ack_max"][by_dir[:-1][g[1:] == g[:-1]]]
     paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
     by = seg["acked_by"][paired]
     turn_ns = ts[by] - ts[paired]
-    advance = seg["ack"][by] - prev_ack_max[by]
-    mss_of_data = out["mss"].reshape(-1)[key[paired]]
-    undelayed = ((seg["payload"][by] > 0) | (advance >= 2 * mss_of_data)
-                 | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
-    # where the first ACK may have been delayed, the peer's next data (its answer, which
-    # carries the ACK) still bounds the path from above
-    late = np.flatnonzero(~undelayed & (turn_ns >= 0))
+    undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    late = np.flatnonzero(~undelayed & (turn_ns >= 0))  # few: looked up row by row nearby
     if len(late):
-        y_data = by_dir[seg["payload"][by_dir] > 0]
-        n = len(fid)
-        keys = (key[y_data] * n + y_data).astype(np.int64)  # rows are in time order per flow
-        want = (key[by[late]] * n + by[late]).astype(np.int64)
-        hit = y_data[np.minimum(np.searchsorted(keys, want), max(len(y_data) - 1, 0))] \
-            if len(y_data) else by[late]
-        ok = ((key[hit] == key[by[late]]) & (hit >= by[late])
-              & (seg["ack"][hit] >= seg["end"][paired[late]]))
-        turn_ns[late[ok]] = ts[hit[ok]] - ts[paired[late[ok]]]
-        undelayed[late[ok]] = True
+        two_full = _acks_two_full(seg, by[late], out["mss"].reshape(-1)[key[paired[late]]])
+        # where the first ACK may have been delayed, the peer's next data (its answer,
+        # which carries the ACK) still bounds the path from above
+        answer = _next_in_direction(seg, by[late], data=True)
+        ok = ~two_full & (answer >= 0)
+        ok[ok] = seg["ack"][answer[ok]] >= seg["end"][paired[late[ok]]]
+        turn_ns[late[ok]] = ts[answer[ok]] - ts[paired[late[ok]]]
+        undelayed[late[two_full | ok]] = True
     # The upper quartile of the samples says how long the path usually takes at most (the
     # reaction window's upper end allows for it; a single inflated sample does not move
     # it); the handshake counts as one sample of each side.
-    sample_key = np.r_[key[paired[undelayed]], np.flatnonzero(~np.isnan(rs)) * 2,
-                       np.flatnonzero(~np.isnan(rc)) * 2 + 1]
-    sample_ms = np.r_[turn_ns[undelayed] / 1e6, rs[~np.isnan(rs)], rc[~np.isnan(rc)]]
-    turn = np.full(nflows * 2, np.inf)
-    np.minimum.at(turn, key[paired[undelayed]], turn_ns[undelayed] / 1e6)
-    turn[turn == np.inf] = np.nan
-    typical = np.full(nflows * 2, np.nan)
-    groups, upper = grouped_quartile(sample_ms, sample_key)
-    typical[groups] = upper
+    hs_key = np.r_[np.flatnonzero(~np.isnan(rs)) * 2, np.flatnonzero(~np.isnan(rc)) * 2 + 1]
+    hs_ns = np.r_[rs[~np.isnan(rs)], rc[~np.isnan(rc)]] * 1e6
+    groups, smallest, upper = _sample_stats(np.r_[key[paired[undelayed]], hs_key],
+                                            np.r_[turn_ns[undelayed], hs_ns.astype(np.int64)])
+    turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
+    turn[groups], typical[groups] = smallest / 1e6, upper / 1e6
+    has_data = np.bincount(key[paired[undelayed]], minlength=nflows * 2) > 0
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
-    from_data = ~np.isnan(turn[1::2]) & ~np.isnan(turn[0::2])
+    from_data = has_data[1::2] & has_data[0::2]
     rc = np.fmin(rc, turn[1::2])
     rs = np.fmin(rs, turn[0::2])
     out["rtt_client_ms"], out["rtt_server_ms"], out["rtt_ms"] = rc, rs, rc + rs
@@ -686,11 +677,43 @@ def grouped_median(values: np.ndarray, groups: np.ndarray
     return g[first], (upper + lower) / 2, count, inverse
 
 
-def grouped_quartile(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct `groups` (ascending) and, for each, the upper quartile of its `values`
-    (the sample at rank floor(0.75 * (count - 1)) in ascending order)."""
-    order = np.lexsort((values, groups))
-    v, g = values[order], groups[order]
+def _sample_stats(keys: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct `keys` (ascending) and, for each, the smallest of its samples `ns`
+    (non-negative int64 nanoseconds) and the upper quartile (the sample at rank
+    floor(0.75 * (count - 1)) in ascending order). One sort of key and sample packed in one
+    word: samples beyond 2**32 ns (4.3 s) count as 4.3 s, far beyond any round trip."""
+    packed = np.sort((keys.astype(np.int64) << 32) | np.minimum(ns, (1 << 32) - 1))
+    g, v = packed >> 32, packed & ((1 << 32) - 1)
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
     count = np.diff(np.r_[first, len(g)])
-    return g[first], v[first + (3 * (count - 1)) // 4]
+    return g[first], v[first], v[first + (3 * (count - 1)) // 4]
+
+
+NEARBY = 16  # rows looked at around a row for its neighbours in one direction
+
+
+def _acks_two_full(seg: dict[str, np.ndarray], rows: np.ndarray, mss: np.ndarray) -> np.ndarray:
+    """Whether each ACK row acknowledged two full segments or more at once (which a receiver
+    must ACK at once): its ACK less the previous row's of its direction (looked for among
+    the NEARBY rows before; if not found, not known to)."""
+    prev = _next_in_direction(seg, rows, data=False, step=-1)
+    ok = prev >= 0
+    out = np.zeros(len(rows), dtype=bool)
+    out[ok] = seg["ack"][rows[ok]] - seg["ack_max"][prev[ok]] >= 2 * mss[ok]
+    return out
+
+
+def _next_in_direction(seg: dict[str, np.ndarray], rows: np.ndarray, data: bool,
+                       step: int = 1) -> np.ndarray:
+    """For each row, the next (step -1: previous) row of its flow in its direction, with
+    data if `data`, among the NEARBY rows that way; -1 if none."""
+    n = len(seg["flow"])
+    found = np.full(len(rows), -1, dtype=np.int64)
+    for k in range(1, NEARBY + 1):
+        j = rows + step * k
+        inside = (j >= 0) & (j < n) & (found < 0)
+        jj = np.clip(j, 0, max(n - 1, 0))
+        hit = (inside & (seg["flow"][jj] == seg["flow"][rows]) & (seg["dir"][jj] == seg["dir"][rows])
+               & ((seg["payload"][jj] > 0) if data else True))
+        found[hit] = jj[hit]
+    return found

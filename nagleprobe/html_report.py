@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Callable
+from datetime import datetime, timezone
 from html import escape as _escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -266,8 +267,28 @@ def _flow_section(report: Report, f: dict[str, Any], pictures: bool) -> str:
     return "".join(out)
 
 
-def render_html(report: Report, plots: bool = True) -> str:
-    """The whole report as one HTML document (pictures need matplotlib: the `plot` extra)."""
+def matplotlib_available() -> bool:
+    """Whether the pictures can be drawn (matplotlib, the `plot` extra, is installed)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # a module set to None in sys.modules
+        return False
+
+
+NO_PICTURES = ("The pictures are left out: they need matplotlib, which is not installed "
+               "(pip install 'nagleprobe[plot]').")
+
+
+def render_html(report: Report, plots: bool = True, command: str | None = None,
+                made: datetime | None = None) -> str:
+    """The whole report as one HTML document. Pictures need matplotlib (the `plot` extra):
+    without it the document says they are left out. The footer says when (`made`, default
+    now) and by which `command` (default: this function) and nagleprobe version it was
+    made."""
+    missing = plots and not matplotlib_available()
+    plots = plots and not missing
     c = report.capture
     fl = report.flows
     worst = _worst_first(fl)
@@ -278,6 +299,8 @@ def render_html(report: Report, plots: bool = True) -> str:
            "<header><h1>Nagle / delayed-ACK stall report</h1>",
            f'<p class="file">{_text(str(c["path"]))}</p></header>',
            f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
+    if missing:
+        out.append(f'<p class="note">{_text(NO_PICTURES)}</p>')
     for f in worst.head(HTML_DETAILED_FLOWS).to_dict("records"):
         out.append(f'<div class="fix"><h3>{_text(_flow_name(f))}: {f["stalls"]} stalls, '
                    f'{f["stall_ms"]:.1f} ms</h3><span class="action">'
@@ -315,13 +338,19 @@ def render_html(report: Report, plots: bool = True) -> str:
         out.append(f'<p class="note">The evidence of the other {len(worst) - HTML_DETAILED_FLOWS}'
                    f" flows with stalls is in the JSON output (--format json).</p>")
     out.append(_capture_section(report))
-    out.append(f"<footer>nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
+    when = (made or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    out.append(f"<footer>Made {when:%Y-%m-%d %H:%M:%S} UTC by "
+               f"<code>{_text(command or 'nagleprobe.html_report.render_html')}</code> with "
+               f"nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
                "times are seconds since the capture's first packet (Wireshark's default time "
                f"column). Sides: {', '.join(SIDES)} as the handshake (or a guess) says."
                "</footer></body></html>")
     return "\n".join(out)
 
 
-def write_html(report: Report, path: str | Path, plots: bool = True) -> None:
+def write_html(report: Report, path: str | Path, plots: bool = True,
+               command: str | None = None) -> None:
     """Write `render_html(report)` to `path` (UTF-8)."""
-    Path(path).write_text(render_html(report, plots=plots), encoding="utf-8")
+    Path(path).write_text(render_html(report, plots=plots,
+                                      command=command or "nagleprobe.html_report.write_html"),
+                          encoding="utf-8")

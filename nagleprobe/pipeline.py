@@ -7,10 +7,12 @@ the first chunks of the capture.
 
 from __future__ import annotations
 
+import io
+import os
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -29,10 +31,12 @@ def _load_analysis() -> None:
     from . import stream  # noqa: F401  (and with it flows, detect, report and pandas)
 
 
-def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
-            whole_file: bool = False, grace_s: float = DEFAULT_GRACE_S,
+def analyze(path: str | os.PathLike[str] | BinaryIO, chunk_bytes: int = 32 << 20, *,
+            strict: bool = False, whole_file: bool = False, grace_s: float = DEFAULT_GRACE_S,
             batch_rows: int | None = None, progress: Progress | None = None) -> Report:
-    """Analyse one capture file (pcap/pcapng, optionally gzip; "-" for stdin).
+    """Analyse one capture (pcap/pcapng, optionally gzip): a path, "-" for stdin, or a binary
+    file object (an open file, `io.BytesIO`, a pipe or socket stream), read from where it
+    stands and left open; the report names it by its `name` ("<stream>" without one).
 
     Streams by default: memory is bounded by the connections open at a time (see
     `nagleprobe.stream`; `grace_s` is its reorder window). `whole_file` decodes everything
@@ -41,10 +45,18 @@ def analyze(path: str, chunk_bytes: int = 32 << 20, *, strict: bool = False,
     (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
     damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
     """
+    stream = None
+    if not isinstance(path, (str, os.PathLike)):
+        if isinstance(path, io.TextIOBase) or not callable(getattr(path, "read", None)):
+            raise TypeError(f"analyze() takes a path or a binary file object (opened with "
+                            f"'rb'), not {type(path).__name__}")
+        name = getattr(path, "name", None)
+        stream, path = path, name if isinstance(name, str) and name else "<stream>"
+    path = os.fspath(path)
     loader = threading.Thread(target=_load_analysis, name="nagleprobe-import")
     loader.start()
     try:
-        reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict)
+        reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict, stream=stream)
         skipped: Counter = Counter()
         if whole_file:
             loader.join()

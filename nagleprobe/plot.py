@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+try:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+except ImportError as e:  # ModuleNotFoundError for a missing matplotlib, or None in modules
+    if not (e.name or "").startswith("matplotlib"):
+        raise
+    raise ImportError("nagleprobe.plot draws with matplotlib, which is not installed: "
+                      "pip install 'nagleprobe[plot]' (or pip install matplotlib)",
+                      name=e.name) from None
 
 from .detect import KNOWN_TIMERS_MS
 from .report import timer_name
@@ -182,10 +189,13 @@ def _zoom(ax: Axes, seg: pd.DataFrame, p, tx) -> None:
     ax.set_ylim(lo - margin, hi + margin)
     f1, fa, f2 = int(p.small_frame), int(p.ack_frame), int(p.released_frame)
     ack_dy = -14 if p.ack_y > (lo + hi) / 2 else 16  # keep clear of the arrow at the bottom
+    # the late ACK and S2 come within microseconds and a few bytes of each other: the ACK is
+    # labelled on its left, S2 on its right and on the other side vertically
     for x, y, text, dx, dy in ((0.0, p.small_y, f"S1 #{f1}", 8, -4),
                                (tx(p.ack_s), p.ack_y, f"late ACK #{fa}\n+{tx(p.ack_s):.1f} ms",
                                 -8, ack_dy),
-                               (tx(p.released_s), p.released_y, f"S2 #{f2}", -8, 6)):
+                               (tx(p.released_s), p.released_y, f"S2 #{f2}", 8,
+                                8 if ack_dy < 0 else -8)):
         ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=8,
                     color=ACK_COLOR, ha="left" if dx > 0 else "right", va="center")
     ax.annotate("", xy=(0.0, 0.06), xytext=(span, 0.06), xycoords=ax.get_xaxis_transform(),
@@ -222,9 +232,9 @@ def stall_grid(report: Report, flow: int | None = None, n: int = 6, *,
 
 
 def delay_distribution(report: Report, ax: Axes | None = None) -> Axes:
-    """Histogram of stall lengths (S1 to S2) and outline of the peers' ACK delays (capture
-    path removed), log-scaled, with the usual delayed-ACK timers marked: a stack's timer
-    shows as a peak at its mark."""
+    """Histogram of stall lengths (S1 to S2) and, as a marker on a stem per bin drawn over
+    the bars, of the peers' ACK delays (capture path removed), log-scaled, with the usual
+    delayed-ACK timers marked: a stack's timer shows as a peak at its mark."""
     ax = ax if ax is not None else _new_ax((8, 4))
     st = report.stalls
     delay, ack = st["delay_ms"].to_numpy(), st["peer_ack_delay_ms"].to_numpy()
@@ -235,8 +245,16 @@ def delay_distribution(report: Report, ax: Axes | None = None) -> Axes:
     if len(st):
         ax.hist(np.clip(delay, bins[0], bins[-1]), bins=bins, color=STALL_COLOR, alpha=0.45,
                 gid=GID_STALL_HIST, label=f"stall length S1\N{RIGHTWARDS ARROW}S2 ({len(st)})")
-        ax.hist(np.clip(ack, bins[0], bins[-1]), bins=bins, histtype="step", lw=1.8,
-                color="black", gid=GID_ACK_HIST, label="peer's ACK delay (path removed)")
+        # the peer's ACK delays as a marker on each bin, above the bars: an outline would lie
+        # on the bars' own edges whenever the two coincide (the usual case), and vanish there
+        counts, _ = np.histogram(np.clip(ack, bins[0], bins[-1]), bins=bins)
+        centres = np.sqrt(bins[:-1] * bins[1:])  # the middle of a bin on the log axis
+        seen = counts > 0
+        ax.vlines(centres[seen], 0, counts[seen], colors="black", lw=1.2, zorder=3,
+                  gid=GID_ACK_HIST)
+        ax.plot(centres[seen], counts[seen], ls="none", marker="D", ms=6, mfc="white",
+                mec="black", mew=1.5, zorder=4, gid=GID_ACK_HIST,
+                label="peer's ACK delay (path removed)")
         ax.legend(loc="upper right", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no stalls", transform=ax.transAxes, ha="center", va="center",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 import time
 from typing import TextIO
@@ -27,8 +29,10 @@ class ProgressBar:
     place at most every `interval` seconds. Call it after each chunk (`pipeline.analyze`'s
     `progress` hook), then `close()`."""
 
-    def __init__(self, out: TextIO = sys.stderr, interval: float = 0.2) -> None:
+    def __init__(self, out: TextIO = sys.stderr, interval: float = 0.2,
+                 width: int | None = None) -> None:
         self.out, self.interval = out, interval
+        self.fixed_width = width  # None: the terminal's, asked at each redraw (it may resize)
         self.start = time.monotonic()
         self.last = 0.0
         self.shown = False
@@ -38,8 +42,10 @@ class ProgressBar:
         if now - self.last < self.interval:
             return
         self.last = now
-        self.out.write("\r" + self.line(frames, *reader.input_progress(), now - self.start)
-                       + "\x1b[K")
+        text = self.line(frames, *reader.input_progress(), now - self.start)
+        # one column short of the width: a line that reaches the last column (or wraps) would
+        # leave the cursor on the next row, and "\r" would then redraw below a stale copy
+        self.out.write("\r" + text[:max(self.width() - 1, 1)] + "\x1b[K")
         self.out.flush()
         self.shown = True
 
@@ -56,6 +62,15 @@ class ProgressBar:
         if size and speed > 0:
             text += f", ETA {_duration(max(size - done, 0) / speed)}"
         return text
+
+    def width(self) -> int:
+        """The columns of the terminal the line is drawn on (80 if it cannot be asked)."""
+        if self.fixed_width is not None:
+            return self.fixed_width
+        try:
+            return os.get_terminal_size(self.out.fileno()).columns or 80
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return 80
 
     def close(self) -> None:
         """Erase the line (the report follows on standard output)."""

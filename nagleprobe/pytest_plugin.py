@@ -5,12 +5,15 @@
         ...talk to the server over loopback...
 
 The `nagle_capture` fixture runs tcpdump on the loopback interface for the duration of the
-test; when the test body has passed, the capture is analysed and held against the budget
-(`[tool.nagleprobe.check]` in the rootdir's pyproject.toml, overridden by a
-`@pytest.mark.nagle(max_stalls=..., ports=[...])` marker), and the test fails with the
-stall evidence if it is over budget. Where capture is not permitted (not root, no
-tcpdump) the test is skipped with the reason. Registered through the `pytest11` entry
-point; nothing heavy is imported until a test uses the fixture.
+test, capturing all TCP; when the test body has passed, the flows on the watched ports (the
+budget's `ports` and every `watch_port`, whenever called; all flows if none) are analysed
+and held against the budget (`[tool.nagleprobe.check]` in the rootdir's pyproject.toml,
+overridden by a `@pytest.mark.nagle(max_stalls=..., ports=[...])` marker), and the test
+fails with the stall evidence if it is over budget, or if no TCP flow was checked at all
+(unless marked `allow_empty=True`). Where capture is not permitted (not root, no tcpdump)
+the test is skipped with the reason, or fails with `--nagle-require-capture` (ini
+`nagle_require_capture = true`). Registered through the `pytest11` entry point; nothing
+heavy is imported until a test uses the fixture.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import pytest
 
 MARKER = "nagle"
 MARKER_KEYS = ("max_stalls", "max_stall_ms", "max_lost_share", "min_confidence", "ports",
-               "hosts")
+               "hosts", "allow_empty")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -31,12 +34,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("nagleprobe").addoption(
         "--nagle-interface", default=None, metavar="IFACE",
         help="interface the nagle_capture fixture captures on (default: ini nagle_interface, lo)")
+    parser.addini("nagle_require_capture", type="bool", default=False,
+                  help="nagleprobe: fail (instead of skip) a nagle_capture test where capture "
+                       "is not possible")
+    parser.getgroup("nagleprobe").addoption(
+        "--nagle-require-capture", action="store_true", default=False,
+        help="fail (instead of skip) tests using nagle_capture where capture is not possible "
+             "(not root, no tcpdump): for CI jobs that mean to gate")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}({', '.join(f'{k}=...' for k in MARKER_KEYS)}): stall budget and "
-        "capture ports for the nagle_capture fixture (overrides [tool.nagleprobe.check])")
+        "the ports checked by the nagle_capture fixture (overrides [tool.nagleprobe.check])")
 
 
 class NagleCapture:
@@ -52,7 +62,8 @@ class NagleCapture:
         self._verdict: Any = None
 
     def watch_port(self, port: int) -> None:
-        """Check only flows on this port (and others watched); call before the test ends."""
+        """Check only flows on this port (and others watched). All TCP on the interface is
+        captured, so this works whenever it is called before the check (the test's end)."""
         if port not in self.watched_ports:
             self.watched_ports.append(int(port))
 
@@ -75,8 +86,15 @@ class NagleCapture:
     def failure_text(self) -> str:
         """The evidence a failing test shows: verdict, per-flow fix and stall frames."""
         from nagleprobe.check import CheckRun, flow_evidence_text, render_text
+        from nagleprobe.errors import ExitStatus
 
         v = self.verdict()
+        if v.status == ExitStatus.EMPTY:
+            ports = "/".join(map(str, self.watched_ports)) or "any"
+            return (f"nagleprobe: nothing checked: {'; '.join(v.reasons)} (watched ports: "
+                    f"{ports}; capture kept at {self.path}). Did the test talk over "
+                    f"{self.interface} on a watched port? Mark it "
+                    f"@pytest.mark.{MARKER}(allow_empty=True) if no traffic is expected.")
         lines = [f"nagleprobe: Nagle/delayed-ACK stalls over budget in this test's traffic "
                  f"(capture kept at {self.path})",
                  render_text(CheckRun(self.budget, [v])).splitlines()[0]]
@@ -107,11 +125,16 @@ def nagle_capture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Na
     interface = (request.config.getoption("--nagle-interface")
                  or request.config.getini("nagle_interface") or "lo")
     path = tmp_path / "nagle_capture.pcap"
-    capture = Capture(path, interface, ports=budget.ports)
+    capture = Capture(path, interface)  # all TCP: the ports select flows afterwards
     try:
         capture.start()
     except RecordError as e:
-        pytest.skip(f"nagleprobe: cannot capture traffic here: {e}")
+        why = f"nagleprobe: cannot capture traffic here: {e}"
+        if (request.config.getoption("--nagle-require-capture")
+                or request.config.getini("nagle_require_capture")):
+            pytest.fail(f"{why} (--nagle-require-capture / nagle_require_capture: a test that "
+                        f"cannot capture fails)", pytrace=False)
+        pytest.skip(why)
     handle = NagleCapture(capture, budget, path, interface)
     try:
         yield handle
@@ -129,7 +152,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         from nagleprobe.errors import ExitStatus
 
         v = handle.verdict()
-        if v.status == ExitStatus.STALLS_FOUND:
+        if v.status in (ExitStatus.STALLS_FOUND, ExitStatus.EMPTY):
             pytest.fail(handle.failure_text(), pytrace=False)
         if v.error:
             pytest.fail(f"nagleprobe could not analyse this test's capture: {v.error}",

@@ -400,8 +400,10 @@ class CaptureReader:
     gzip stream) becomes a warning in `info.warnings`, or with `strict=True` a `CaptureError`.
     """
 
-    def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False) -> None:
+    def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False,
+                 stream: BinaryIO | None = None) -> None:
         self.path = path
+        self._given = stream  # a binary file object to read instead of `path` (its name)
         self.chunk_bytes = max(int(chunk_bytes), 4096)
         self.strict = strict
         self.info = CaptureInfo(path=path)
@@ -446,8 +448,8 @@ class CaptureReader:
     # ------------------------------------------------------------------ input plumbing
     def _open(self, path: str):
         try:
-            if path == "-":
-                raw = sys.stdin.buffer
+            if path == "-" or self._given is not None:
+                raw = sys.stdin.buffer if self._given is None else self._given
                 magic = raw.read(2)
                 raw = _Prefixed(magic, raw)
             else:

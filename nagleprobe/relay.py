@@ -36,10 +36,10 @@ def arrivals(f: Flows) -> dict[str, np.ndarray]:
             "ts_ns": s["ts_ns"][r], "payload": s["payload"][r].astype(np.int32)}
 
 
-def relay_warning(count: int) -> str:
+def relay_warning() -> str:
     """The capture warning when there were too many data segments to link relays."""
-    return (f"relays were not linked: {count} data segments, more than the "
-            f"{MAX_ARRIVALS} kept for it (analyse an excerpt of the capture to link them)")
+    return (f"relays were not linked: more than {MAX_ARRIVALS} data segments, the most kept "
+            "for it (analyse an excerpt of the capture to link them)")
 
 
 def no_relays(nflows: int) -> dict[str, np.ndarray]:
@@ -67,32 +67,47 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     near = np.stack([flows["rtt_client_ms"], flows["rtt_server_ms"]], axis=1) <= NEAR_MS
     at_capture = np.where(near, 0, np.arange(1, 2 * nflows + 1).reshape(nflows, 2))
 
-    recv_side = 1 - arr["dir"].astype(np.int64)  # data of dir d is received by side 1 - d
-    sent_side = (stalls["sender"] == "server").astype(np.int64)
     s_flow = stalls["flow"]
     s1, whole = stalls["small_bytes"], stalls["small_bytes"] + stalls["held_bytes"]
+    arr = _near_a_stall(arr, np.r_[s1, whole], stalls["small_time"])
+    recv_side = 1 - arr["dir"].astype(np.int64)  # data of dir d is received by side 1 - d
+    sent_side = (stalls["sender"] == "server").astype(np.int64)
     match = np.full(len(s_flow), -1, dtype=np.int64)  # the upstream arrival of each stall
     for host_of in (addr_of, at_capture):
         _match(host_of[arr["flow"], recv_side], arr, recv_side,
                host_of[s_flow, sent_side], stalls["small_time"], s_flow, sent_side, s1, whole,
                match)
-    a_flow, a_side, a_pay = arr["flow"], recv_side, arr["payload"]
-    for fid in np.unique(s_flow[match >= 0]).tolist():
-        mine = np.flatnonzero(s_flow == fid)
-        got = mine[match[mine] >= 0]
-        up_of = a_flow[match[got]]
-        ups, counts = np.unique(up_of, return_counts=True)
-        best = int(np.argmax(counts))
-        if 2 * counts[best] < len(mine):
-            continue  # not one upstream flow for most of the stalls
-        got = got[up_of == ups[best]]
-        arrived_whole = int(np.count_nonzero(a_pay[match[got]] == whole[got]))
-        out["relay_upstream_flow"][fid] = int(ups[best])
-        out["relay_in"][fid] = ends[ups[best], int(a_side[match[got[0]]])]
-        out["relay_out"][fid] = ends[fid, int(sent_side[got[0]])]
-        out["relay_split"][fid] = "at-relay" if 2 * arrived_whole >= len(got) else "upstream"
-        out["relay_stalls_matched"][fid] = len(got)
+    # per stalled flow, the upstream flow most of its stalls followed
+    got = np.flatnonzero(match >= 0)
+    pair = s_flow[got] * nflows + arr["flow"][match[got]]
+    pairs, first, n = np.unique(pair, return_index=True, return_counts=True)
+    whole_n = np.bincount(np.searchsorted(pairs, pair),
+                          weights=arr["payload"][match[got]] == whole[got], minlength=len(pairs))
+    fid, up = pairs // nflows, pairs % nflows
+    best = np.lexsort((-n, fid))  # each flow's most followed upstream flow first
+    best = best[np.r_[True, fid[best][1:] != fid[best][:-1]]] if len(best) else best
+    best = best[2 * n[best] >= np.bincount(s_flow, minlength=nflows)[fid[best]]]
+    row = got[first[best]]  # one matched stall of each link
+    f, u = fid[best], up[best]
+    out["relay_upstream_flow"][f] = u
+    out["relay_in"][f] = ends[u, recv_side[match[row]]]
+    out["relay_out"][f] = ends[f, sent_side[row]]
+    out["relay_split"][f] = np.where(2 * whole_n[best] >= n[best], "at-relay", "upstream")
+    out["relay_stalls_matched"][f] = n[best]
     return out
+
+
+def _near_a_stall(arr: dict[str, np.ndarray], sizes: np.ndarray, s1_ns: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+    """The arrivals that can have fed some stall: of a size some stall's S1 or S1 + S2 has,
+    and within the window before some stall's S1 (whatever the host: cheap, and most
+    arrivals of a busy capture go)."""
+    keep = np.isin(arr["payload"], np.unique(sizes))
+    t = arr["ts_ns"][keep]
+    s1_sorted = np.sort(s1_ns)
+    nxt = s1_sorted[np.minimum(np.searchsorted(s1_sorted, t), len(s1_sorted) - 1)]
+    keep[keep] = (nxt >= t) & (nxt - t <= RELAY_WINDOW_MS * 1e6)
+    return {k: v[keep] for k, v in arr.items()}
 
 
 def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -19,6 +20,23 @@ SIDES = ("client", "server")
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
 TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
 TEXT_LISTED_FLOWS = 50  # further flows listed one per line
+TEXT_WIDTH = 100  # the text report's width when not on a terminal (print(report), pipes)
+SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
+
+
+def document_head() -> dict[str, Any]:
+    """The JSON document's first fields: its schema version and the tool that wrote it."""
+    from . import __version__
+
+    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "nagleprobe",
+                                                       "version": __version__}}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the document (shipped as nagleprobe/schema/report.schema.json)."""
+    from importlib.resources import files
+
+    return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
 
 
 def timer_name(ms: float | None) -> str:
@@ -107,8 +125,8 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
-        return {"capture": self.capture, "summary": self.summary(), "flows": self.flow_docs(),
-                "stalls": self.stall_docs()}
+        return {**document_head(), "capture": self.capture, "summary": self.summary(),
+                "flows": self.flow_docs(), "stalls": self.stall_docs()}
 
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
@@ -118,7 +136,7 @@ class Report:
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
-        head = json.dumps({"capture": self.capture, "summary": self.summary(),
+        head = json.dumps({**document_head(), "capture": self.capture, "summary": self.summary(),
                            "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
         yield head[:-1] + ',"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns
@@ -130,8 +148,16 @@ class Report:
             yield ("," if a else "") + rows[1:-1]
         yield "]}"
 
-    def to_text(self) -> str:
-        return render_text(self)
+    def to_text(self, width: int = TEXT_WIDTH) -> str:
+        """The text report, prose wrapped to `width` columns (the CLI passes the terminal's)."""
+        return render_text(self, width)
+
+    def __repr__(self) -> str:
+        """One line: the file, its flows, stalls and the time they cost."""
+        s = self.summary()
+        return (f"<nagleprobe.Report {self.capture.get('path')!r}: {s['flows']} flow"
+                f"{'' if s['flows'] == 1 else 's'}, {s['stalls']} stall"
+                f"{'' if s['stalls'] == 1 else 's'}, {s['stall_ms']:.1f} ms lost>")
 
     def __str__(self) -> str:
         """The CLI's text report, so that `print(report)` shows exactly what the CLI prints."""
@@ -247,7 +273,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
     add_tcp_streams(cols["flows"], capture)
     arr = relay.arrivals(f)
     if len(arr["flow"]) > relay.MAX_ARRIVALS:
-        capture["warnings"].append(relay.relay_warning(len(arr["flow"])))
+        capture["warnings"].append(relay.relay_warning())
         arr = None
     cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
     return Report(capture, table(cols["flows"]), table(cols["stalls"]),
@@ -566,14 +592,83 @@ def _flow_notes(f: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_text(r: Report) -> str:
+class _Pre(str):
+    """A text-report line laid out already (a table row): `fit_lines` leaves it alone."""
+
+
+def fit_lines(lines: list[str], width: int) -> list[str]:
+    """Wrap every prose line longer than `width` at spaces, continuation lines indented two
+    more than the line's own indent; table rows (`_Pre`) and words longer than the width
+    (paths, endpoints) are kept whole."""
+    out = []
+    for line in lines:
+        if len(line) <= width or isinstance(line, _Pre):
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(line.lstrip(" "), width, initial_indent=indent,
+                             subsequent_indent=indent + "  ", break_long_words=False,
+                             break_on_hyphens=False) or [line]
+    return out
+
+
+_WIDE_HEAD = ("    sender  small seg (S1)      late pure ACK       released (S2)      "
+              "held  stall ms  peer ACK ms  conf")
+_NARROW_HEAD = "    sender  S1 #      S1 at (s)  ACK #    S2 #      held  stall ms peer ms  conf"
+
+
+def evidence_lines(ev: list[dict[str, Any]], width: int) -> list[str]:
+    """The evidence table of a flow's stalls: the wide layout (frames and times of S1, the
+    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time)."""
+    if width >= len(_WIDE_HEAD):
+        lines = [_Pre(_WIDE_HEAD)]
+        for s in ev:
+            fr, t = s["frames"], s["times"]
+            lines.append(_Pre(
+                f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  "
+                f"#{fr['ack']:<7} {t['ack']:>10.6f}  #{fr['released']:<7} "
+                f"{t['released']:>10.6f} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f}  "
+                f"{s['peer_ack_delay_ms']:>10.1f}  {s['confidence']:.2f}"))
+        return lines
+    lines = [_Pre(_NARROW_HEAD)]
+    for s in ev:
+        fr, t = s["frames"], s["times"]
+        lines.append(_Pre(
+            f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  #{fr['ack']:<7} "
+            f"#{fr['released']:<7} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f} "
+            f"{s['peer_ack_delay_ms']:>7.1f}  {s['confidence']:.2f}"))
+    return lines
+
+
+def _seen(f: dict[str, Any]) -> str:
+    """What a flow without stalls showed: the delayed and quick ACKs of each side, the
+    Nagle state where known, and that no sender was held."""
+    eps = f["endpoints"]
+    delayed = [f"{e['delayed_acks']} of the {side}'s, ~{e['delayed_ack_ms']:.0f} ms"
+               for side, e in eps.items() if e["delayed_acks"] and e["delayed_ack_ms"] is not None]
+    quick = [f"{e['quick_acks']} of the {side}'s" for side, e in eps.items() if e["quick_acks"]]
+    nagle = [f"{side} {_nagle_text(e)}" for side, e in eps.items() if e["nagle"] != "unknown"]
+    parts = [f"delayed ACKs: {' and '.join(delayed)}" if delayed else "no delayed ACKs seen"]
+    if quick:
+        parts.append(f"quick ACKs: {' and '.join(quick)}")
+    if nagle:
+        parts.append(f"Nagle {', '.join(nagle)}")
+    return "; ".join(parts + ["no delayed-ACK stall" if f["nagle_holds"] else "no sender was held"])
+
+
+def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     """The terminal report: verdict and fixes first, then evidence, then the clean flows."""
     c = r.capture
     lines = []
     skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
-    lines.append(f"{c['path']}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
-                 f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
-                 f"{c['tcp_packets']} TCP; skipped: {skipped}")
+    head = (f"{c['path']}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
+            f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
+            f"{c['tcp_packets']} TCP; skipped: {skipped}")
+    if len(head) > width:  # the path cannot be broken: keep what the file is on its line
+        head, rest = head.split("; skipped: ", 1)
+        lines += [_Pre(head + ";"), f"  skipped: {rest}"]
+    else:
+        lines.append(head)
     if c["skipped"].get("duplicate"):
         lines.append(f"{c['skipped']['duplicate']} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
@@ -601,14 +696,7 @@ def render_text(r: Report) -> str:
         lines.append(f"  FIX: {f['fix']['text']}")
         ev = r.stall_docs(f["id"])
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
-        lines.append("    sender  small seg (S1)      late pure ACK       released (S2)      "
-                     "held  stall ms  peer ACK ms  conf")
-        for s in ev[:TEXT_EVIDENCE_ROWS]:
-            fr, t = s["frames"], s["times"]
-            lines.append(f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  "
-                         f"#{fr['ack']:<7} {t['ack']:>10.6f}  #{fr['released']:<7} "
-                         f"{t['released']:>10.6f} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f}  "
-                         f"{s['peer_ack_delay_ms']:>10.1f}  {s['confidence']:.2f}")
+        lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width)
         if len(ev) > TEXT_EVIDENCE_ROWS:
             lines.append(f"    ... {len(ev) - TEXT_EVIDENCE_ROWS} more stalls (--format json "
                          f"lists them all)")
@@ -626,11 +714,9 @@ def render_text(r: Report) -> str:
         lines.append("")
         lines.append(f"Flows without stalls ({len(clean_ids)}):")
         for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS]):
-            ce, se = f["endpoints"]["client"], f["endpoints"]["server"]
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  {f['packets']} packets, "
-                         f"{f['duration_s']:.3f} s, vantage {f['vantage']}, Nagle client "
-                         f"{_nagle_text(ce)} / server {_nagle_text(se)}")
+                         f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")
             lines += [f"        {x}" for x in _flow_notes(f)]
         if len(clean_ids) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {len(clean_ids) - TEXT_LISTED_FLOWS} more")
-    return "\n".join(lines) + "\n"
+    return "\n".join(fit_lines(lines, width)) + "\n"

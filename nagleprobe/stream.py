@@ -197,12 +197,15 @@ class _Held:
         return _Held({c: v[keep] for c, v in self.cols.items()}, self.tid[keep])
 
 
-def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: int) -> _Part:
-    """build_flows -> detect -> report columns for one batch of whole connections."""
+def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: int,
+             relays: bool = True) -> _Part:
+    """build_flows -> detect -> report columns for one batch of whole connections, and its
+    data arrivals for linking relays (unless `relays` is off: too many kept already)."""
     flows = build_flows(cols, tuples)
     out = report_columns(flows, detect(flows), origin_ns)
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]), arrivals(flows),
+                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]),
+                 arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
                  flows.duplicates)
 
 
@@ -378,10 +381,11 @@ class StreamAnalyzer:
         """Analyse one batch: the rows `picks` names of held chunks (gathered and analysed in a
         worker thread when there are workers)."""
         self.batches += 1
+        relays = self._parts.arrivals is not None
         if self._pool is None:
-            self._add(_analyse(*_gather(picks, local), self.origin_ns))
+            self._add(_analyse(*_gather(picks, local), self.origin_ns, relays))
             return
-        job = self._pool.submit(lambda: _analyse(*_gather(picks, local), self.origin_ns))
+        job = self._pool.submit(lambda: _analyse(*_gather(picks, local), self.origin_ns, relays))
         self._running.append(job)
         self._take_results(wait=len(self._running) > self._max_running)
 
@@ -406,8 +410,8 @@ class StreamAnalyzer:
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
         p.duplicates += part.duplicates
-        p.arrival_count += len(part.arrivals["flow"])
         if p.arrivals is not None:  # kept for relay linking while there are not too many
+            p.arrival_count += len(part.arrivals["flow"])
             p.arrivals.append(part.arrivals)
             if p.arrival_count > MAX_ARRIVALS:
                 p.arrivals = None
@@ -454,7 +458,7 @@ def _join(p: _Parts, capture: dict) -> Report:
     add_tcp_streams(flows, capture)
     arr = None
     if p.arrivals is None:
-        capture["warnings"].append(relay_warning(p.arrival_count))
+        capture["warnings"].append(relay_warning())
     else:
         arr = {k: np.concatenate([a[k] for a in p.arrivals]) for k in p.arrivals[0]}
         arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])

@@ -131,7 +131,7 @@ def test_port_selection_checks_only_the_flows_on_that_port():
 
 @pytest.mark.parametrize("host, status", [("10.99.1.2", ExitStatus.STALLS_FOUND),
                                           ("10.99.1.0/24", ExitStatus.STALLS_FOUND),
-                                          ("192.0.2.7", ExitStatus.OK)])
+                                          ("192.0.2.7", ExitStatus.EMPTY)])  # none selected
 def test_host_selection_matches_addresses_and_networks(host, status):
     assert gate("--host", host, CONFIRM)[0] == status
 
@@ -253,10 +253,86 @@ def test_an_internal_error_on_one_capture_is_that_capture_s_verdict(monkeypatch)
     assert run.status == ExitStatus.INTERNAL
 
 
-def test_a_capture_without_tcp_passes_the_gate(tmp_path):
+def no_tcp_capture(tmp_path: Path) -> str:
     f = tmp_path / "no-tcp.pcap"  # synthetic: a valid pcap header and no packets
     f.write_bytes(bytes.fromhex("d4c3b2a1020004000000000000000000ffff000001000000"))
-    assert gate(str(f))[0] == ExitStatus.OK
+    return str(f)
+
+
+def test_a_capture_without_tcp_fails_as_empty_unless_allowed(tmp_path):
+    f = no_tcp_capture(tmp_path)
+    code, out = gate(f)
+    assert code == ExitStatus.EMPTY == 6
+    assert out.splitlines()[0] == (f"EMPTY {f}: nothing checked: no TCP flow in the capture (a "
+                                   "wrong interface, port or filter? --allow-empty permits this)")
+    assert out.splitlines()[-1].endswith("0 within budget, 1 empty (budget: no stall allowed) "
+                                         "-> exit 6")
+    assert gate("--allow-empty", f)[0] == ExitStatus.OK
+    _, doc = check_json(f)
+    assert doc["captures"][0]["check"]["status"] == "empty" and doc["exit_status"] == 6
+
+
+def test_a_selection_that_matches_no_flow_is_empty_and_says_what_selected(tmp_path):
+    code, out = gate("--port", "9999", PROXY)
+    assert code == ExitStatus.EMPTY
+    assert "nothing checked: none of its 2 TCP flows selected by port 9999" in out
+    code, out = gate("--port", "9999", "--allow-empty", PROXY)
+    assert code == ExitStatus.OK and "0 of 2 flows selected" in out
+    write_pyproject(tmp_path, "allow-empty = true")
+    assert gate("--port", "9999", PROXY, cwd=tmp_path)[0] == ExitStatus.OK
+    write_pyproject(tmp_path, 'allow-empty = "yes"')
+    code, out = gate(PROXY, cwd=tmp_path)
+    assert code == ExitStatus.USAGE and "allow-empty must be true or false" in out
+
+
+def test_empty_ranks_below_unreadable_and_above_over_budget(tmp_path):
+    f = no_tcp_capture(tmp_path)
+    assert gate(SPLIT, f)[0] == ExitStatus.EMPTY
+    assert gate(f, SPLIT, NODELAY)[0] == ExitStatus.EMPTY
+    assert gate(f, EMPTY)[0] == ExitStatus.BAD_CAPTURE
+    assert gate("--allow-empty", f, SPLIT)[0] == ExitStatus.STALLS_FOUND
+
+
+def test_empty_capture_fails_in_junit_and_github(tmp_path, junit_schema):
+    f = no_tcp_capture(tmp_path)
+    out = tmp_path / "nagle.xml"
+    code, text = gate("--junit", str(out), "--github", f)
+    assert code == ExitStatus.EMPTY
+    junit_schema.validate(str(out))
+    failure = ET.parse(out).getroot().find("testsuite/testcase/failure")
+    assert failure.get("type") == "EmptyCapture"
+    assert failure.get("message") == "no TCP flow in the capture"
+    assert f"::error file={f},title=nagleprobe%3A nothing checked::no TCP flow" in text
+
+
+GARBAGE = str(Path(__file__).resolve().parent / "broken" / "pcap_garbage_inserted.pcap")
+GARBAGE_WARNING = ("corrupt record: captured length 4008636142 exceeds the limit of 262144 "
+                   "bytes (record 25 at byte 2112); skipped 1000 bytes to the next valid record "
+                   "at byte 3112")
+
+
+def test_capture_warnings_show_in_text_junit_github_and_json(tmp_path, junit_schema):
+    out = tmp_path / "nagle.xml"
+    code, text = gate("--max-stalls", "100", "--junit", str(out), "--github", GARBAGE)
+    assert code == ExitStatus.OK  # damage is shown, not fatal, without --strict
+    lines = text.splitlines()
+    assert f"  warning: {GARBAGE_WARNING}" in lines
+    assert lines.index(f"  warning: {GARBAGE_WARNING}") == \
+        next(i for i, line in enumerate(lines) if line.startswith(f"PASS {GARBAGE}")) + 1
+    assert (f"::warning file={GARBAGE},title=nagleprobe%3A damaged capture::"
+            f"{GARBAGE_WARNING}") in lines
+    junit_schema.validate(str(out))
+    err = ET.parse(out).getroot().find("testsuite/testcase[@name='capture']/system-err")
+    assert err is not None and err.text == f"warning: {GARBAGE_WARNING}"
+    _, doc = check_json("--max-stalls", "100", GARBAGE)
+    assert doc["captures"][0]["check"]["warnings"] == [GARBAGE_WARNING]
+
+
+def test_strict_makes_a_damaged_capture_unreadable():
+    code, out = gate("--strict", "--max-stalls", "100", GARBAGE)
+    assert code == ExitStatus.BAD_CAPTURE
+    assert out.startswith(f"ERROR {GARBAGE}: corrupt record: captured length 4008636142")
+    assert gate("--strict", "--max-stalls", "100", NODELAY)[0] == ExitStatus.OK
 
 
 # ------------------------------------------------------------------ machine-readable outputs
@@ -350,7 +426,8 @@ def test_github_annotations_keep_json_output_parseable():
 def test_exit_statuses_are_listed_in_help():
     out = " ".join(CliRunner().invoke(main, ["check", "--help"]).output.split())
     for status in (ExitStatus.OK, ExitStatus.STALLS_FOUND, ExitStatus.USAGE,
-                   ExitStatus.BAD_CAPTURE, ExitStatus.INTERNAL):
+                   ExitStatus.BAD_CAPTURE, ExitStatus.INTERNAL, ExitStatus.EMPTY):
         assert f"{int(status)} " in out.split("Exit status:")[1]
     top = " ".join(CliRunner().invoke(main, ["--help"]).output.split())
     assert "5 capture not possible" in top and "127 command not found" in top
+    assert "6 no TCP flow to check" in top

@@ -60,7 +60,7 @@ def test_json_report_has_the_documented_shape(tmp_path):
     r = run(["analyze", "--format", "json", str(f)])
     assert r.exit_code == 0
     doc = json.loads(r.output)
-    assert set(doc) == {"capture", "summary", "flows", "stalls"}
+    assert set(doc) == {"schema_version", "tool", "capture", "summary", "flows", "stalls"}
     assert doc["capture"]["compressed"] is True and doc["capture"]["packets"] == 4
     fl = doc["flows"][0]
     assert (fl["client"], fl["server"], fl["roles"]) == ("10.0.0.1:40000", "10.0.0.2:8000",
@@ -138,3 +138,24 @@ def test_html_file_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"nagleprobe: error: {target}: cannot write the HTML report: No such file or directory"]
     assert proc.stdout == ""
+
+
+def test_help_lists_each_command_with_a_whole_short_summary():
+    out = run(["--help"]).output
+    commands = out.split("Commands:", 1)[1].split("\n\n", 1)[0].strip().splitlines()
+    assert [c.split()[0] for c in commands] == ["analyze", "check", "record"]
+    for line in commands:
+        assert not line.endswith("...") and line.endswith("."), line
+
+
+@pytest.mark.parametrize("command", ["analyze", "check"])
+def test_analyze_and_check_help_have_examples_that_parse(command):
+    import shlex
+
+    out = run([command, "--help"]).output
+    examples = out.split("Examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(examples) >= 3
+    for line in examples:
+        words = shlex.split(line.split("#", 1)[0].split("|")[-1].split(">")[0])
+        assert words[:2] == ["nagleprobe", command], line
+        main.commands[command].make_context(command, words[2:])  # raises on a bad option

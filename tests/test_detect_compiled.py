@@ -35,11 +35,14 @@ def assert_same_detection(cols: dict[str, np.ndarray]) -> int:
         want = detect(f)
     finally:
         nagleprobe.detect._compiled = kept
-    assert list(got.stalls) == list(want.stalls)
-    for k in want.stalls:
-        assert got.stalls[k].dtype == want.stalls[k].dtype, k
-        assert np.array_equal(got.stalls[k], want.stalls[k]), k
-    for k in ("nagle_off_proofs", "late_acks", "late_ack_median_ms", "quick_acks", "answered"):
+    for events in ("stalls", "holds"):
+        g, w = getattr(got, events), getattr(want, events)
+        assert list(g) == list(w)
+        for k in w:
+            assert g[k].dtype == w[k].dtype, (events, k)
+            assert np.array_equal(g[k], w[k]), (events, k)
+    for k in ("nagle_off_proofs", "not_classic_proofs", "held_behind_small", "held_behind_full",
+              "flavour", "late_acks", "late_ack_median_ms", "quick_acks", "why_not", "answered"):
         a, b = getattr(got, k), getattr(want, k)
         assert a.dtype == b.dtype, k
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), k

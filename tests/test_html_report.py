@@ -148,3 +148,26 @@ def test_chromium_renders_the_report_with_every_picture(chromium, proxy_any, tmp
 def test_a_report_without_flows_says_so(proxy_any):
     text = render_html(proxy_any.select(port=1))
     assert "No TCP flows in this report." in text and "<img" not in text
+
+
+def test_footer_says_when_by_which_command_and_version_it_was_made(proxy_any, tmp_path):
+    import sys
+    from datetime import datetime, timezone
+
+    made = datetime(2026, 11, 23, 18, 5, 9, tzinfo=timezone.utc)
+    text = render_html(proxy_any, plots=False, command="nagleprobe analyze x.pcap --html r.html",
+                       made=made)
+    footer = text.split("<footer>", 1)[1].split("</footer>", 1)[0]
+    assert footer.startswith("Made 2026-11-23 18:05:09 UTC by <code>nagleprobe analyze x.pcap "
+                             f"--html r.html</code> with nagleprobe {nagleprobe.__version__}.")
+    out = tmp_path / "r.html"
+    sample = str(SAMPLES / "echo_split_lo.pcap")
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    subprocess.run([sys.executable, "-m", "nagleprobe", "analyze", "-q", sample, "--html",
+                    str(out)], check=True, capture_output=True)
+    footer = out.read_text().split("<footer>", 1)[1]
+    stamp = re.match(r"Made (\S+ \S+) UTC by <code>nagleprobe analyze -q (\S+) --html (\S+)"
+                     r"</code> with nagleprobe ", footer)
+    assert stamp and (stamp.group(2), stamp.group(3)) == (sample, str(out))
+    when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    assert before <= when <= datetime.now(timezone.utc)

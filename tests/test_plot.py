@@ -192,3 +192,41 @@ def test_an_empty_selection_draws_empty_pictures_that_say_so(proxy_any):
         assert {"no flows", "no stalls"} & {t.get_text() for t in ax.texts}
     with pytest.raises(ValueError, match="no flows"):
         plot.time_sequence(empty)
+
+
+@pytest.mark.parametrize("fixture, flow", [("echo_split", 0), ("proxy_any", 1), ("win200", 0)])
+def test_stall_grid_labels_do_not_overlap(request, fixture, flow):
+    """Each panel's notes (S1, late ACK, S2, the stall's length) are drawn apart from each
+    other: the late ACK and S2 come within microseconds and a few bytes of each other."""
+    report = request.getfixturevalue(fixture)
+    axes = plot.stall_grid(report, flow, n=6)
+    fig = axes[0].figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts
+                 if t.get_text()]
+        assert len(boxes) == 4
+        for i, (a, box_a) in enumerate(boxes):
+            for b, box_b in boxes[i + 1:]:
+                assert not box_a.overlaps(box_b), f"{a!r} overlaps {b!r}"
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("fixture", ["echo_split", "win200"])
+def test_peer_ack_delays_are_marked_over_the_stall_bars(request, fixture):
+    """The two distributions coincide (a stall lasts the peer's ACK delay): an outline of the
+    ACK delays lay on the bars' own edges and could not be seen. Each bin's ACK delays are a
+    marker above the bars, at the bar's middle, as high as their count."""
+    report = request.getfixturevalue(fixture)
+    ax = plot.delay_distribution(report)
+    render(ax)
+    bars = by_gid(ax, plot.GID_STALL_HIST, "patches")
+    (marks,) = [m for m in by_gid(ax, plot.GID_ACK_HIST) if m.get_marker() not in (None, "None")]
+    assert marks.get_zorder() > max(b.get_zorder() for b in bars)
+    assert sum(marks.get_ydata()) == len(report.stalls)
+    for x, y in zip(marks.get_xdata(), marks.get_ydata()):
+        bar = next(b for b in bars if b.get_x() <= x < b.get_x() + b.get_width())
+        assert x != bar.get_x() and y == np.histogram(
+            report.stalls["peer_ack_delay_ms"], [bar.get_x(), bar.get_x() + bar.get_width()])[0][0]
+    assert "peer's ACK delay (path removed)" in [t.get_text() for t in ax.get_legend().texts]

@@ -41,3 +41,36 @@ def test_no_progress_output_when_stderr_is_not_a_terminal_or_with_quiet():
         assert res.exit_code == 0
         assert res.stderr == ""
         assert "No Nagle/delayed-ACK stalls found" in res.stdout
+
+
+def test_each_redraw_fits_the_terminal_width_so_no_stale_line_is_left():
+    """A line longer than the terminal wraps, and "\\r" then returns only to the start of its
+    last row: each redraw must stay within the width (one column short of it)."""
+    out = io.StringIO()
+    bar = ProgressBar(out=out, interval=0, width=40)
+    analyze(str(SAMPLE), chunk_bytes=4096, progress=bar)
+    bar.close()
+    draws = [d.removesuffix("\x1b[K") for d in out.getvalue().split("\r")[1:-1]]
+    assert len(draws) > 10 and all(len(d) == 39 for d in draws)
+    assert draws[-1].startswith("1,755 packets, ")
+
+
+def test_width_of_a_stream_that_is_not_a_terminal_is_80():
+    assert ProgressBar(out=io.StringIO()).width() == 80
+
+
+def test_width_is_the_terminal_s_it_draws_on():
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 37, 0, 0))
+        with os.fdopen(os.dup(slave), "w") as tty:
+            assert ProgressBar(out=tty).width() == 37
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -96,3 +96,57 @@ def test_fixture_skips_with_the_reason_where_capture_is_not_possible(inner, monk
     result.stdout.fnmatch_lines(["SKIPPED * nagleprobe: cannot capture traffic here: tcpdump "
                                  "not found at *no-tcpdump"])
     assert os.environ["NAGLEPROBE_TCPDUMP"].endswith("no-tcpdump")
+
+
+def test_a_watched_port_outside_the_configured_ones_is_captured_and_checked(inner):
+    """The README's pyproject (ports 8000/8443) and a test on another port: its traffic is
+    captured (all TCP), selected by watch_port, and its stalls fail the test."""
+    require_capture()
+    inner.makepyprojecttoml("[tool.nagleprobe.check]\nmax-stalls = 0\nports = [8000, 8443]\n")
+    result = inner.runpytest_subprocess("-p", "no:cacheprovider", "-k", "split_writes and not "
+                                        "nodelay and not generous")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*FAIL *nagle_capture.pcap: * stalls, * ms lost in * "
+                                 "[[]* stalls, budget 0]",
+                                 "*fix (coalesce-writes): The client 127.0.0.1:*"])
+
+
+EMPTY_TESTS = '''
+import pytest
+from splitwrite import free_port
+
+
+def test_no_traffic(nagle_capture):
+    nagle_capture.watch_port(free_port())
+
+
+@pytest.mark.nagle(allow_empty=True)
+def test_no_traffic_allowed(nagle_capture):
+    nagle_capture.watch_port(free_port())
+'''
+
+
+def test_a_test_whose_watched_ports_saw_no_traffic_fails_unless_marked(inner):
+    require_capture()
+    inner.makepyfile(test_empty=EMPTY_TESTS)
+    result = inner.runpytest_subprocess("-p", "no:cacheprovider", "test_empty.py")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*nagleprobe: nothing checked: *TCP flow* (watched ports: *; "
+                                 "capture kept at *nagle_capture.pcap)*"
+                                 "@pytest.mark.nagle(allow_empty=True)*"])
+    assert "test_empty.py::test_no_traffic FAILED" in result.stdout.str() or \
+        "FAILED test_empty.py::test_no_traffic - " in result.stdout.str()
+
+
+@pytest.mark.parametrize("how", ["option", "ini"])
+def test_capture_impossible_fails_when_capture_is_required(inner, monkeypatch, how):
+    monkeypatch.setenv("NAGLEPROBE_TCPDUMP", str(inner.path / "no-tcpdump"))
+    args = ["-k", "nodelay"]
+    if how == "option":
+        args.append("--nagle-require-capture")
+    else:
+        inner.makeini("[pytest]\nnagle_require_capture = true\n")
+    result = inner.runpytest_subprocess(*args)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*nagleprobe: cannot capture traffic here: tcpdump not found "
+                                 "at *no-tcpdump (--nagle-require-capture*"])

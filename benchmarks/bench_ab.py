@@ -1,0 +1,70 @@
+"""Two builds of nagleprobe side by side on one capture, alternated in one run (not a test;
+run it by hand): this machine's speed drifts by tens of percent within an hour, so builds
+are only compared run against run, never across runs.
+
+    git worktree add /tmp/np-old <commit> && (cd /tmp/np-old && python3 setup.py build_ext --inplace)
+    python3 benchmarks/bench_ab.py /tmp/np-old . [--size 10000000] [--rounds 5] [--json]
+
+Each build is a source tree with its compiled parts built in place. The capture is
+bench_scaling's (copies of five sample conversations every 20 ms of capture time, cached in
+benchmarks/out/). Every round runs `nagleprobe analyze` of each build once, in alternating
+order, timed whole (wall, CPU, peak RSS, hypervisor steal, as bench_scaling measures them).
+Prints one JSON object per run, then per build the median and range of each figure, and
+the new build's median wall time relative to the old one's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_scaling import capture, run  # noqa: E402
+
+
+def command(tree: Path, pcap: Path, fmt: str) -> list[str]:
+    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed)."""
+    code = (f"import sys; sys.path.insert(0, {str(tree)!r}); from nagleprobe.cli import main; "
+            "sys.argv[0] = 'nagleprobe'; main()")
+    return [sys.executable, "-c", code, "analyze", "--format", fmt, str(pcap)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("old", type=Path, help="source tree of the reference build")
+    ap.add_argument("new", type=Path, help="source tree of the build to compare")
+    ap.add_argument("--size", type=int, default=10_000_000)
+    ap.add_argument("--every-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="the JSON report instead of the text")
+    args = ap.parse_args()
+    pcap = capture(args.size, args.every_ms)
+    fmt = "json" if args.json else "text"
+    runs: dict[str, list[dict]] = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            tree = getattr(args, name).resolve()
+            res = run(command(tree, pcap, fmt))
+            res.update(build=name, tree=str(tree), round=r, format=fmt, packets=args.size)
+            print(json.dumps(res), flush=True)
+            runs[name].append(res)
+    print(f"\n{args.size} packets, {fmt} report, {args.rounds} rounds alternated")
+    print("| build | wall s (median, range) | CPU s | peak RSS MB | steal % |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, rs in runs.items():
+        def cell(key: str, fmt_: str = ".2f") -> str:
+            v = [x[key] for x in rs if x.get(key) is not None]
+            return (f"{statistics.median(v):{fmt_}} ({min(v):{fmt_}}-{max(v):{fmt_}})"
+                    if v else "-")
+        print(f"| {name} | {cell('seconds')} | {cell('cpu_s')} | {cell('peak_rss_mb', '.0f')} "
+              f"| {cell('steal_pct', '.0f')} |")
+    old = statistics.median(x["seconds"] for x in runs["old"])
+    new = statistics.median(x["seconds"] for x in runs["new"])
+    print(f"\nnew / old median wall time: {new / old:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Packaging: runtime dependencies are what the package's code imports, the test-only parsers
+sit in the test extra, and the package says it is typed (PEP 561)."""
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def name(requirement: str) -> str:
+    return requirement.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip().lower()
+
+
+def imported_modules() -> set[str]:
+    """Top-level names of every module the package's code imports (anywhere in a file)."""
+    found = set()
+    for path in (ROOT / "nagleprobe").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {"nagleprobe"}
+
+
+def test_every_runtime_dependency_is_imported_by_the_package():
+    runtime = {name(r) for r in PROJECT["dependencies"]}
+    assert runtime <= imported_modules(), runtime - imported_modules()
+
+
+def test_test_only_parsers_are_in_the_test_extra_not_at_runtime():
+    runtime = {name(r) for r in PROJECT["dependencies"]}
+    test = {name(r) for r in PROJECT["optional-dependencies"]["test"]}
+    assert {"dpkt", "scapy"} <= test and not {"dpkt", "scapy"} & runtime
+    assert not {"dpkt", "scapy"} & imported_modules()
+
+
+def test_every_module_the_package_imports_is_a_dependency_or_an_extra():
+    deps = {name(r) for r in PROJECT["dependencies"]}
+    for extra in PROJECT["optional-dependencies"].values():
+        deps |= {name(r) for r in extra}
+    assert imported_modules() - deps <= {"pytest"}  # the plugin runs inside pytest only
+
+
+def test_the_package_is_marked_typed_and_ships_the_marker():
+    assert (ROOT / "nagleprobe" / "py.typed").is_file()
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py.typed" in data["package-data"]["nagleprobe"]
