@@ -1,7 +1,8 @@
 /* The common case of decode.decode in one pass over the records, compiled.
  *
  * decode(data, offset, caplen, linktype, row, slow, ipver, src_hi, src_lo, dst_hi, dst_lo,
- *        sport, dport, seq, ack, flags, window, payload, mss, wscale, sack_ok, tsval, has_ts)
+ *        sport, dport, seq, ack, flags, window, payload, mss, wscale, sack_ok, tsval, has_ts,
+ *        ipid)
  *     -> (k, s)
  *
  * For each record i (its bytes at data[offset[i]:offset[i] + caplen[i]], link type
@@ -93,6 +94,7 @@ typedef struct {
     uint8_t *ipver; uint64_t *src_hi, *src_lo, *dst_hi, *dst_lo;
     uint16_t *sport, *dport; uint32_t *seq, *ack; uint16_t *flags, *window;
     int32_t *payload, *mss; int16_t *wscale; uint8_t *sack_ok; uint32_t *tsval; uint8_t *has_ts;
+    uint16_t *ipid;
 } Columns;
 
 /* TCP options as the numpy decoder reads them: a non-SYN segment whose options start with
@@ -163,6 +165,7 @@ static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_s
             || tot < ihl + 20)
             return 0;
         c->src_hi[k] = c->dst_hi[k] = 0;
+        c->ipid[k] = (uint16_t)be16(h + 4);
         c->src_lo[k] = be32(h + 12) | V4_MAPPED;
         c->dst_lo[k] = be32(h + 16) | V4_MAPPED;
         l4 = l3 + ihl;
@@ -173,6 +176,7 @@ static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_s
         avail = be16(h + 4);
         if (avail == 0 || h[6] != 6)
             return 0;
+        c->ipid[k] = 0;
         c->src_hi[k] = be64(h + 8);
         c->src_lo[k] = be64(h + 16);
         c->dst_hi[k] = be64(h + 24);
@@ -201,20 +205,20 @@ static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_s
 }
 
 #define NIN 4
-#define NOUT 19
+#define NOUT 20
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
                           &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8],
                           &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15], &b[16],
-                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22]))
+                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22], &b[23]))
         return NULL;
-    /* element sizes of offset caplen linktype row slow, then the 17 columns */
+    /* element sizes of offset caplen linktype row slow, then the 18 columns */
     static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 2,
-                                                     2, 4, 4, 2, 1, 4, 1};
+                                                     2, 4, 4, 2, 1, 4, 1, 2};
     Py_ssize_t n = b[1].len / 8, k = 0, s = 0;
     int ok = 1;
     for (int j = 1; j < NIN + NOUT; j++)
@@ -232,7 +236,7 @@ static PyObject *decode(PyObject *self, PyObject *args)
     int64_t *row = b[4].buf, *slow = b[5].buf;
     Columns c = {b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf, b[11].buf, b[12].buf,
                  b[13].buf, b[14].buf, b[15].buf, b[16].buf, b[17].buf, b[18].buf, b[19].buf,
-                 b[20].buf, b[21].buf, b[22].buf};
+                 b[20].buf, b[21].buf, b[22].buf, b[23].buf};
     Py_ssize_t len = b[0].len;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {

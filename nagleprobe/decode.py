@@ -45,6 +45,7 @@ TCP_COLUMNS: dict[str, np.dtype] = {
     "sack_ok": np.dtype(np.uint8),
     "tsval": np.dtype(np.uint32),
     "has_ts": np.dtype(np.uint8),
+    "ipid": np.dtype(np.uint16),  # IPv4 identification (0 for IPv6): tells copies from resends
 }
 
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
@@ -223,7 +224,7 @@ _LINK = {
 
 # ---------------------------------------------------------------------- network layer
 def _ipv4(data, batch, rows, l3, drops):
-    """-> rows, l4, avail (bytes after the IP header per IP lengths), src_lo, dst_lo."""
+    """-> rows, l4, avail (bytes after the IP header per IP lengths), src_lo, dst_lo, ipid."""
     end = batch.offset[rows] + batch.caplen[rows]
     fits = l3 + 20 <= end
     if not fits.all():
@@ -258,10 +259,10 @@ def _ipv4(data, batch, rows, l3, drops):
         drops.add("not-tcp", int(nt.sum()))
         drops.add("ip-fragment", int(fr.sum()))
         sel = np.nonzero(ok)[0]
-        rows, l3, ihl, tot, h32 = rows[sel], l3[sel], ihl[sel], tot[sel], h32[sel]
+        rows, l3, ihl, tot, h16, h32 = rows[sel], l3[sel], ihl[sel], tot[sel], h16[sel], h32[sel]
     src = h32[:, 3].astype(np.uint64) | np.uint64(V4_MAPPED)
     dst = h32[:, 4].astype(np.uint64) | np.uint64(V4_MAPPED)
-    return rows, l3 + ihl, tot - ihl, src, dst
+    return rows, l3 + ihl, tot - ihl, src, dst, h16[:, 2].astype(np.uint16)
 
 
 def _ipv6(data, batch, rows, l3, drops):
@@ -417,7 +418,7 @@ def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, 
     r4 = np.nonzero(ver == 4)[0]
     r6 = np.nonzero(ver == 6)[0]
     if len(r6) == 0:
-        rows, l4, avail, slo, dlo = _ipv4(data, batch, r4, l3[r4], drops)
+        rows, l4, avail, slo, dlo, ipid = _ipv4(data, batch, r4, l3[r4], drops)
         shi = dhi = np.zeros(len(rows), np.uint64)
         ipver = np.full(len(rows), 4, np.uint8)
     else:
@@ -435,6 +436,7 @@ def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, 
         dlo = np.concatenate([a[4], b[6]])[order]
         ipver = np.concatenate([np.full(len(a[0]), 4, np.uint8),
                                 np.full(len(b[0]), 6, np.uint8)])[order]
+        ipid = np.concatenate([a[5], np.zeros(len(b[0]), np.uint16)])[order]
 
     # TCP fixed header
     end = batch.offset[rows] + batch.caplen[rows]
@@ -444,6 +446,7 @@ def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, 
         sel = np.nonzero(fits)[0]
         rows, l4, avail, end = rows[sel], l4[sel], avail[sel], end[sel]
         shi, slo, dhi, dlo, ipver = shi[sel], slo[sel], dhi[sel], dlo[sel], ipver[sel]
+        ipid = ipid[sel]
     t = _gather(data, l4, 20)
     doff = (t[:, 12] >> 4).astype(np.int64) * 4
     bad = doff < 20
@@ -456,6 +459,7 @@ def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, 
         sel = np.nonzero(ok)[0]
         rows, l4, avail, t, doff = rows[sel], l4[sel], avail[sel], t[sel], doff[sel]
         shi, slo, dhi, dlo, ipver = shi[sel], slo[sel], dhi[sel], dlo[sel], ipver[sel]
+        ipid = ipid[sel]
     m = len(rows)
     t16 = t.view(">u2")
     t32 = t.view(">u4")
@@ -511,4 +515,5 @@ def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, 
         "sack_ok": sack_ok,
         "tsval": tsval,
         "has_ts": has_ts,
+        "ipid": ipid,
     }

@@ -28,6 +28,16 @@ GUESSED_MSS = 1460  # without a SYN or a repeated largest segment: Ethernet's us
 UNDELAYED_MS = 25.0  # a data -> pure ACK turnaround below this cannot include a delayed ACK
 NEAR_MS = 0.1  # a round trip this short (ms) means the capture point sits at that endpoint
 EPHEMERAL_FROM = 32768
+# `tcpdump -i any` on a host with bridges, veth pairs or tunnels sees each packet on two (or
+# more) interfaces, microseconds apart. A row identical to an earlier one of its 4-tuple and
+# direction (seq, ack, flags, window, payload, IPv4 ID, TSval) within this time is such a copy:
+# a real retransmission so soon is implausible (even a fast retransmit waits for the peer's
+# duplicate ACKs) and would carry a new IP ID, and a new TSval once a millisecond has passed.
+DUPLICATE_WINDOW_NS = 2_000_000
+# Copies of a burst interleave (A B C A' B' C': the second interface sees them after a
+# queue), so a copy is looked for among this many earlier rows of its 4-tuple (both
+# directions): enough for a burst of a fast flow whose copies come a few microseconds late.
+DUPLICATE_LOOKBACK = 32
 
 
 @dataclass
@@ -49,6 +59,7 @@ class Flows:
     seg: dict[str, np.ndarray]
     flow: dict[str, np.ndarray]
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
+    duplicates: int = 0  # copies of a packet (see DUPLICATE_WINDOW_NS) dropped, not in `seg`
     _runs: dict = field(default_factory=dict, repr=False)  # neighbour lookups, built on demand
 
     @property
@@ -277,8 +288,14 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
     else:
         tup, from_low = np.asarray(tuples, dtype=np.int64), _lower(*_endpoints(cols))
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
-    c = _Sorted(cols, order)
     tup, from_low = tup[order], from_low[order]
+    copies = _duplicates(cols, order, tup, from_low)
+    if len(copies):  # the same packet seen twice: keep the first copy only
+        keep = np.ones(n, dtype=bool)
+        keep[copies] = False
+        order, tup, from_low = order[keep], tup[keep], from_low[keep]
+        n = len(order)
+    c = _Sorted(cols, order)
     flags = c["flags"]
     syn_only = (flags & (SYN | ACK)) == SYN
 
@@ -322,7 +339,40 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
     seg.update(_ack_links(seg, by_dir))
 
     flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
-    return Flows(seg=seg, flow=flow, starts=starts)
+    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies))
+
+
+def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
+                from_low: np.ndarray) -> np.ndarray:
+    """Positions in `order` (rows grouped by 4-tuple, in time order within; `tup` and
+    `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
+    them of the same 4-tuple and direction within DUPLICATE_WINDOW_NS: same seq, ack, flags,
+    window, payload, IP ID and TCP timestamp (or none). Candidates are the pairs of rows whose
+    32-bit mix of seq and ack is the same (few: a pure ACK and the data after it, duplicate
+    ACKs); only they are compared field by field."""
+    n = len(order)
+    if n < 2:
+        return np.zeros(0, dtype=np.int64)
+    key = cols["ack"] * np.uint32(0x9E3779B1)  # wraps: a mix, equal for equal pairs
+    key ^= cols["seq"]
+    key = key[order]  # one gather instead of two
+    later, earlier = [], []
+    for lag in range(1, min(DUPLICATE_LOOKBACK, n - 1) + 1):
+        i = np.flatnonzero(key[lag:] == key[:-lag]) + lag
+        later.append(i)
+        earlier.append(i - lag)
+    i, j = np.concatenate(later), np.concatenate(earlier)
+    same = (tup[i] == tup[j]) & (from_low[i] == from_low[j])
+    i, j = i[same], j[same]
+    ri, rj = order[i], order[j]
+    # payload first: it tells a pure ACK from the data after it, the most common candidates
+    same = ((cols["payload"][ri] == cols["payload"][rj])
+            & (cols["ts_ns"][ri] - cols["ts_ns"][rj] <= DUPLICATE_WINDOW_NS))
+    i, ri, rj = i[same], ri[same], rj[same]
+    same = (cols["tsval"][ri] == cols["tsval"][rj]) | (cols["has_ts"][ri] == 0)
+    for name in ("seq", "ack", "flags", "window", "ipid", "has_ts"):
+        same &= cols[name][ri] == cols[name][rj]
+    return np.unique(i[same])
 
 
 def _roles(c, fid, starts, from_low, flags):

@@ -129,5 +129,7 @@ def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:
         cols = {k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()}
     skipped.update(reader.info.skipped)
     flows = build_flows(cols)
+    if flows.duplicates:
+        skipped["duplicate"] += flows.duplicates
     det = detect(flows)
     return build_report(reader.info, dict(skipped), flows, det, origin_ns or 0)

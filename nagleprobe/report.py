@@ -670,6 +670,9 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines += [_Pre(head + ";"), f"  skipped: {rest}"]
     else:
         lines.append(head)
+    if c["skipped"].get("duplicate"):
+        lines.append(f"{c['skipped']['duplicate']} duplicate packets (the same packet seen twice, "
+                     "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
     for w in c["warnings"]:
         lines.append(f"warning: {w}")
     lines.append("")

@@ -41,8 +41,8 @@ from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report, add_tcp_streams, capture_doc, report_columns, table
 
-# the decoded columns the analysis reads (SACK permission and TSval are not): held and gathered
-ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval")}
+# the decoded columns the analysis reads (SACK permission is not): held and gathered
+ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
@@ -153,6 +153,7 @@ class _Part:
     first_frame: np.ndarray
     tcp_packets: int
     arrivals: dict[str, np.ndarray]
+    duplicates: int
 
 
 Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, its tuple ids, rows)
@@ -204,7 +205,8 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: 
     out = report_columns(flows, detect(flows), origin_ns)
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
                  flows.seg["frame"][flows.starts], len(flows.seg["flow"]),
-                 arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)})
+                 arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
+                 flows.duplicates)
 
 
 @dataclass
@@ -219,6 +221,7 @@ class _Parts:
     tcp_packets: int = 0
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
     arrival_count: int = 0
+    duplicates: int = 0  # copies of packets build_flows dropped
 
 
 class StreamAnalyzer:
@@ -406,6 +409,7 @@ class StreamAnalyzer:
         p.first_ns.append(part.first_ns)
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
+        p.duplicates += part.duplicates
         if p.arrivals is not None:  # kept for relay linking while there are not too many
             p.arrival_count += len(part.arrivals["flow"])
             p.arrivals.append(part.arrivals)
@@ -428,6 +432,8 @@ class StreamAnalyzer:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
                             f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
                             "closed and were left out of it")
+        if p.duplicates:
+            skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
 

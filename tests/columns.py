@@ -19,7 +19,8 @@ def addr(text: str) -> tuple[int, int, int]:
 
 
 def packets(rows: list[dict]) -> dict[str, np.ndarray]:
-    """rows: dicts with t_ms, src, dst ("ip:port"), seq, ack, flags, len and optional mss/wscale/win."""
+    """rows: dicts with t_ms, src, dst ("ip:port"), seq, ack, flags, len and optional
+    mss/wscale/win/tsval/ipid."""
     cols = {k: [] for k in TCP_COLUMNS}
     for i, r in enumerate(rows, 1):
         sip, sport = r["src"].rsplit(":", 1)
@@ -31,7 +32,8 @@ def packets(rows: list[dict]) -> dict[str, np.ndarray]:
                 "sport": int(sport), "dport": int(dport), "seq": r["seq"] % (1 << 32),
                 "ack": r.get("ack", 0) % (1 << 32), "flags": r["flags"], "window": r.get("win", 512),
                 "payload": r.get("len", 0), "mss": r.get("mss", -1), "wscale": r.get("wscale", -1),
-                "sack_ok": 0, "tsval": 0, "has_ts": 0}
+                "sack_ok": 0, "tsval": r.get("tsval", 0), "has_ts": int("tsval" in r),
+                "ipid": r.get("ipid", 0)}
         for k in TCP_COLUMNS:
             cols[k].append(vals[k])
     return {k: np.array(v, dtype=TCP_COLUMNS[k]) for k, v in cols.items()}

@@ -64,3 +64,29 @@ def replicate(names: list[str], copies: int, every_ns: int, port_step: int = 1,
                 packets.append((key, t, shift_ports(frame, i * port_step, i * isn_step)))
     packets.sort(key=lambda p: p[0])
     return pcap_bytes([(t, frame) for _, t, frame in packets])
+
+
+def seen_twice(name: str, delay_ns: int = 3000) -> tuple[bytes, list[int]]:
+    """Synthetic derivation of the real sample `name` (a little-endian microsecond pcap of any
+    link type): every record followed by an exact copy `delay_ns` later, as `tcpdump -i any`
+    records a packet crossing a veth pair or a bridge. Records are written in time order, so
+    in a fast flow copies interleave with the next packets (A B A' B'). Returns the pcap and
+    the frame number in it of each of the sample's frames (frame f is 2f - 1 when no copy
+    interleaves; index 0 is unused)."""
+    raw = (SAMPLES / name).read_bytes()
+    assert struct.unpack_from("<I", raw, 0)[0] == 0xA1B2C3D4
+    linktype = struct.unpack_from("<I", raw, 20)[0]
+    records, off = [], 24
+    while off + 16 <= len(raw):
+        sec, usec, incl, orig = struct.unpack_from("<IIII", raw, off)
+        ts = sec * 1_000_000_000 + usec * 1000
+        frame = raw[off + 16:off + 16 + incl]
+        records += [(ts, len(records), frame, orig), (ts + delay_ns, len(records) + 1, frame, orig)]
+        off += 16 + incl
+    records.sort()
+    frame_of = [0] * (len(records) // 2)
+    for new, (_, k, _, _) in enumerate(records, 1):
+        if k % 2 == 0:
+            frame_of[k // 2] = new
+    return (pcap_bytes([(ts, frame, orig) for ts, _, frame, orig in records], linktype),
+            [0] + frame_of)

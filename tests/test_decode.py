@@ -10,6 +10,7 @@ import ipaddress
 import socket
 import struct
 from collections import Counter
+from pathlib import Path
 
 import dpkt
 import dpkt.sll
@@ -27,6 +28,7 @@ from nagleprobe.read import CaptureReader
 
 CORPUS = corpus()
 T0 = 1_700_000_000_123_456_000
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
 @pytest.fixture(autouse=True, params=["compiled", "numpy"])
@@ -72,7 +74,7 @@ def reference(lt, full):
             "mss": struct.unpack(">H", opts[2])[0] if 2 in opts else -1,
             "wscale": opts[3][0] if 3 in opts else -1, "sack_ok": int(4 in opts),
             "tsval": struct.unpack(">I", opts[8][:4])[0] if 8 in opts else 0,
-            "has_ts": int(8 in opts)}
+            "has_ts": int(8 in opts), "ipid": ip.id if ver == 4 else 0}
 
 
 def addr_bytes(ver, hi, lo):
@@ -148,6 +150,23 @@ def test_synthetic_empty_batch_dtypes(tmp_path):
     cols, skipped, _ = run(path)
     assert skipped == Counter({"not-ip": 1})
     assert all(len(cols[k]) == 0 and cols[k].dtype == t for k, t in TCP_COLUMNS.items())
+
+
+@pytest.mark.parametrize("name", ["echo_split_lo.pcap", "proxy_any.pcap",
+                                  "formats/base_lo6.pcap"])
+def test_ip_id_of_real_captures_is_the_ipv4_identification_field(name):
+    """Real captures (loopback Ethernet, `tcpdump -i any` cooked, IPv6 loopback): `ipid` is
+    each IPv4 packet's identification field as dpkt reads it, 0 for IPv6."""
+    cols, _, _ = run(SAMPLES / name)
+    with open(SAMPLES / name, "rb") as f:
+        r = dpkt.pcap.Reader(f)
+        link = {1: dpkt.ethernet.Ethernet, 113: dpkt.sll.SLL}[r.datalink()]
+        ips = [link(buf).data for _, buf in r]
+    assert cols["ipid"].tolist() == [ip.id if isinstance(ip, dpkt.ip.IP) else 0 for ip in ips]
+    if name == "echo_split_lo.pcap":  # the client's SYN, the SYN/ACK (Linux sends ID 0), ACK
+        assert cols["ipid"][:3].tolist() == [18691, 0, 18692]
+    if name.endswith("6.pcap"):
+        assert (cols["ipver"] == 6).all() and not cols["ipid"].any()
 
 
 def _one_packet_options(opts: bytes) -> tuple[int, int, int, int, int]:

@@ -130,7 +130,8 @@ def crafted_packet(draw) -> tuple[int, bytes]:
         ihl = field(5 + len(ipopts) // 4, st.integers(0, 15))
         tot = field(20 + len(ipopts) + len(tcp), st.integers(0, 200))
         frag = field(draw(st.sampled_from([0, 0x4000])), st.sampled_from([0x2000, 1, 0x1FFF]))
-        ip = struct.pack(">BBHHHBBH4s4s", field(4, st.integers(0, 15)) << 4 | ihl, 0, tot, 1, frag,
+        ip = struct.pack(">BBHHHBBH4s4s", field(4, st.integers(0, 15)) << 4 | ihl, 0, tot,
+                         draw(st.integers(0, 65535)), frag,
                          64, field(6, st.integers(0, 255)), 0, b"\x0a\0\0\x01", b"\x0a\0\0\x02")
         ip += ipopts
     else:

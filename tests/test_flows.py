@@ -215,3 +215,83 @@ def test_tuple_ids_given_by_the_caller_set_the_order_of_the_flows():
     given = build_flows(cols, np.array([1] * 3 + [0] * 3))
     assert given.flow["client"].tolist() == ["10.0.0.3:40001", C]
     assert given.seg["frame"].tolist() == [4, 5, 6, 1, 2, 3]
+
+
+# ---------------------------------------------------------------- the same packet seen twice
+def seen_twice(rows: list[dict], delay_ms: float = 0.003) -> list[dict]:
+    """Each row followed by a copy `delay_ms` later, frames numbered in that order."""
+    out = []
+    for i, r in enumerate(rows):
+        out += [dict(r, frame=2 * i + 1), dict(r, t_ms=r["t_ms"] + delay_ms, frame=2 * i + 2)]
+    return out
+
+
+def conversation() -> Conversation:
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    for k in range(3):
+        conv.send("c", t + 1 + 50 * k, 6)
+        conv.ack("s", t + 41 + 50 * k)
+        conv.send("c", t + 41.05 + 50 * k, 7)
+        conv.send("s", t + 42 + 50 * k, 13)
+    for i, r in enumerate(conv.rows):
+        r["ipid"], r["tsval"] = 100 + i, 7000 + int(r["t_ms"])
+    return conv
+
+
+def test_the_same_packet_seen_twice_is_dropped_before_the_sequence_analysis():
+    """`tcpdump -i any` on a veth pair: every packet twice, 3 us apart. The second copies are
+    dropped and counted, and what remains is the flow seen once: nothing is a retransmission."""
+    rows = conversation().rows
+    once = build_flows(packets(rows))
+    twice = build_flows(packets(seen_twice(rows)))
+    assert once.duplicates == 0
+    assert twice.duplicates == len(rows)
+    assert twice.seg["frame"].tolist() == [2 * f - 1 for f in once.seg["frame"].tolist()]
+    assert not twice.seg["retrans"].any()
+    for k in ("flow", "dir", "seq", "ack", "payload", "retrans", "keepalive", "acked_by"):
+        assert twice.seg[k].tolist() == once.seg[k].tolist(), k
+    assert twice.flow["packets"].tolist() == once.flow["packets"].tolist() == [len(rows)]
+
+
+def test_copies_interleaved_with_later_packets_are_dropped_too():
+    """A B A' B' (the second interface sees a burst after a queue), and copies of one
+    direction with the other direction's packets between them."""
+    rows = conversation().rows
+    burst = sorted(seen_twice(rows, delay_ms=0.2), key=lambda r: (r["t_ms"], r["frame"]))
+    assert [r["frame"] for r in burst] != sorted(r["frame"] for r in burst)  # interleaved
+    f = build_flows(packets(burst))
+    assert f.duplicates == len(rows)
+    assert not f.seg["retrans"].any()
+    assert (f.seg["frame"] % 2 == 1).all()
+
+
+def test_a_real_retransmission_is_not_a_duplicate():
+    """Same sequence number, but a new IP ID, a new TSval, or later than the window: a resend,
+    counted as a retransmission as before."""
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.send("c", t + 1, 10)
+    conv.rows[-1].update(ipid=7, tsval=500)
+    first = dict(conv.rows[-1])
+    resends = [dict(first, t_ms=first["t_ms"] + 0.01, ipid=8),           # new IP ID
+               dict(first, t_ms=first["t_ms"] + 0.02, ipid=7, tsval=501),  # new TSval
+               dict(first, t_ms=first["t_ms"] + 2.5)]                      # after the window
+    for resend in resends:
+        f = build_flows(packets(conv.rows + [resend]))
+        assert f.duplicates == 0
+        assert f.seg["retrans"].tolist() == [False] * 4 + [True]
+    # the very same bytes within the window: a copy
+    f = build_flows(packets(conv.rows + [dict(first, t_ms=first["t_ms"] + 1.9)]))
+    assert f.duplicates == 1 and not f.seg["retrans"].any()
+
+
+def test_a_copy_differing_in_any_header_field_is_kept():
+    """Flags, window, payload length or acknowledgement number differ: another packet."""
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    conv.ack("c", t + 1)
+    ack = dict(conv.rows[-1], ipid=9)
+    for change in ({"win": 1024}, {"flags": A | 0x08}, {"ack": ack["ack"] + 1}, {"len": 1}):
+        other = dict(ack, t_ms=ack["t_ms"] + 0.005, **change)
+        assert build_flows(packets(conv.rows[:-1] + [ack, other])).duplicates == 0, change

@@ -118,6 +118,7 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
         "mss": np.full(n, -1, np.int32), "wscale": np.full(n, -1, np.int16),
         "sack_ok": np.zeros(n, np.uint8), "tsval": np.zeros(n, np.uint32),
         "has_ts": np.zeros(n, np.uint8),
+        "ipid": np.arange(n, dtype=np.uint16),  # repeats are resends, not copies
     }
     assert list(cols) == list(TCP_COLUMNS)
     compiled, reference = both(cols)

@@ -11,6 +11,7 @@ import nagleprobe.flows
 import nagleprobe.read
 import nagleprobe.stream
 from nagleprobe.pipeline import analyze
+from replicate import seen_twice
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
@@ -24,3 +25,19 @@ def test_the_report_is_the_same_without_the_compiled_parts(path, monkeypatch):
     for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.stream, nagleprobe.detect):
         monkeypatch.setattr(module, "_compiled", None)
     assert analyze(str(path), chunk_bytes=16 << 10).to_json() == compiled
+
+
+@pytest.mark.parametrize("name", ["echo_split_lo.pcap", "proxy_any.pcap",
+                                  "neg_bulk_cwnd_netns.pcap"])
+def test_duplicates_are_dropped_the_same_without_the_compiled_parts(name, tmp_path,
+                                                                     monkeypatch):
+    """Synthetic derivations of real captures, every packet seen twice (tests/replicate.py)."""
+    path = tmp_path / name
+    path.write_bytes(seen_twice(name)[0])
+    compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
+    monkeypatch.setattr(nagleprobe.read, "_walk", None)
+    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.stream, nagleprobe.detect):
+        monkeypatch.setattr(module, "_compiled", None)
+    report = analyze(str(path), chunk_bytes=16 << 10)
+    assert report.capture["skipped"]["duplicate"] == report.capture["packets"] // 2
+    assert report.to_json() == compiled
