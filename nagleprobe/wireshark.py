@@ -19,20 +19,27 @@ if TYPE_CHECKING:
     from .report import Report
 
 
+# skipped packets that cannot start a TCP conversation Wireshark would count: second copies
+# of packets of a counted one (packets without TCP here may hold TCP in a tunnel that
+# Wireshark decodes)
+NO_TCP_CONVERSATION = {"duplicate"}
+
+
 def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
                 capture: dict[str, Any]) -> np.ndarray:
     """Wireshark's `tcp.stream` of each flow, -1 where it cannot be computed exactly.
 
     Wireshark numbers TCP conversations 0, 1, ... in the order of their first frame, one per
     4-tuple until a new SYN reuses one. So the number of a flow is its rank by first frame,
-    exactly, when every TCP packet Wireshark sees is in a flow (nothing skipped, no damage
-    or late packets: `capture["skipped"]` and `capture["warnings"]` empty) and no earlier
-    flow is a second connection on a reused 4-tuple (whose split may follow other rules in
+    exactly, when every TCP packet Wireshark sees is in a flow (nothing skipped but
+    duplicates, no damage or late packets: `capture["warnings"]` empty) and
+    no earlier flow is a second connection on a reused 4-tuple (whose split may follow other rules in
     other Wireshark versions): flows from the first such one on get -1.
     """
     n = len(first_frame)
     out = np.full(n, -1, dtype=np.int64)
-    if not n or capture.get("skipped") or capture.get("warnings"):
+    hidden = set(capture.get("skipped") or {}) - NO_TCP_CONVERSATION
+    if not n or hidden or capture.get("warnings"):
         return out
     order = np.argsort(first_frame, kind="stable")
     seen: set[tuple[str, str]] = set()

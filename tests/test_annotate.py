@@ -25,7 +25,8 @@ WIRESHARK_CHECKED = ["echo_split_lo.pcap", "proxy_any.pcap", "proxy_any_sll2.pca
                      "formats/base_lo.pcap.gz", "formats/base_lo.pcapng.gz",
                      "formats/base_lo_nsec.pcap", "formats/base_lo6.pcap", "formats/vlan.pcap",
                      "formats/multi_if_tsresol.pcapng", "formats/spb.pcapng",
-                     "formats/port_reuse.pcap", "formats/snap68.pcap"]
+                     "formats/port_reuse.pcap", "formats/snap68.pcap", "bridge_any.pcap",
+                     "chain3_lo.pcap"]
 TSHARK = shutil.which("tshark")
 needs_tshark = pytest.mark.skipif(TSHARK is None, reason="tshark not installed")
 

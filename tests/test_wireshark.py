@@ -78,6 +78,9 @@ def test_tcp_stream_is_the_rank_by_first_frame_and_stops_at_a_reused_four_tuple(
     # the same tuple in the other direction is the same conversation
     assert wireshark.tcp_streams(np.array([1, 2]), np.array(["a:1", "b:9"], dtype=object),
                                  np.array(["b:9", "a:1"], dtype=object), cap).tolist() == [0, -1]
+    # a duplicate copy belongs to a conversation already counted
+    assert wireshark.tcp_streams(first, client, server, {"skipped": {"duplicate": 3},
+                                                         "warnings": []}).tolist() == [1, 0, -1, -1]
     for bad in ({"skipped": {"not-tcp": 1}, "warnings": []},
                 {"skipped": {}, "warnings": ["truncated"]}):
         assert wireshark.tcp_streams(first, client, server, bad).tolist() == [-1] * 4
