@@ -610,14 +610,12 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
         undelayed[late[two_full | ok]] = True
     # The upper quartile of the samples says how long the path usually takes at most (the
     # reaction window's upper end allows for it; a single inflated sample does not move
-    # it); the handshake counts as one sample of each side.
-    hs_key = np.r_[np.flatnonzero(~np.isnan(rs)) * 2, np.flatnonzero(~np.isnan(rc)) * 2 + 1]
-    hs_ns = np.r_[rs[~np.isnan(rs)], rc[~np.isnan(rc)]] * 1e6
-    groups, smallest, upper = _sample_stats(np.r_[key[paired[undelayed]], hs_key],
-                                            np.r_[turn_ns[undelayed], hs_ns.astype(np.int64)])
+    # it); without data samples, the handshake's.
+    groups, smallest, upper = _sample_stats(key[paired[undelayed]], turn_ns[undelayed])
     turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
     turn[groups], typical[groups] = smallest / 1e6, upper / 1e6
-    has_data = np.bincount(key[paired[undelayed]], minlength=nflows * 2) > 0
+    has_data = ~np.isnan(turn)
+    typical = np.where(has_data, typical, np.stack([rs, rc], axis=1).reshape(-1))
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
     from_data = has_data[1::2] & has_data[0::2]
     rc = np.fmin(rc, turn[1::2])
@@ -677,19 +675,28 @@ def grouped_median(values: np.ndarray, groups: np.ndarray
     return g[first], (upper + lower) / 2, count, inverse
 
 
+TYPICAL_SAMPLES = 16  # the upper quartile is taken over a direction's first this many samples
+
+
 def _sample_stats(keys: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct `keys` (ascending) and, for each, the smallest of its samples `ns`
-    (non-negative int64 nanoseconds) and the upper quartile (the sample at rank
-    floor(0.75 * (count - 1)) in ascending order). One sort of key and sample packed in one
-    word: samples beyond 2**32 ns (4.3 s) count as 4.3 s, far beyond any round trip."""
-    packed = np.sort((keys.astype(np.int64) << 32) | np.minimum(ns, (1 << 32) - 1))
-    g, v = packed >> 32, packed & ((1 << 32) - 1)
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
-    count = np.diff(np.r_[first, len(g)])
-    return g[first], v[first], v[first + (3 * (count - 1)) // 4]
+    (non-negative int64 nanoseconds, in time order within a key) and the upper quartile of
+    its first TYPICAL_SAMPLES samples (the sample at rank floor(0.75 * (count - 1))): what
+    the path usually takes, from the start of the connection, without sorting them all."""
+    order = np.argsort(keys, kind="stable")  # rows come grouped by flow: nearly sorted
+    k, v = keys[order], ns[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+    count = np.diff(np.r_[first, len(k)])
+    smallest = np.minimum.reduceat(v, first) if len(v) else v
+    # the first samples of each key, packed with their key in one word and sorted
+    take = np.minimum(count, TYPICAL_SAMPLES)
+    at = np.repeat(first, take) + (np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take))
+    packed = np.sort((k[at].astype(np.int64) << 32) | np.minimum(v[at], (1 << 32) - 1))
+    upper = (packed & ((1 << 32) - 1))[np.cumsum(take) - take + (3 * (take - 1)) // 4]
+    return k[first], smallest, upper
 
 
-NEARBY = 16  # rows looked at around a row for its neighbours in one direction
+NEARBY = 8  # rows looked at around a row for its neighbours in one direction
 
 
 def _acks_two_full(seg: dict[str, np.ndarray], rows: np.ndarray, mss: np.ndarray) -> np.ndarray:
@@ -708,12 +715,15 @@ def _next_in_direction(seg: dict[str, np.ndarray], rows: np.ndarray, data: bool,
     """For each row, the next (step -1: previous) row of its flow in its direction, with
     data if `data`, among the NEARBY rows that way; -1 if none."""
     n = len(seg["flow"])
-    found = np.full(len(rows), -1, dtype=np.int64)
-    for k in range(1, NEARBY + 1):
-        j = rows + step * k
-        inside = (j >= 0) & (j < n) & (found < 0)
-        jj = np.clip(j, 0, max(n - 1, 0))
-        hit = (inside & (seg["flow"][jj] == seg["flow"][rows]) & (seg["dir"][jj] == seg["dir"][rows])
-               & ((seg["payload"][jj] > 0) if data else True))
-        found[hit] = jj[hit]
-    return found
+    if not len(rows) or not n:
+        return np.full(len(rows), -1, dtype=np.int64)
+    near = rows[:, None] + step * np.arange(1, NEARBY + 1)  # (rows, NEARBY) candidates
+    inside = (near >= 0) & (near < n)
+    near = np.clip(near, 0, n - 1)
+    hit = (inside & (seg["flow"][near] == seg["flow"][rows, None])
+           & (seg["dir"][near] == seg["dir"][rows, None]))
+    if data:
+        hit &= seg["payload"][near] > 0
+    first = hit.argmax(axis=1)
+    pick = np.arange(len(rows))
+    return np.where(hit[pick, first], near[pick, first], -1)
