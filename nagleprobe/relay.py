@@ -73,7 +73,9 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     recv_side = 1 - arr["dir"].astype(np.int64)  # data of dir d is received by side 1 - d
     sent_side = (stalls["sender"] == "server").astype(np.int64)
     match = np.full(len(s_flow), -1, dtype=np.int64)  # the upstream arrival of each stall
-    for host_of in (addr_of, at_capture):
+    # the capture point as one host adds something only if its endpoints have several addresses
+    several = len(np.unique(addr_of[near])) > 1
+    for host_of in (addr_of, at_capture) if several else (addr_of,):
         _match(host_of[arr["flow"], recv_side], arr, recv_side,
                host_of[s_flow, sent_side], stalls["small_time"], s_flow, sent_side, s1, whole,
                match)
