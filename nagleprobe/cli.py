@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__
-from .errors import CaptureError, ExitStatus
+from .errors import CaptureError, ExitStatus, printable
 from .pipeline import DEFAULT_GRACE_S, analyze as run_analysis
 from .progress import ProgressBar
 
@@ -81,7 +81,7 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
     except Exception as e:  # a bug: say so in one line unless debugging
         if debug:
             raise
-        click.echo(f"nagleprobe: internal error while analysing {capture}: "
+        click.echo(f"nagleprobe: internal error while analysing {printable(capture)}: "
                    f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
         sys.exit(ExitStatus.INTERNAL)
     if fmt == "json":
@@ -102,7 +102,8 @@ def _write_html(report: Report, path: str) -> None:
     try:
         write_html(report, path)
     except OSError as e:
-        raise HtmlWriteError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
+        raise HtmlWriteError(f"{printable(path)}: cannot write the HTML report: "
+                             f"{e.strerror or e}") from e
 
 
 # ------------------------------------------------------------------ check / record (the CI gate)
@@ -188,7 +189,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         try:
             Path(opts["junit"]).write_text(render_junit(run), encoding="utf-8")
         except OSError as e:
-            click.echo(f"nagleprobe: error: {opts['junit']}: cannot write the JUnit report: "
+            click.echo(f"nagleprobe: error: {printable(opts['junit'])}: cannot write the "
+                       "JUnit report: "
                        f"{e.strerror or e}", err=True)
             return ExitStatus.USAGE
     if opts["github"]:

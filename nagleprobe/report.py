@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .detect import Detection
+from .errors import printable, utf8_safe
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
 
@@ -100,7 +101,8 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
-        return {"capture": self.capture, "summary": self.summary(), "flows": self.flow_docs(),
+        return {"capture": _capture_doc(self.capture), "summary": self.summary(),
+                "flows": self.flow_docs(),
                 "stalls": self.stall_docs()}
 
     def to_json(self) -> str:
@@ -111,7 +113,7 @@ class Report:
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
-        head = json.dumps({"capture": self.capture, "summary": self.summary(),
+        head = json.dumps({"capture": _capture_doc(self.capture), "summary": self.summary(),
                            "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
         yield head[:-1] + ',"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns
@@ -469,12 +471,18 @@ def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
             "text": text}
 
 
+def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
+    """The capture object as written out: a non-UTF-8 file name with \\xNN escapes."""
+    path = utf8_safe(capture["path"])
+    return capture if path == capture["path"] else dict(capture, path=path)
+
+
 def render_text(r: Report) -> str:
     """The terminal report: verdict and fixes first, then evidence, then the clean flows."""
     c = r.capture
     lines = []
     skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
-    lines.append(f"{c['path']}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
+    lines.append(f"{printable(c['path'])}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
                  f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
                  f"{c['tcp_packets']} TCP; skipped: {skipped}")
     for w in c["warnings"]:
