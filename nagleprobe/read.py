@@ -269,17 +269,25 @@ class _Interface:
         self.tsshift = 0  # power-of-two resolution: ns = units * 1e9 >> shift
         self.tsoffset_ns = 0
 
-    def set_tsresol(self, v: int) -> None:
+    def set_tsresol(self, v: int) -> str | None:
+        """Units of 10^-e s (bit 7 clear) or 2^-e s (bit 7 set; 0x80 is whole seconds).
+        A resolution finer than 64-bit timestamps can count since 1970 in (10^-19 s,
+        2^-63 s) is refused: the default (microseconds) stays and the problem is returned."""
+        e = v & 0x7F
         if v & 0x80:
-            self.tsshift = min(v & 0x7F, 64)
-            self.tsmul, self.tsdiv = 0, 1
+            if e > 63:
+                return f"if_tsresol 0x{v:02x} (2^-{e} s) is finer than 64-bit timestamps can hold"
+            self.tsshift = e
+            self.tsmul, self.tsdiv = (0, 1) if e else (1_000_000_000, 1)
         else:
-            e = v & 0x7F
+            if e > 19:
+                return f"if_tsresol 0x{v:02x} (10^-{e} s) is finer than 64-bit timestamps can hold"
             if e <= 9:
                 self.tsmul, self.tsdiv = 10 ** (9 - e), 1
             else:
-                self.tsmul, self.tsdiv = 1, 10 ** min(e - 9, 18)
+                self.tsmul, self.tsdiv = 1, 10 ** (e - 9)
             self.tsshift = 0
+        return None
 
     def set_tsoffset(self, seconds: int) -> None:
         if abs(seconds) <= self.MAX_TSOFFSET_S:
@@ -444,6 +452,8 @@ class CaptureReader:
             self.info.format = "pcapng"
             self._pending = head
             self._ifaces: list[_Interface] = []
+            self._iface_pool: dict[tuple, _Interface] = {}
+            self._lt_table: np.ndarray | None = None
             self._sec_base = 0
             self._big = False
             self._last_ts = 0
@@ -853,7 +863,8 @@ class CaptureReader:
                                    "at the end of the block")
                             break
                         if bt == BT_IDB:
-                            err = self._parse_idb(buf, pos, bl, big)
+                            err = self._parse_idb(buf, pos, bl, big,
+                                                  f"block {block_no + 1} at byte {base + pos}")
                             if err:
                                 bad = (pos, err)
                                 break
@@ -973,12 +984,13 @@ class CaptureReader:
             q += m
         return (n if eof else q), False, 0
 
-    def _parse_idb(self, buf: bytes, pos: int, bl: int, big: bool) -> str | None:
+    def _parse_idb(self, buf: bytes, pos: int, bl: int, big: bool, where: str) -> str | None:
         e = ">" if big else "<"
         if bl < MIN_BLOCK[BT_IDB]:
             return f"interface description block length {bl} is too short"
         lt, _res, snaplen = struct.unpack_from(e + "HHI", buf, pos + 8)
         iface = _Interface(lt, snaplen)
+        number = len(self._ifaces) - self._sec_base
         o, end = pos + 16, pos + bl - 4
         while o + 4 <= end:
             code, ln = struct.unpack_from(e + "HH", buf, o)
@@ -986,13 +998,23 @@ class CaptureReader:
                 break
             v = o + 4
             if v + ln > end:
+                self._idb_problem(f"interface {number}: option {code} of length {ln} runs past "
+                                  "the end of its block", where, "its options after it ignored")
                 break
             if code == 9 and ln >= 1:
-                iface.set_tsresol(buf[v])
+                problem = iface.set_tsresol(buf[v])
+                if problem:
+                    self._idb_problem(f"interface {number}: {problem}", where,
+                                      "its times read as microseconds (the default)")
             elif code == 14 and ln >= 8:
                 iface.set_tsoffset(struct.unpack_from(e + "q", buf, v)[0])
             o = v + ((ln + 3) & ~3)
+        # identical interfaces share one object: 2 M tiny interface blocks cost a list
+        key = (iface.linktype, iface.snaplen, iface.tsmul, iface.tsdiv, iface.tsshift,
+               iface.tsoffset_ns)
+        iface = self._iface_pool.setdefault(key, iface)
         self._ifaces.append(iface)
+        self._lt_table = None
         name = linktype_name(lt)
         if name not in self.info.link_types:
             self.info.link_types.append(name)
@@ -1085,9 +1107,23 @@ class CaptureReader:
             ts = np.where(pos_idx >= 0, ts[np.maximum(pos_idx, 0)], self._last_ts)
         if k:
             self._last_ts = int(ts[-1])
-        lt_table = np.array([i.linktype for i in self._ifaces] + [-1], dtype=np.int32)
+        lt_table = self._lt_table
+        if lt_table is None or len(lt_table) != len(self._ifaces) + 1:
+            lt_table = self._lt_table = np.array([i.linktype for i in self._ifaces] + [-1],
+                                                 dtype=np.int32)
         linktype = lt_table[ifidx]  # -1 -> last entry (-1)
         keep = (ifidx >= 0) & ~bad
+        if not keep.all() and self.strict:  # damage, which strict reading refuses
+            j = int(np.flatnonzero(~keep)[0])
+            where = f"frame {int(frame[j])} at byte {self._pos + int(st[j])}"
+            if short[j]:
+                raise CaptureError(self.path, f"corrupt block: packet block length "
+                                   f"{int(blen[j])} is too short", where)
+            if ifidx[j] < 0:
+                raise CaptureError(self.path, "packet block names an interface the section "
+                                   "does not describe", where)
+            raise CaptureError(self.path, f"captured length {int(caplen[j])} exceeds its "
+                               f"block of {int(blen[j])} bytes", where)
         if not keep.all():
             self._skip("corrupt-block", int(short.sum()))
             self._skip("unknown-interface", int(((ifidx < 0) & ~short).sum()))
@@ -1108,6 +1144,13 @@ class CaptureReader:
             self.info.warnings.append(text)
         else:
             self._unlisted += 1
+
+    def _idb_problem(self, problem: str, where: str, consequence: str) -> None:
+        """A flaw in an interface description: a warning (an error with strict), even before
+        the first packet."""
+        if self.strict:
+            raise CaptureError(self.path, problem, where)
+        self._warn(f"{problem} ({where}); {consequence}")
 
     def _damaged(self, problem: str, where: str, consequence: str) -> None:
         """Damage found: an error before the first record (or when strict), else a warning."""
