@@ -1113,17 +1113,12 @@ class CaptureReader:
                                                  dtype=np.int32)
         linktype = lt_table[ifidx]  # -1 -> last entry (-1)
         keep = (ifidx >= 0) & ~bad
-        if not keep.all() and self.strict:  # damage, which strict reading refuses
-            j = int(np.flatnonzero(~keep)[0])
-            where = f"frame {int(frame[j])} at byte {self._pos + int(st[j])}"
-            if short[j]:
-                raise CaptureError(self.path, f"corrupt block: packet block length "
-                                   f"{int(blen[j])} is too short", where)
-            if ifidx[j] < 0:
-                raise CaptureError(self.path, "packet block names an interface the section "
-                                   "does not describe", where)
-            raise CaptureError(self.path, f"captured length {int(caplen[j])} exceeds its "
-                               f"block of {int(blen[j])} bytes", where)
+        if self.strict and (ifidx < 0).any() and (unknown := np.flatnonzero(
+                (ifidx < 0) & ~short)).size:  # damage, which strict reading refuses
+            j = int(unknown[0])
+            raise CaptureError(self.path, "packet block names an interface the section does "
+                               "not describe", f"frame {int(frame[j])} at byte "
+                               f"{self._pos + int(st[j])}")
         if not keep.all():
             self._skip("corrupt-block", int(short.sum()))
             self._skip("unknown-interface", int(((ifidx < 0) & ~short).sum()))
