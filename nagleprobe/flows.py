@@ -501,15 +501,17 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     maxpay = np.zeros(nflows * 2, dtype=np.int64)
     np.maximum.at(maxpay, key, seg["payload"])
 
-    # send MSS of each direction: what the peer announced, less 12 bytes of timestamps;
+    # send MSS of each direction: what the peer announced, less 12 bytes of timestamps
+    # (not below 1: an announced MSS of 12 or less stays as it is);
     # without it, the largest segment seen in the flow (never below 536)
     both_ts = (syn_ts[0::2] & syn_ts[1::2]).repeat(2)
     peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
     observed = np.maximum(maxpay[0::2], maxpay[1::2]).repeat(2)
-    mss = np.where(peer_mss > 0, peer_mss - 12 * both_ts, np.maximum(observed, DEFAULT_MSS_FLOOR))
+    mss = np.where(peer_mss > 12, peer_mss - 12 * both_ts,
+                   np.where(peer_mss > 0, peer_mss, np.maximum(observed, DEFAULT_MSS_FLOOR)))
     out["mss"] = mss.reshape(-1, 2)
     out["mss_how"] = np.where(peer_mss > 0, "syn", "inferred").astype(object).reshape(-1, 2)
-    ws = wscale.reshape(-1, 2)
+    ws = np.minimum(wscale.reshape(-1, 2), 14)  # RFC 7323: a larger shift counts as 14
     both_syn = (first_syn_of.reshape(-1, 2) >= 0).all(axis=1)
     out["wscale"] = np.where((ws >= 0).all(axis=1)[:, None], ws,
                              np.where(both_syn[:, None], 0, -1))

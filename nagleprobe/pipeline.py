@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .decode import TCP_COLUMNS, decode
+from .errors import CaptureError
 from .read import CaptureReader
 
 if TYPE_CHECKING:
@@ -90,6 +91,11 @@ def _analyze_stream(reader: CaptureReader, skipped: Counter, early: deque,
                 stream = StreamAnalyzer(first_ns, grace_s=grace_s, **kw)
             if stream is not None:
                 stream.feed(cols)
+                if reader.strict and stream.late_packets:
+                    raise CaptureError(reader.path, "a TCP packet arrived more than "
+                                       f"{grace_s:g} s (capture time) after its connection "
+                                       "closed (raise --reorder-window)",
+                                       f"frame {stream.first_late_frame}")
             del cols
         skipped.update(reader.info.skipped)
         return (stream or StreamAnalyzer(workers=0)).finish(reader.info, dict(skipped))

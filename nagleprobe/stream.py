@@ -234,6 +234,7 @@ class StreamAnalyzer:
         self.batch_rows = max(int(batch_rows), 1)
         self.now = None  # latest timestamp read (the capture clock)
         self.late_packets = 0
+        self.first_late_frame: int | None = None  # frame number of the first late packet
         self.peak_pending_rows = 0
         self.batches = 0  # analysed so far
         self._hand_ons = 0
@@ -265,6 +266,8 @@ class StreamAnalyzer:
         keep = self._reopen(tid, syn_only, cols["seq"])
         if not keep.all():
             self.late_packets += int(n - keep.sum())
+            if self.first_late_frame is None:
+                self.first_late_frame = int(cols["frame"][np.argmin(keep)])
             cols = {k: v[keep] for k, v in cols.items()}
             tid, from_low, syn_only, ts, flags = (tid[keep], from_low[keep], syn_only[keep],
                                                   ts[keep], flags[keep])
