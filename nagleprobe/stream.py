@@ -235,6 +235,9 @@ class StreamAnalyzer:
         self.now = None  # latest timestamp read (the capture clock)
         self.late_packets = 0
         self.first_late_frame: int | None = None  # frame number of the first late packet
+        self.late_syns = 0  # SYNs (of them) older than the end of their analysed connection
+        self.same_isn_reuse = 0  # SYNs reusing a closed connection's 4-tuple and ISN
+        self.first_reuse_frame: int | None = None
         self.peak_pending_rows = 0
         self.batches = 0  # analysed so far
         self._hand_ons = 0
@@ -263,7 +266,8 @@ class StreamAnalyzer:
         self._tick(int(ts.min()))
         syn_only = (flags & (SYN | ACK)) == SYN
 
-        keep = self._reopen(tid, syn_only, cols["seq"])
+        self._same_isn(tid, syn_only, flags, cols)
+        keep = self._reopen(tid, syn_only, cols["seq"], ts)
         if not keep.all():
             self.late_packets += int(n - keep.sum())
             if self.first_late_frame is None:
@@ -315,14 +319,51 @@ class StreamAnalyzer:
         self._handed_on = np.concatenate([self._handed_on, np.zeros(k, bool)])
         self._rows = np.concatenate([self._rows, np.zeros(k, np.int64)])
 
-    def _reopen(self, tid: np.ndarray, syn_only: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    def _same_isn(self, tid: np.ndarray, syn_only: np.ndarray, flags: np.ndarray,
+                  cols: dict[str, np.ndarray]) -> None:
+        """Count SYNs that open a 4-tuple again after its connection closed (FIN or RST)
+        with the same ISN as the SYN before (`tcpreplay --loop`): the two connections cannot
+        be told apart and are analysed as one. Only control rows are looked at."""
+        ctl = np.flatnonzero(syn_only | ((flags & (FIN | RST)) != 0))
+        if not len(ctl):
+            return
+        t = tid[ctl]
+        order = np.lexsort((ctl, t))  # control rows by tuple, in file order
+        ctl, t = ctl[order], t[order]
+        syn = syn_only[ctl]
+        fins = np.cumsum(~syn)  # FIN/RST rows up to and including each
+        pos = np.flatnonzero(syn)
+        if not len(pos):
+            return
+        seq = cols["seq"][ctl[pos]].astype(np.int64)
+        prev = np.r_[-1, pos[:-1]]
+        same_tuple = np.r_[False, t[pos[1:]] == t[pos[:-1]]]
+        start = np.searchsorted(t, t[pos])  # first control row of each SYN's tuple
+        before = np.where(start > 0, fins[np.maximum(start - 1, 0)], 0)
+        c0 = self._closed[t[pos]]
+        closed_at_start = ((c0 & _RST) != 0) | ((c0 & 3) == 3) | self._handed_on[t[pos]]
+        closed = np.where(same_tuple, fins[pos] - fins[np.maximum(prev, 0)] > 0,
+                          closed_at_start | (fins[pos] - before > 0))
+        prev_seq = np.where(same_tuple, np.r_[-1, seq[:-1]], self._last_syn[t[pos]])
+        reuse = closed & (prev_seq >= 0) & (seq == prev_seq)
+        if reuse.any():
+            self.same_isn_reuse += int(reuse.sum())
+            if self.first_reuse_frame is None:
+                self.first_reuse_frame = int(cols["frame"][ctl[pos[np.argmax(reuse)]]])
+
+    def _reopen(self, tid: np.ndarray, syn_only: np.ndarray, seq: np.ndarray,
+                ts: np.ndarray) -> np.ndarray:
         """Rows to keep: a handed-on tuple takes rows again from a SYN with a new ISN on;
-        rows of a handed-on connection before that are late (left out)."""
+        rows of a handed-on connection before that are late (left out), and so is a SYN
+        older than the last packet of the connection analysed (counted in late_syns)."""
         late = self._handed_on[tid]
         if not late.any():
             return np.ones(len(tid), dtype=bool)
-        opens = np.flatnonzero(late & syn_only
-                               & (seq.astype(np.int64) != self._last_syn[tid]))
+        candidates = late & syn_only & (seq.astype(np.int64) != self._last_syn[tid])
+        old = candidates & (ts < self._last_ts[tid])
+        if old.any():
+            self.late_syns += int(old.sum())
+        opens = np.flatnonzero(candidates & ~old)
         first_open = np.full(len(self._rows), len(tid), dtype=np.int64)
         first_open[tid[opens[::-1]]] = opens[::-1]  # earliest opening row per tuple
         keep = ~late | (np.arange(len(tid)) >= first_open[tid])
@@ -418,6 +459,15 @@ class StreamAnalyzer:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
                             f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
                             "closed and were left out of it")
+        if self.late_syns:
+            warnings.append(f"{self.late_syns} of them SYNs older than the last packet of "
+                            "their analysed connection: the streamed result differs from "
+                            "the whole file's (raise --reorder-window)")
+        if self.same_isn_reuse:
+            warnings.append(f"{self.same_isn_reuse} connections reuse the 4-tuple and the "
+                            "initial sequence number of one that closed before them "
+                            f"(first: frame {self.first_reuse_frame}; a replayed capture?): "
+                            "they cannot be told apart and are analysed as one")
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
 
