@@ -12,7 +12,7 @@ import click
 
 from . import __version__
 from .errors import CaptureError, ExitStatus, printable
-from .pipeline import DEFAULT_GRACE_S, analyze as run_analysis
+from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S, analyze as run_analysis
 from .progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -49,8 +49,12 @@ def main() -> None:
               show_default=True, metavar="SECONDS",
               help="Capture time a closed connection waits for late or out-of-order packets "
                    "before it is analysed and its packets are freed.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
+              help="Capture time after which a connection that has sent nothing is analysed "
+                   "and freed as if closed (bounds memory for port scans and SYN floods).")
 def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: bool,
-            quiet: bool, reorder_window: float) -> None:
+            quiet: bool, reorder_window: float, idle_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin)."""
     if html_path is not None and importlib.util.find_spec("matplotlib") is None:
         click.echo("nagleprobe: error: --html needs matplotlib for its pictures: "
@@ -60,6 +64,7 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
     try:
         try:
             report = run_analysis(capture, strict=strict, grace_s=reorder_window,
+                                  idle_s=idle_timeout,
                                   progress=bar)
         finally:
             if bar is not None:

@@ -114,8 +114,20 @@ class Report:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
         head = json.dumps({"capture": _capture_doc(self.capture), "summary": self.summary(),
-                           "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
-        yield head[:-1] + ',"stalls":['
+                           "flows": []}, separators=(",", ":"), allow_nan=False)
+        assert head.endswith('"flows":[]}')
+        # the flows a slice at a time too (the first slice in the first piece, the last one
+        # ending it): a million flows (a port scan) as Python objects at once took gigabytes
+        ids = self.flows["id"].tolist()
+        piece = head[:-2]
+        for a in range(0, max(len(ids), 1), rows_per_piece):
+            part = json.dumps(self.flow_docs(ids[a:a + rows_per_piece]) if ids else [],
+                              separators=(",", ":"), allow_nan=False)
+            if a:
+                yield piece
+                piece = ","
+            piece += part[1:-1]
+        yield piece + '],"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns
                             if c != "confidence" and c not in _TABLE_ONLY] + ["confidence"]]
         for a in range(0, len(flat), rows_per_piece):

@@ -36,7 +36,7 @@ import pandas as pd
 from .decode import TCP_COLUMNS
 from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
-from .pipeline import DEFAULT_GRACE_S
+from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S
 from .read import CaptureInfo
 from .report import Report, capture_doc, report_columns, table
 
@@ -45,6 +45,20 @@ ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k not in ("sack_ok", "tsval"
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
+# text columns of the results with a handful of values: each row refers to one shared str
+# (a million flows held "handshake" a million times, 60 bytes each)
+_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis", "nagle", "side",
+                         "sender", "fix_side", "fix_action", "fix_alternative"})
+
+
+def _interned(col: np.ndarray) -> np.ndarray:
+    """An object column whose equal strings are one object."""
+    if col.dtype != object or len(col) < 2:
+        return col
+    seen: dict = {}
+    out = np.empty(col.shape, dtype=object)
+    out.reshape(-1)[:] = [seen.setdefault(v, v) for v in col.reshape(-1).tolist()]
+    return out
 
 
 def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -224,13 +238,16 @@ class StreamAnalyzer:
     """
 
     def __init__(self, origin_ns: int = 0, grace_s: float = DEFAULT_GRACE_S,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None,
+                 idle_s: float = DEFAULT_IDLE_S) -> None:
         self.origin_ns = origin_ns
         workers = default_workers() if workers is None else workers
         self._pool = ThreadPoolExecutor(workers, "nagleprobe-analyse") if workers > 0 else None
         self._running: deque[Future] = deque()  # batches being analysed, oldest first
         self._max_running = 2 * workers  # then wait: bounds the memory of batches in flight
         self.grace_ns = int(grace_s * 1e9)
+        self.idle_ns = int(min(idle_s, 1e9) * 1e9)
+        self.idle_flushed = 0  # connections analysed because they were idle, not closed
         self.batch_rows = max(int(batch_rows), 1)
         self.now = None  # latest timestamp read (the capture clock)
         self.late_packets = 0
@@ -306,9 +323,11 @@ class StreamAnalyzer:
         copied over and over)."""
         self.now = ts if self.now is None else max(self.now, ts)
         closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
-        done = closed & (self._last_ts + self.grace_ns <= self.now) & (self._rows > 0)
+        idle = self._last_ts + self.idle_ns <= self.now  # open, but silent that long
+        done = (closed | idle) & (self._last_ts + self.grace_ns <= self.now) & (self._rows > 0)
         ready = int(self._rows[done].sum())
         if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
+            self.idle_flushed += int((done & ~closed).sum())
             self._hand_on(done)
 
     def _grow(self, k: int) -> None:
@@ -436,6 +455,9 @@ class StreamAnalyzer:
 
     def _add(self, part: _Part) -> None:
         p = self._parts
+        for cols in (part.flows, part.endpoints):  # one str object per distinct value
+            for k in _FEW_VALUES.intersection(cols):
+                cols[k] = _interned(cols[k])
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
         p.endpoints.append(part.endpoints)
@@ -463,6 +485,10 @@ class StreamAnalyzer:
             warnings.append(f"{self.late_syns} of them SYNs older than the last packet of "
                             "their analysed connection: the streamed result differs from "
                             "the whole file's (raise --reorder-window)")
+        if self.idle_flushed:
+            warnings.append(f"{self.idle_flushed} connections were idle for more than "
+                            f"{self.idle_ns / 1e9:g} s (capture time) and were analysed "
+                            "before they closed (raise --idle-timeout to wait longer)")
         if self.same_isn_reuse:
             warnings.append(f"{self.same_isn_reuse} connections reuse the 4-tuple and the "
                             "initial sequence number of one that closed before them "
@@ -480,16 +506,27 @@ def _join(p: _Parts, capture: dict) -> Report:
     new_id[order] = np.arange(len(order))
     offsets = np.cumsum([0] + [len(f) for f in p.first_ns])
 
-    flows = {k: np.concatenate([f[k] for f in p.flows])[order] for k in p.flows[0]}
+    # a column at a time, each batch's copy let go of at once (a million flows of a port
+    # scan held twice took hundreds of MB)
+    flows = {k: _take([f.pop(k) for f in p.flows], order) for k in list(p.flows[0])}
     flows["id"] = np.arange(len(order))
     both_ends = np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)
-    endpoints = {k: np.concatenate([e[k] for e in p.endpoints])[both_ends]
-                 for k in p.endpoints[0]}
+    endpoints = {k: _take([e.pop(k) for e in p.endpoints], both_ends)
+                 for k in list(p.endpoints[0])}
     endpoints["flow"] = np.arange(len(order)).repeat(2)
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, flow_ids)
     return Report(capture, table(flows), table(stalls), table(endpoints))
+
+
+def _take(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """The parts joined, rows in `order`; the parts let go of."""
+    col = np.concatenate(parts)
+    parts.clear()
+    out = col[order]
+    del col
+    return out
 
 
 def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]

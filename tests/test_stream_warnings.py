@@ -40,3 +40,21 @@ def test_a_syn_arriving_after_its_connection_was_analysed_is_warned(tmp_path):
         "1 of them SYNs older than the last packet of their analysed connection: the "
         "streamed result differs from the whole file's (raise --reorder-window)"]
     assert len(r.flows) == 2  # not a third flow opened by the old SYN
+
+
+def test_idle_connections_are_analysed_and_freed_and_counted(tmp_path):
+    """Point 2: a connection silent for longer than idle_s (capture time) is analysed and
+    freed like a closed one, and the warning counts them; the result is the same."""
+    pk = [(T0 + t, f) for t, f in sample_packets("echo_split_lo.pcap")]
+    half_open = [(T0 + i * 1000, shift_ports(pk[0][1], 100 + i)) for i in range(50)]  # SYNs
+    later = [(t + 20 * 10**9, shift_ports(f, 1)) for t, f in pk]
+    p = tmp_path / "scan.pcap"
+    p.write_bytes(pcap_bytes(sorted(half_open + pk + later, key=lambda x: x[0])))
+    whole = nagleprobe.analyze(str(p), whole_file=True).to_dict()
+    r = nagleprobe.analyze(str(p), chunk_bytes=4096, idle_s=5).to_dict()
+    assert r["capture"]["warnings"] == [
+        "50 connections were idle for more than 5 s (capture time) and were analysed before "
+        "they closed (raise --idle-timeout to wait longer)"]
+    assert r["flows"] == whole["flows"] and r["stalls"] == whole["stalls"]
+    assert len(r["flows"]) == 52 and r["summary"]["stalls"] == 38
+    assert nagleprobe.analyze(str(p), chunk_bytes=4096).to_dict()["capture"]["warnings"] == []
