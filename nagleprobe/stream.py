@@ -364,7 +364,10 @@ class StreamAnalyzer:
         closed = np.where(same_tuple, fins[pos] - fins[np.maximum(prev, 0)] > 0,
                           closed_at_start | (fins[pos] - before > 0))
         prev_seq = np.where(same_tuple, np.r_[-1, seq[:-1]], self._last_syn[t[pos]])
-        reuse = closed & (prev_seq >= 0) & (seq == prev_seq)
+        # and newer than what came before it (a duplicated old SYN is not a new connection)
+        ts = cols["ts_ns"][ctl]
+        before_ts = np.where(pos > start, ts[np.maximum(pos - 1, 0)], self._last_ts[t[pos]])
+        reuse = closed & (prev_seq >= 0) & (seq == prev_seq) & (ts[pos] > before_ts)
         if reuse.any():
             self.same_isn_reuse += int(reuse.sum())
             if self.first_reuse_frame is None:
