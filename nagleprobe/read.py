@@ -730,6 +730,9 @@ class CaptureReader:
         q = start
         while q <= n - 16:
             m = min(n - 15 - q, RESYNC_SPAN)
+            if not data[q + 12:q + m + 15].any():  # zeros (a zeroed page, a gzip bomb): no
+                q += m                               # header there has a wire length
+                continue
             c = np.arange(q, q + m, dtype=np.int64)
             ok, cl, ts = self._pcap_plausible(data, c)
             if self._anchor is not None:

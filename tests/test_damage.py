@@ -203,3 +203,37 @@ def test_a_long_gap_in_capture_time_is_not_damage(tmp_path):
     got, info = read(pcap_bytes(bad), tmp_path)
     assert len(got) == 20 and info.skipped == {"corrupt-record": 1}
     assert "time is 777600 s after the records read so far (record 21" in info.warnings[0]
+
+
+def test_a_gzip_bomb_of_zeros_after_real_records_is_skipped_quickly(tmp_path):
+    """Issue 18, point 9: zeros after the records (a zeroed file tail; the gzip bomb) used to
+    become hundreds of millions of zero-length packets. They are one corrupt stretch now,
+    skipped without looking at each position (64 MiB of zeros here)."""
+    import time
+    import zlib
+    lead = (ROOT / "samples" / "echo_split_lo.pcap").read_bytes()
+    block = bytes(1 << 20)
+    co = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = co.compress(lead) + co.flush(zlib.Z_FULL_FLUSH)
+    seg = co.compress(block) + co.flush(zlib.Z_FULL_FLUSH)
+    crc = zlib.crc32(lead)
+    for _ in range(64):
+        crc = zlib.crc32(block, crc)
+    gz = (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + body + seg * 64 + co.flush()
+          + struct.pack("<II", crc, (len(lead) + 64 * len(block)) & 0xFFFFFFFF))
+    p = tmp_path / "bomb.pcap.gz"
+    p.write_bytes(gz)
+    t = time.monotonic()
+    d = nagleprobe.analyze(str(p)).to_dict()
+    assert time.monotonic() - t < 30
+    assert d["capture"]["packets"] == 107 and d["summary"]["stalls"] == 19
+    assert d["capture"]["skipped"] == {"corrupt-record": 1}
+    assert d["capture"]["warnings"] == [
+        "corrupt record: original length 0 (record 108 at byte 9334); nothing valid after "
+        f"it: ignored the last {64 << 20} bytes"]
+    zeros = tmp_path / "zeros.pcap"
+    zeros.write_bytes(lead[:24] + bytes(1 << 16))
+    r = __import__("subprocess").run([__import__("sys").executable, "-m", "nagleprobe",
+                                      "analyze", str(zeros)], capture_output=True, text=True)
+    assert r.returncode == 3 and r.stderr == (
+        f"nagleprobe: error: {zeros}: corrupt record: original length 0 (record 1 at byte 24)\n")
