@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from xml.etree import ElementTree as ET
 
-from .errors import CaptureError, ExitStatus
+from .errors import CaptureError, ExitStatus, printable, utf8_safe
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
@@ -271,7 +271,8 @@ class CaptureVerdict:
     def to_dict(self) -> dict[str, Any]:
         """The "check" object added to the capture's analyze document."""
         return {"status": STATUS_NAMES[self.status], "exit_status": int(self.status),
-                "reasons": list(self.reasons), "error": self.error,
+                "reasons": list(self.reasons),
+                "error": utf8_safe(self.error) if self.error is not None else None,
                 "flows_selected": self.flows_selected, "stalls": self.stalls,
                 "stall_ms": self.stall_ms, "ignored_stalls": self.ignored_stalls,
                 "flows": [f.to_dict() for f in self.flows], "warnings": list(self.warnings)}
@@ -465,10 +466,11 @@ class CheckRun:
         """{"budget", "config", "passed", "exit_status", "captures": [analyze doc + check]}."""
         caps = []
         for v in self.verdicts:
-            doc = dict(v.document) if v.document else {"capture": {"path": v.path}}
+            doc = dict(v.document) if v.document else {"capture": {"path": utf8_safe(v.path)}}
             doc["check"] = v.to_dict()
             caps.append(doc)
-        return {"budget": self.budget.to_dict(), "config": self.config, "passed": self.passed,
+        config = utf8_safe(self.config) if self.config else self.config
+        return {"budget": self.budget.to_dict(), "config": config, "passed": self.passed,
                 "exit_status": int(self.status), "captures": caps}
 
     def to_json(self) -> str:
@@ -518,7 +520,7 @@ def render_text(run: CheckRun) -> str:
     for v in run.verdicts:
         word = VERDICT_WORDS[v.status]
         if v.error:
-            lines.append(f"{word} {v.error}")
+            lines.append(f"{word} {printable(v.error)}")
             continue
         if v.status == ExitStatus.EMPTY:
             lines.append(f"{word} {v.path}: nothing checked: {'; '.join(v.reasons)} (a wrong "
@@ -533,7 +535,7 @@ def render_text(run: CheckRun) -> str:
         extra = f"; {v.ignored_stalls} below the confidence floor ignored" if v.ignored_stalls \
             else ""
         why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
-        lines.append(f"{word} {v.path}: {found} in {sel}{extra}{why}")
+        lines.append(f"{word} {printable(v.path)}: {found} in {sel}{extra}{why}")
         lines += _warning_lines(v)
         worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
         for f in worst[:TEXT_FLOWS]:
@@ -559,7 +561,7 @@ def render_text(run: CheckRun) -> str:
         parts.append(f"{counts[ExitStatus.BAD_CAPTURE]} unreadable")
     if counts[ExitStatus.INTERNAL]:
         parts.append(f"{counts[ExitStatus.INTERNAL]} internal errors")
-    src = f" from {run.config}" if run.config else ""
+    src = f" from {printable(str(run.config))}" if run.config else ""
     lines.append(f"nagleprobe check: {n} capture{_s(n)}: {', '.join(parts)} "
                  f"(budget{src}: {run.budget.describe()}) -> exit {int(run.status)}")
     return "\n".join(lines) + "\n"
@@ -599,14 +601,15 @@ def render_junit(run: CheckRun) -> str:
     root = ET.Element("testsuites", name="nagleprobe check")
     total = {"tests": 0, "failures": 0, "errors": 0}
     for v in run.verdicts:
-        suite = ET.SubElement(root, "testsuite", name=v.path)
+        suite = ET.SubElement(root, "testsuite", name=printable(v.path))
         cases = []
         capture_case = ET.Element("testcase", name="capture", classname=_classname(v.path),
                                   time=_secs(v.seconds))
         cases.append(capture_case)
         if v.error:
             kind = "UnreadableCapture" if v.status == ExitStatus.BAD_CAPTURE else "InternalError"
-            ET.SubElement(capture_case, "error", message=v.error, type=kind).text = v.error
+            error = printable(v.error)
+            ET.SubElement(capture_case, "error", message=error, type=kind).text = error
         else:
             if v.reasons:
                 empty = v.status == ExitStatus.EMPTY
@@ -667,7 +670,8 @@ def render_github(run: CheckRun) -> str:
         if v.error:
             title = ("nagleprobe: unreadable capture" if v.status == ExitStatus.BAD_CAPTURE
                      else "nagleprobe: internal error")
-            found["error"].append(_workflow_command("error", v.path, title, v.error))
+            found["error"].append(_workflow_command("error", v.path, title,
+                                                    printable(v.error)))
             continue
         for w in v.warnings:
             found["warning"].append(_workflow_command("warning", v.path,
@@ -707,7 +711,7 @@ def _workflow_command(kind: str, path: str, title: str, message: str) -> str:
     def prop(s: str) -> str:
         return data(s).replace(":", "%3A").replace(",", "%2C")
 
-    return f"::{kind} file={prop(path)},title={prop(title)}::{data(message)}"
+    return f"::{kind} file={prop(printable(path))},title={prop(title)}::{data(message)}"
 
 
 # ------------------------------------------------------------------------------- helpers

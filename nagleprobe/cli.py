@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__
-from .errors import CaptureError, ExitStatus
-from .pipeline import DEFAULT_GRACE_S, analyze as run_analysis
+from .errors import CaptureError, ExitStatus, printable
+from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S, analyze as run_analysis
 from .progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -51,8 +51,12 @@ def main() -> None:
               show_default=True, metavar="SECONDS",
               help="Capture time a closed connection waits for late or out-of-order packets "
                    "before it is analysed and its packets are freed.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
+              default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
+              help="Capture time after which a connection that has sent nothing is analysed "
+                   "and freed as if closed (bounds memory for port scans and SYN floods).")
 def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: bool,
-            quiet: bool, reorder_window: float) -> None:
+            quiet: bool, reorder_window: float, idle_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
     \b
@@ -66,6 +70,7 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
     try:
         try:
             report = run_analysis(capture, strict=strict, grace_s=reorder_window,
+                                  idle_s=idle_timeout,
                                   progress=bar)
         finally:
             if bar is not None:
@@ -87,7 +92,7 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
     except Exception as e:  # a bug: say so in one line unless debugging
         if debug:
             raise
-        click.echo(f"nagleprobe: internal error while analysing {capture}: "
+        click.echo(f"nagleprobe: internal error while analysing {printable(capture)}: "
                    f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
         sys.exit(ExitStatus.INTERNAL)
     if fmt == "json":
@@ -192,7 +197,8 @@ def _write_html(report: Report, path: str) -> None:
     try:
         write_html(report, path, command=command)  # matplotlib is loaded only here
     except OSError as e:
-        raise HtmlWriteError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
+        raise HtmlWriteError(f"{printable(path)}: cannot write the HTML report: "
+                             f"{e.strerror or e}") from e
 
 
 # ------------------------------------------------------------------ check / record (the CI gate)
@@ -286,7 +292,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         try:
             Path(opts["junit"]).write_text(render_junit(run), encoding="utf-8")
         except OSError as e:
-            click.echo(f"nagleprobe: error: {opts['junit']}: cannot write the JUnit report: "
+            click.echo(f"nagleprobe: error: {printable(opts['junit'])}: cannot write the "
+                       "JUnit report: "
                        f"{e.strerror or e}", err=True)
             return ExitStatus.USAGE
     if opts["github"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import unicodedata
 
 
 class ExitStatus(enum.IntEnum):
@@ -18,6 +19,44 @@ class ExitStatus(enum.IntEnum):
     COMMAND_NOT_FOUND = 127  # `record`: the command to run does not exist (the shell's status)
 
 
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+def printable(text: str) -> str:
+    """`text` (a file name, or anything read from a capture) safe to print in any output:
+    every character that could end a line, drive a terminal or a CI log (control
+    characters, line and paragraph separators, bidirectional overrides) or cannot be
+    written as UTF-8 (the lone surrogates that stand for the undecodable bytes of a
+    non-UTF-8 file name) becomes a backslash escape: \\xNN (the byte, for those
+    surrogates) or \\uNNNN. Other text is returned unchanged."""
+    if text.isprintable() and text.isascii():
+        return text
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if 0xDC80 <= o <= 0xDCFF:  # surrogateescape: the original byte
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0:
+            out.append(f"\\x{o:02x}")
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cs", "Zl", "Zp", "Cc"):
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def utf8_safe(text: str) -> str:
+    """`text` with the lone surrogates of an undecodable file name as \\xNN escapes, so that
+    it can be written as UTF-8 (JSON keeps its own escapes for everything else)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+                       else f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
+                       for c in text)
+
+
 class CaptureError(Exception):
     """A capture that cannot be read; the message names the file, the problem and where."""
 
@@ -25,7 +64,7 @@ class CaptureError(Exception):
         self.path = path
         self.problem = problem
         self.where = where
-        text = f"{path}: {problem}"
+        text = f"{printable(path)}: {printable(problem)}"
         if where:
             text += f" ({where})"
         super().__init__(text)

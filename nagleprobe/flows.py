@@ -568,12 +568,14 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
                                       & (seg["payload"][rows] > 0)]], minlength=nflows * 2)
     repeated = ((at_max[0::2] >= 2) | (at_max[1::2] >= 2)) & (observed >= DEFAULT_MSS_FLOOR)
     observed, repeated = observed.repeat(2), repeated.repeat(2)
-    mss = np.where(peer_mss > 0, peer_mss - 12 * both_ts,
-                   np.where(repeated, observed, np.maximum(observed, GUESSED_MSS)))
+    # (not below 1: an announced MSS of 12 or less stays as it is)
+    mss = np.where(peer_mss > 12, peer_mss - 12 * both_ts,
+                   np.where(peer_mss > 0, peer_mss,
+                            np.where(repeated, observed, np.maximum(observed, GUESSED_MSS))))
     out["mss"] = mss.reshape(-1, 2)
     out["mss_how"] = np.select([peer_mss > 0, repeated], ["syn", "inferred"],
                                "guessed").astype(object).reshape(-1, 2)
-    ws = wscale.reshape(-1, 2)
+    ws = np.minimum(wscale.reshape(-1, 2), 14)  # RFC 7323: a larger shift counts as 14
     both_syn = (first_syn_of.reshape(-1, 2) >= 0).all(axis=1)
     out["wscale"] = np.where((ws >= 0).all(axis=1)[:, None], ws,
                              np.where(both_syn[:, None], 0, -1))

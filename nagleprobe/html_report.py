@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from . import __version__, wireshark
+from .errors import printable
 from .report import SIDES, Report, timer_name
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def summary_html(report: Report) -> str:
     colour = "#c62828" if len(report.stalls) else "#2e7d32"
     out = [f'<div><p style="font-weight:600;font-size:1.1em;border-left:5px solid {colour};'
            f'padding-left:0.6em">{_text(report.verdict())}</p>',
-           f'<p style="color:#555;margin:0">{_text(str(report.capture["path"]))}: '
+           f'<p style="color:#555;margin:0">{_text(printable(str(report.capture["path"])))}: '
            f'{len(fl)} flow{"s" if len(fl) != 1 else ""}, {report.capture["tcp_packets"]} TCP '
            f"packets</p>"]
     if len(fl):
@@ -199,7 +200,7 @@ def _capture_section(report: Report) -> str:
     c = report.capture
     skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
     origin = pd.Timestamp(c["time_origin_ns"], unit="ns", tz="UTC").isoformat()
-    rows = [("file", c["path"]), ("format", c["format"] + (" (gzip)" if c["compressed"] else "")),
+    rows = [("file", printable(str(c["path"]))), ("format", c["format"] + (" (gzip)" if c["compressed"] else "")),
             ("link types", ", ".join(c["link_types"]) or "none"),
             ("packets", f"{c['packets']} ({c['tcp_packets']} TCP)"),
             ("skipped frames", skipped),
@@ -295,9 +296,9 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     bad = len(report.stalls) > 0
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>nagleprobe: {_text(str(c['path']))}</title><style>{CSS}</style></head><body>",
+           f"<title>nagleprobe: {_text(printable(str(c['path'])))}</title><style>{CSS}</style></head><body>",
            "<header><h1>Nagle / delayed-ACK stall report</h1>",
-           f'<p class="file">{_text(str(c["path"]))}</p></header>',
+           f'<p class="file">{_text(printable(str(c["path"])))}</p></header>',
            f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
     if missing:
         out.append(f'<p class="note">{_text(NO_PICTURES)}</p>')

@@ -17,12 +17,16 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 
 from .decode import TCP_COLUMNS, decode
+from .errors import CaptureError
 from .read import CaptureReader
 
 if TYPE_CHECKING:
     from .report import Report
 
 Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
+# a connection silent this long (capture time) is analysed and freed as if closed: a port
+# scan or SYN flood leaves a million connections half open
+DEFAULT_IDLE_S = 3600.0
 DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
 EARLY_CHUNKS = 8  # at most this many decoded chunks wait for the analysis modules to load
 
@@ -33,7 +37,8 @@ def _load_analysis() -> None:
 
 def analyze(path: str | os.PathLike[str] | BinaryIO, chunk_bytes: int = 32 << 20, *,
             strict: bool = False, whole_file: bool = False, grace_s: float = DEFAULT_GRACE_S,
-            batch_rows: int | None = None, progress: Progress | None = None) -> Report:
+            batch_rows: int | None = None, progress: Progress | None = None,
+            idle_s: float = DEFAULT_IDLE_S) -> Report:
     """Analyse one capture (pcap/pcapng, optionally gzip): a path, "-" for stdin, or a binary
     file object (an open file, `io.BytesIO`, a pipe or socket stream), read from where it
     stands and left open; the report names it by its `name` ("<stream>" without one).
@@ -67,7 +72,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO, chunk_bytes: int = 32 << 20
                and (chunk := next(chunks, None)) is not None):
             early.append(chunk)
         loader.join()
-        return _analyze_stream(reader, skipped, early, chunks, grace_s, batch_rows)
+        return _analyze_stream(reader, skipped, early, chunks, grace_s, batch_rows, idle_s)
     finally:
         loader.join()
 
@@ -89,7 +94,8 @@ def _decoded(reader: CaptureReader, skipped: Counter, progress: Progress | None
 
 def _analyze_stream(reader: CaptureReader, skipped: Counter, early: deque,
                     chunks: Iterator[tuple[int | None, dict[str, np.ndarray]]],
-                    grace_s: float, batch_rows: int | None) -> Report:
+                    grace_s: float, batch_rows: int | None,
+                    idle_s: float = DEFAULT_IDLE_S) -> Report:
     from .stream import StreamAnalyzer
 
     stream = None
@@ -99,9 +105,14 @@ def _analyze_stream(reader: CaptureReader, skipped: Counter, early: deque,
             chunk = None
             if stream is None and first_ns is not None:
                 kw = {} if batch_rows is None else {"batch_rows": batch_rows}
-                stream = StreamAnalyzer(first_ns, grace_s=grace_s, **kw)
+                stream = StreamAnalyzer(first_ns, grace_s=grace_s, idle_s=idle_s, **kw)
             if stream is not None:
                 stream.feed(cols)
+                if reader.strict and stream.late_packets:
+                    raise CaptureError(reader.path, "a TCP packet arrived more than "
+                                       f"{grace_s:g} s (capture time) after its connection "
+                                       "closed (raise --reorder-window)",
+                                       f"frame {stream.first_late_frame}")
             del cols
         skipped.update(reader.info.skipped)
         return (stream or StreamAnalyzer(workers=0)).finish(reader.info, dict(skipped))

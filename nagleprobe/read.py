@@ -40,13 +40,31 @@ MAX_BLOCK = 16 << 20  # Wireshark's MAX_BLOCK_SIZE for pcapng blocks
 MAX_WARNINGS = 20  # listed one by one; more are summed up in a last warning
 GZIP_IN = 64 << 10  # compressed bytes read at a time
 GZIP_OUT = 1 << 20  # at most this many uncompressed bytes per zlib call
-# Resynchronising after a corrupt pcap record: a candidate record header must be plausible
-# (fraction below one second, caplen <= MAX_CAPLEN and <= wire length, wire length below
-# RESYNC_MAX_WIRELEN, time within RESYNC_WINDOW_S of the last good record) and so must the
-# headers of the next two records it implies.
+# A pcap record is read only if its header is plausible: fraction below one second, caplen
+# <= the file's snap length (MAX_CAPLEN if it has none) and <= a wire length above zero, and
+# a time not more than RESYNC_WINDOW_S before or after the latest record read so far (the
+# anchor, which only records read move).  Anything else is damage: the records before it are
+# kept and reading resumes where a chain of records says so: a candidate record header
+# plausible in the same way (and wire length below RESYNC_MAX_WIRELEN, a plausible
+# link-layer start, a time at most RESYNC_EARLIER_NS before the anchor) followed by
+# RESYNC_CHAIN - 1 more plausible headers with times in order (as far back as that),
+# or RESYNC_CHAIN_FAR of them when the candidate's time is more than RESYNC_WINDOW_S after
+# the anchor (a legitimate gap in the capture is accepted that way, with no warning).
 RESYNC_WINDOW_S = 86400
 RESYNC_MAX_WIRELEN = 1 << 24
+RESYNC_CHAIN = 3
+RESYNC_CHAIN_FAR = 8
+RESYNC_EARLIER_NS = 500_000_000  # how far back in time a resynchronised chain may go
+# (records of `tcpdump -i any` are a little out of order): a header read a byte off has a
+# time off by whole seconds (up to 255), or by years
+RESYNC_BACK = 3  # a deletion of up to this many bytes inside the last record read: the next
+                 # record's header starts up to this many bytes before where it claims
 RESYNC_SPAN = 1 << 16  # candidate positions examined per numpy pass
+_NS_WINDOW = RESYNC_WINDOW_S * 1_000_000_000
+# EtherTypes a resynchronised Ethernet record may start with (or an 802.3 length <= 1500)
+_ETHERTYPES = np.array([0x0800, 0x86DD, 0x8100, 0x88A8, 0x9100, 0x0806, 0x8035, 0x88CC,
+                        0x8847, 0x8848, 0x8863, 0x8864, 0x888E, 0x22F0, 0x22EA, 0x88F7],
+                       dtype=np.int64)
 
 PCAP_US = 0xA1B2C3D4
 PCAP_NS = 0xA1B23C4D
@@ -254,17 +272,25 @@ class _Interface:
         self.tsshift = 0  # power-of-two resolution: ns = units * 1e9 >> shift
         self.tsoffset_ns = 0
 
-    def set_tsresol(self, v: int) -> None:
+    def set_tsresol(self, v: int) -> str | None:
+        """Units of 10^-e s (bit 7 clear) or 2^-e s (bit 7 set; 0x80 is whole seconds).
+        A resolution finer than 64-bit timestamps can count since 1970 in (10^-19 s,
+        2^-63 s) is refused: the default (microseconds) stays and the problem is returned."""
+        e = v & 0x7F
         if v & 0x80:
-            self.tsshift = min(v & 0x7F, 64)
-            self.tsmul, self.tsdiv = 0, 1
+            if e > 63:
+                return f"if_tsresol 0x{v:02x} (2^-{e} s) is finer than 64-bit timestamps can hold"
+            self.tsshift = e
+            self.tsmul, self.tsdiv = (0, 1) if e else (1_000_000_000, 1)
         else:
-            e = v & 0x7F
+            if e > 19:
+                return f"if_tsresol 0x{v:02x} (10^-{e} s) is finer than 64-bit timestamps can hold"
             if e <= 9:
                 self.tsmul, self.tsdiv = 10 ** (9 - e), 1
             else:
-                self.tsmul, self.tsdiv = 1, 10 ** min(e - 9, 18)
+                self.tsmul, self.tsdiv = 1, 10 ** (e - 9)
             self.tsshift = 0
+        return None
 
     def set_tsoffset(self, seconds: int) -> None:
         if abs(seconds) <= self.MAX_TSOFFSET_S:
@@ -411,7 +437,7 @@ class CaptureReader:
         self._iterated = False
         self._size: int | None = None  # size of a plain regular file: sizes the buffers
         self._unlisted = 0  # warnings beyond MAX_WARNINGS
-        self._damage: tuple[str, str, int] | None = None  # corrupt stretch being skipped
+        self._damage: tuple[str, str, int, bool] | None = None  # corrupt stretch skipped
         self._stream = self._open(path)
         self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
         self._pending = b""
@@ -431,6 +457,8 @@ class CaptureReader:
             self.info.format = "pcapng"
             self._pending = head
             self._ifaces: list[_Interface] = []
+            self._iface_pool: dict[tuple, _Interface] = {}
+            self._lt_table: np.ndarray | None = None
             self._sec_base = 0
             self._big = False
             self._last_ts = 0
@@ -543,7 +571,6 @@ class CaptureReader:
         magic = int.from_bytes(head, "big" if self._big else "little")
         self._ts_frac_mul = 1000 if magic == PCAP_US else 1
         self._frac_lim = 1_000_000 if magic == PCAP_US else 1_000_000_000
-        self._last_sec = 0
         e = ">" if self._big else "<"
         major, minor, _zone, _sigfigs, snaplen, network = struct.unpack(e + "HHiIII", rest)
         if major != 2:
@@ -554,6 +581,8 @@ class CaptureReader:
                                "nagleprobe reads EN10MB, LINUX_SLL, LINUX_SLL2, RAW, IPV4, "
                                "IPV6, NULL and LOOP captures", "byte 20")
         self._linktype = lt
+        self._snaplen = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
+        self._anchor: int | None = None  # latest time (ns) of the records read so far
         self.info.link_types.append(linktype_name(lt))
         self._pos = 24
 
@@ -570,43 +599,83 @@ class CaptureReader:
             p = 0  # where the next record starts
             while True:
                 if resync:
-                    p, found, need = self._pcap_resync(data, p, eof)
+                    p, found, need = self._pcap_resync(data, p, eof, self._damage[2] - base)
                     if not found:
                         break
                     resync = False
                     self._resynced(base + p, "record")
+                    # the chain vouches for the record found: its time is the anchor now
+                    t = int(self._pcap_plausible(data, np.array([p], np.int64))[2][0])
+                    self._anchor = t if self._anchor is None else max(self._anchor, t)
                 # every record header from p on (whose caplen field is in the buffer)
                 st, ts, cl, wl, w = _walk_headers(buf, big, p, self._ts_frac_mul)
                 k = len(st)
                 end = w - 8  # where the record after the walked ones starts
-                bad = None
-                if k and end > n:  # the last record runs past the buffer: carry it over
+                bad = self._pcap_first_bad(data, st, ts, cl, wl) if k else None
+                if bad is not None:
+                    j = bad[0]
+                    end = int(st[j])
+                    k = j
+                elif k and end > n:  # the last record runs past the buffer: carry it over
                     k -= 1
                     end = int(st[k])
-                    if cl[k] > MAX_CAPLEN:
-                        bad = (end, int(cl[k]))
-                    else:
-                        need = int(cl[k]) + 16
+                    need = int(cl[k]) + 16
                 if k:
-                    over = cl[:k] > MAX_CAPLEN
-                    if over.any():
-                        j = int(np.argmax(over))
-                        bad = (int(st[j]), int(cl[j]))
-                        k = j
-                    if k:
-                        yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k], base)
+                    yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k], base)
                 if bad is None:
                     p = end
                     break
-                self._corrupt(f"corrupt record: captured length {bad[1]} exceeds the limit of "
-                              f"{MAX_CAPLEN} bytes", "record", self._frames + 1, base + bad[0])
+                _, problem, gap = bad
+                if gap and k == 0 and end == p:  # (cannot happen: the resync set the anchor)
+                    gap = False
+                self._corrupt(f"corrupt record: {problem}", "record", self._frames + 1,
+                              base + end, defer=gap)
                 resync = True
                 need = 0
-                p = bad[0] + 1
+                # a deletion in the last record read puts the next header a little earlier
+                p = end if gap else max(end - RESYNC_BACK, int(st[k - 1]) + 16 if k else p)
             carry = bytes(buf[p:]) if p < n else b""
             buf = data = None  # let _fill reuse the buffer once the batches are dropped
             self._pos = base + p
         self._finish(len(carry), resync)
+
+    def _pcap_first_bad(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, cl: np.ndarray,
+                        wl: np.ndarray) -> tuple[int, str, bool] | None:
+        """The first walked record whose header is not plausible: (index, problem, whether
+        the only problem is a time too far after the anchor, which may be a real gap), or
+        None.  The anchor is the latest time before each record; the records before the
+        first implausible one are all plausible, so only they move it."""
+        frac = _u32_rows(data, st + 4, 1, self._big)[:, 0]
+        static = ((cl > MAX_CAPLEN) | (cl > self._snaplen) | (cl > wl) | (wl <= 0)
+                  | (frac >= self._frac_lim))
+        prev = np.maximum.accumulate(ts)
+        prev[1:] = prev[:-1]
+        if self._anchor is None:  # the first record of the file: its own anchor
+            prev[0] = ts[0]
+        else:
+            prev[0] = self._anchor
+            np.maximum(prev, self._anchor, out=prev)
+        early = ts < prev - _NS_WINDOW
+        late = ts > prev + _NS_WINDOW
+        hit = np.flatnonzero(static | early | late)
+        if not len(hit):
+            return None
+        j = int(hit[0])
+        c, w = int(cl[j]), int(wl[j])
+        if c > MAX_CAPLEN:
+            return j, f"captured length {c} exceeds the limit of {MAX_CAPLEN} bytes", False
+        if c > self._snaplen:
+            return j, f"captured length {c} exceeds the snap length {self._snaplen}", False
+        if w <= 0:
+            return j, "original length 0", False
+        if c > w:
+            return j, f"captured length {c} exceeds the original length {w}", False
+        if frac[j] >= self._frac_lim:
+            return j, f"time fraction {int(frac[j])} is not below {self._frac_lim}", False
+        d = (int(ts[j]) - int(prev[j])) / 1e9
+        if early[j]:
+            return j, f"time is {-d:.0f} s before the records read so far", False
+        return j, f"time is {d:.0f} s after the records read so far", True
 
     def _pcap_batch(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, caplen: np.ndarray,
                     wirelen: np.ndarray, base: int = 0) -> RecordBatch:
@@ -614,50 +683,102 @@ class CaptureReader:
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
         self._frames += k
         self.info.packets += k
-        self._last_sec = int(_u32_rows(data, st[-1:], 1, self._big)[0, 0])
+        top = int(ts.max())
+        self._anchor = top if self._anchor is None else max(self._anchor, top)
         return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
                            linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame,
                            start=st + base)
 
-    def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Could a record header start at each of `pos`? (mask, caplen)."""
+    def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Could a record header start at each of `pos` (the header alone)? (mask, caplen,
+        ts_ns)."""
         h = _u32_rows(data, pos, 4, self._big)
         cl, wl = h[:, 2], h[:, 3]
-        ok = ((h[:, 1] < self._frac_lim) & (cl <= MAX_CAPLEN) & (cl <= wl)
-              & (wl <= RESYNC_MAX_WIRELEN) & (np.abs(h[:, 0] - self._last_sec) <= RESYNC_WINDOW_S))
-        return ok, cl
+        ok = ((h[:, 1] < self._frac_lim) & (cl <= self._snaplen) & (cl <= wl) & (wl > 0)
+              & (wl <= RESYNC_MAX_WIRELEN))
+        return ok, cl, h[:, 0] * 1_000_000_000 + h[:, 1] * self._ts_frac_mul
 
-    def _pcap_resync(self, data: np.ndarray, start: int, eof: bool) -> tuple[int, bool, int]:
-        """The first position >= start where three plausible record headers follow each other
-        (or plausible records end exactly at the end of the file): (pos, True, 0).  Without
-        one in the buffer: (pos to carry on from, False, bytes needed from there)."""
+    def _link_plausible(self, data: np.ndarray, pos: np.ndarray, cl: np.ndarray) -> np.ndarray:
+        """Does the record whose header is at each of `pos` start like a frame of the file's
+        link type (records too short to tell pass)?"""
+        lt, n = self._linktype, len(data)
+        at = pos + 16
+        if lt == 1:  # Ethernet: a known EtherType or an 802.3 length
+            can = (cl >= 14) & (at + 14 <= n)
+            et = np.zeros(len(pos), np.int64)
+            i = np.flatnonzero(can)
+            et[i] = (data[at[i] + 12].astype(np.int64) << 8) | data[at[i] + 13]
+            return ~can | (et <= 1500) | np.isin(et, _ETHERTYPES)
+        if lt in (12, 101, 228, 229):  # raw IP: version 4 or 6
+            can = (cl >= 1) & (at < n)
+            v = np.zeros(len(pos), np.int64)
+            i = np.flatnonzero(can)
+            v[i] = data[at[i]] >> 4
+            return ~can | (v == 4) | (v == 6)
+        if lt == 113:  # SLL: packet type 0-4
+            can = (cl >= 2) & (at + 2 <= n)
+            v = np.zeros(len(pos), np.int64)
+            i = np.flatnonzero(can)
+            v[i] = (data[at[i]].astype(np.int64) << 8) | data[at[i] + 1]
+            return ~can | (v <= 4)
+        return np.ones(len(pos), bool)
+
+    def _pcap_resync(self, data: np.ndarray, start: int, eof: bool,
+                     damage: int) -> tuple[int, bool, int]:
+        """The first position >= start where a chain of plausible records starts (see
+        RESYNC_CHAIN; or plausible records end exactly at the end of the file): (pos, True,
+        0).  Without one in the buffer: (pos to carry on from, False, bytes needed from
+        there).  A candidate before `damage` (where the damaged header was read) needs the
+        whole chain: with bytes deleted at the start of that header, the one just before it
+        reads as a record whose time is off by whole seconds."""
         n = len(data)
         q = start
         while q <= n - 16:
             m = min(n - 15 - q, RESYNC_SPAN)
+            if not data[q + 12:q + m + 15].any():  # zeros (a zeroed page, a gzip bomb): no
+                q += m                               # header there has a wire length
+                continue
             c = np.arange(q, q + m, dtype=np.int64)
-            ok, cl = self._pcap_plausible(data, c)
-            c, cl = c[ok], cl[ok]
+            ok, cl, ts = self._pcap_plausible(data, c)
+            if self._anchor is not None:
+                ok &= ts >= self._anchor - RESYNC_EARLIER_NS
+            idx = np.flatnonzero(ok)
+            ok[idx] = self._link_plausible(data, c[idx], cl[idx])
+            c, cl, ts = c[ok], cl[ok], ts[ok]
             if len(c):
-                decided = _first_decided(c, *self._pcap_chain(data, c, cl, eof))
+                decided = _first_decided(c, *self._pcap_chain(data, c, cl, ts, eof,
+                                                              c < damage))
                 if decided:
                     return decided
             q += m
         return (n if eof else q), False, 0
 
-    def _pcap_chain(self, data: np.ndarray, c: np.ndarray, cl: np.ndarray,
-                    eof: bool) -> tuple[np.ndarray, np.ndarray]:
-        """For candidate record starts `c` (plausible headers, captured lengths `cl`): status
-        1 = the next two headers are plausible too (or the records end exactly at EOF),
-        2 = undecided until more data is read (`need` bytes from c), 0 = rejected."""
+    def _pcap_chain(self, data: np.ndarray, c: np.ndarray, cl: np.ndarray, ts: np.ndarray,
+                    eof: bool, whole: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For candidate record starts `c` (plausible headers, captured lengths `cl`, times
+        `ts`): status 1 = the next RESYNC_CHAIN - 1 headers (RESYNC_CHAIN_FAR - 1 for a
+        candidate far after the anchor) are plausible too with times in order (or the records
+        end exactly at EOF: see at_eof), 2 = undecided until more data is read
+        (`need` bytes from c), 0 = rejected."""
         n = len(data)
+        far = (ts > self._anchor + _NS_WINDOW) if self._anchor is not None else np.zeros(
+            len(c), bool)
+        want = np.where(far, RESYNC_CHAIN_FAR, RESYNC_CHAIN) - 1
+        # records ending exactly at the end of the file vouch for themselves, but a candidate
+        # far after the anchor needs RESYNC_CHAIN of them, and one before the damage a
+        # second record whose time checks its own
+        at_eof = np.where(far, RESYNC_CHAIN, np.where(whole, 2, 1))
         status = np.zeros(len(c), np.int8)
         need = np.zeros(len(c), np.int64)
         undecided = np.ones(len(c), bool)
-        p, length = c, cl
-        for _ in range(2):
+        p, length, last = c, cl, ts.copy()
+        for step in range(RESYNC_CHAIN_FAR - 1):
+            enough = undecided & (want <= step)
+            status[enough] = 1
+            undecided &= ~enough
             end = p + 16 + length  # end of this record = start of the next header
-            done = undecided & (end == n) & eof
+            done = undecided & (end == n) & eof & (step + 1 >= at_eof)
             status[done] = 1
             undecided &= ~done
             short = undecided & (end + 16 > n)
@@ -668,10 +789,14 @@ class CaptureReader:
             idx = np.flatnonzero(undecided)
             if not len(idx):
                 break
-            ok, nxt = self._pcap_plausible(data, end[idx])
+            ok, nxt, t = self._pcap_plausible(data, end[idx])
+            ok &= ((t >= last[idx] - RESYNC_EARLIER_NS)
+                   & (t <= last[idx] + _NS_WINDOW))
             undecided[idx[~ok]] = False
             length = np.zeros(len(c), np.int64)
             length[idx] = nxt
+            last = last.copy()
+            last[idx] = np.maximum(last[idx], t)
             p = end
         status[undecided] = 1
         return status, need
@@ -747,7 +872,8 @@ class CaptureReader:
                                    "at the end of the block")
                             break
                         if bt == BT_IDB:
-                            err = self._parse_idb(buf, pos, bl, big)
+                            err = self._parse_idb(buf, pos, bl, big,
+                                                  f"block {block_no + 1} at byte {base + pos}")
                             if err:
                                 bad = (pos, err)
                                 break
@@ -867,12 +993,13 @@ class CaptureReader:
             q += m
         return (n if eof else q), False, 0
 
-    def _parse_idb(self, buf: bytes, pos: int, bl: int, big: bool) -> str | None:
+    def _parse_idb(self, buf: bytes, pos: int, bl: int, big: bool, where: str) -> str | None:
         e = ">" if big else "<"
         if bl < MIN_BLOCK[BT_IDB]:
             return f"interface description block length {bl} is too short"
         lt, _res, snaplen = struct.unpack_from(e + "HHI", buf, pos + 8)
         iface = _Interface(lt, snaplen)
+        number = len(self._ifaces) - self._sec_base
         o, end = pos + 16, pos + bl - 4
         while o + 4 <= end:
             code, ln = struct.unpack_from(e + "HH", buf, o)
@@ -880,13 +1007,23 @@ class CaptureReader:
                 break
             v = o + 4
             if v + ln > end:
+                self._idb_problem(f"interface {number}: option {code} of length {ln} runs past "
+                                  "the end of its block", where, "its options after it ignored")
                 break
             if code == 9 and ln >= 1:
-                iface.set_tsresol(buf[v])
+                problem = iface.set_tsresol(buf[v])
+                if problem:
+                    self._idb_problem(f"interface {number}: {problem}", where,
+                                      "its times read as microseconds (the default)")
             elif code == 14 and ln >= 8:
                 iface.set_tsoffset(struct.unpack_from(e + "q", buf, v)[0])
             o = v + ((ln + 3) & ~3)
+        # identical interfaces share one object: 2 M tiny interface blocks cost a list
+        key = (iface.linktype, iface.snaplen, iface.tsmul, iface.tsdiv, iface.tsshift,
+               iface.tsoffset_ns)
+        iface = self._iface_pool.setdefault(key, iface)
         self._ifaces.append(iface)
+        self._lt_table = None
         name = linktype_name(lt)
         if name not in self.info.link_types:
             self.info.link_types.append(name)
@@ -980,9 +1117,18 @@ class CaptureReader:
             ts = np.where(pos_idx >= 0, ts[np.maximum(pos_idx, 0)], self._last_ts)
         if k:
             self._last_ts = int(ts[-1])
-        lt_table = np.array([i.linktype for i in self._ifaces] + [-1], dtype=np.int32)
+        lt_table = self._lt_table
+        if lt_table is None or len(lt_table) != len(self._ifaces) + 1:
+            lt_table = self._lt_table = np.array([i.linktype for i in self._ifaces] + [-1],
+                                                 dtype=np.int32)
         linktype = lt_table[ifidx]  # -1 -> last entry (-1)
         keep = (ifidx >= 0) & ~bad
+        if self.strict and (ifidx < 0).any() and (unknown := np.flatnonzero(
+                (ifidx < 0) & ~short)).size:  # damage, which strict reading refuses
+            j = int(unknown[0])
+            raise CaptureError(self.path, "packet block names an interface the section does "
+                               "not describe", f"frame {int(frame[j])} at byte "
+                               f"{self._pos + int(st[j])}")
         start = st + base
         if not keep.all():
             self._skip("corrupt-block", int(short.sum()))
@@ -1005,26 +1151,49 @@ class CaptureReader:
         else:
             self._unlisted += 1
 
+    def _idb_problem(self, problem: str, where: str, consequence: str) -> None:
+        """A flaw in an interface description: a warning (an error with strict), even before
+        the first packet."""
+        if self.strict:
+            raise CaptureError(self.path, problem, where)
+        self._warn(f"{problem} ({where}); {consequence}")
+
     def _damaged(self, problem: str, where: str, consequence: str) -> None:
         """Damage found: an error before the first record (or when strict), else a warning."""
         if self._frames == 0 or self.strict:
             raise CaptureError(self.path, problem, where)
         self._warn(f"{problem} ({where}); {consequence}")
 
-    def _corrupt(self, problem: str, unit: str, number: int, at: int) -> None:
+    def _corrupt(self, problem: str, unit: str, number: int, at: int,
+                 defer: bool = False) -> None:
         """A record/block with impossible lengths at file offset `at`: skipped, with the
-        bytes up to the next valid one (the warning is written once that is known)."""
+        bytes up to the next valid one (the warning is written once that is known).  With
+        `defer` (a pcap record whose time jumps far ahead: a gap in the capture or damage)
+        it is damage only if reading does not resume at `at` itself."""
         where = f"{unit} {number} at byte {at}"
+        if not defer:
+            self._damage_found(problem, where, unit)
+        self._damage = (problem, where, at, defer)
+
+    def _damage_found(self, problem: str, where: str, unit: str) -> None:
         if self._frames == 0 or self.strict:
             raise CaptureError(self.path, problem, where)
         self._skip(f"corrupt-{unit}", 1)
-        self._damage = (problem, where, at)
 
     def _resynced(self, at: int, unit: str) -> None:
-        problem, where, start = self._damage
+        problem, where, start, deferred = self._damage
         self._damage = None
-        self._warn(f"{problem} ({where}); skipped {at - start} bytes to the next valid {unit} "
-                   f"at byte {at}")
+        if deferred:
+            if at == start:  # the records after the gap chain on: a real gap, not damage
+                return
+            self._damage_found(problem, where, unit)
+        if at >= start:
+            self._warn(f"{problem} ({where}); skipped {at - start} bytes to the next valid "
+                       f"{unit} at byte {at}")
+        else:
+            self._warn(f"{problem} ({where}); the next valid {unit} starts {start - at} "
+                       f"bytes earlier, at byte {at}, inside the previous {unit} (bytes are "
+                       "missing from that one)")
 
     def _finish(self, leftover: int, resync: bool, unit: str = "record",
                 number: int | None = None) -> None:
@@ -1034,8 +1203,10 @@ class CaptureReader:
         gz_error = gz.error if gz else None
         done = f"analysed the {self._frames} complete packet records"
         if resync:
-            problem, where, start = self._damage
+            problem, where, start, deferred = self._damage
             self._damage = None
+            if deferred:
+                self._damage_found(problem, where, unit)
             self._warn(f"{problem} ({where}); nothing valid after it: ignored the last "
                        f"{self._pos + leftover - start} bytes")
         elif leftover:

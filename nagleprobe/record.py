@@ -5,6 +5,11 @@ waits in the ring buffer), is waited for until it reports "listening on" before 
 starts, and is stopped with SIGINT after the command ends so the file is complete. Capture
 needs root or CAP_NET_RAW; when it is not permitted, or tcpdump is missing, the error says
 so in one line instead of leaving an empty file behind.
+
+tcpdump runs as root (`-Z root`), so it never opens the output itself: nagleprobe opens it
+(refusing a symbolic link or anything but a regular file, without following a link put
+there meanwhile) and tcpdump writes to that descriptor (`-w -`). The filter is passed after
+`--`, so it is only ever read as a filter expression, never as an option.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .errors import ExitStatus
+from .errors import ExitStatus, printable
 
 DEFAULT_SNAPLEN = 256  # headers are all nagleprobe needs; IPv6 extension headers fit too
 DEFAULT_LINGER_S = 0.2  # after the command: time for its last FIN/ACKs to reach the file
@@ -101,31 +107,78 @@ class Capture:
         self._reader: threading.Thread | None = None
 
     def command(self) -> list[str]:
+        """tcpdump's arguments: it writes the capture to its standard output (the output
+        file opened by `start`), and the filter comes after `--`."""
         cmd = [find_tcpdump(self.tcpdump), "--immediate-mode", "-U", "-n", "-s",
-               str(self.snaplen), "-i", self.interface, "-w", self.output]
+               str(self.snaplen), "-i", self.interface, "-w", "-"]
         if os.geteuid() == 0:
             cmd[1:1] = ["-Z", "root"]  # Debian's tcpdump would drop to user tcpdump first
-        return cmd + [self.filter]
+        return cmd + ["--", self.filter]
 
-    def start(self, timeout: float = READY_TIMEOUT_S) -> None:
+    def _open_output(self) -> tuple[int, bool]:
+        """Open (create or truncate) the output for writing without following a symbolic
+        link: (descriptor, whether it was created). RecordError for a link, a directory, a
+        device or FIFO, or a path that cannot be written."""
+        shown = printable(self.output)
         parent = Path(self.output).resolve().parent
         if not parent.is_dir():
-            raise RecordError(f"cannot write {self.output}: directory {parent} does not exist")
-        cmd = self.command()
+            raise RecordError(f"cannot write {shown}: directory {printable(str(parent))} "
+                              "does not exist")
         try:
-            self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE, text=True, errors="replace",
-                start_new_session=True,  # a Ctrl-C for the command must not stop the capture
-                preexec_fn=_die_with_parent)
+            st = os.lstat(self.output)
+        except FileNotFoundError:
+            st = None
         except OSError as e:
-            raise RecordError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-        self._reader.start()
-        ready = self._ready.wait(timeout)
-        if self._proc.poll() is not None or not ready or not self._listening():
-            self._terminate()
-            raise RecordError(self._failure(ready))
+            raise RecordError(f"cannot write {shown}: {e.strerror or e}") from None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise RecordError(f"refusing to write {shown}: it is a symbolic link (tcpdump "
+                              "runs as root; remove it or choose another output)")
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"refusing to write {shown}: it is not a regular file")
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                 | (os.O_EXCL if st is None else 0))
+        try:
+            fd = os.open(self.output, flags, 0o644)
+        except OSError as e:  # ELOOP: a link put there meanwhile; EEXIST: a file was
+            raise RecordError(f"cannot write {shown}: {e.strerror or e}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RecordError(f"refusing to write {shown}: it is not a regular file")
+            os.set_blocking(fd, True)
+            os.ftruncate(fd, 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st is None
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> None:
+        cmd = self.command()
+        fd, created = self._open_output()
+        try:
+            try:
+                self._proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=fd,
+                    stderr=subprocess.PIPE, text=True, errors="replace",
+                    start_new_session=True,  # a Ctrl-C for the command must not stop it
+                    preexec_fn=_die_with_parent)
+            except OSError as e:
+                raise RecordError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
+            self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+            self._reader.start()
+            ready = self._ready.wait(timeout)
+            if self._proc.poll() is not None or not ready or not self._listening():
+                self._terminate()
+                raise RecordError(self._failure(ready))
+        except RecordError:
+            if created:  # no empty file left behind
+                try:
+                    if os.path.samestat(os.fstat(fd), os.lstat(self.output)):
+                        os.unlink(self.output)
+                except OSError:
+                    pass
+            raise
+        finally:
+            os.close(fd)  # tcpdump has its own copy
 
     def stop(self, linger: float = DEFAULT_LINGER_S) -> CaptureStats:
         """Let the last packets arrive, stop tcpdump with SIGINT and wait for the file."""
@@ -176,7 +229,8 @@ class Capture:
             self._reader.join(2.0)
 
     def _failure(self, ready: bool) -> str:
-        said = " ".join(line.strip() for line in self._err if line.strip()) or "no message"
+        said = printable(" ".join(line.strip() for line in self._err if line.strip())
+                         or "no message")
         low = said.lower()
         if not ready:
             return f"tcpdump did not start listening on {self.interface} within the timeout " \
@@ -192,7 +246,7 @@ class Capture:
         if "no such device" in low or "doesn't exist" in low:
             return f"no interface {self.interface} to capture on ({said})"
         if "syntax error" in low or "can't parse filter" in low:
-            return f"bad capture filter {self.filter!r} ({said})"
+            return f"bad capture filter {printable(repr(self.filter))} ({said})"
         return f"tcpdump failed on interface {self.interface} ({said})"
 
 

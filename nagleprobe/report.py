@@ -13,6 +13,7 @@ import pandas as pd
 
 from . import relay, wireshark
 from .detect import REASONS, Detection
+from .errors import printable, utf8_safe
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
 
@@ -125,8 +126,8 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
-        return {**document_head(), "capture": self.capture, "summary": self.summary(),
-                "flows": self.flow_docs(), "stalls": self.stall_docs()}
+        return {**document_head(), "capture": _capture_doc(self.capture),
+                "summary": self.summary(), "flows": self.flow_docs(), "stalls": self.stall_docs()}
 
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
@@ -136,9 +137,22 @@ class Report:
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
-        head = json.dumps({**document_head(), "capture": self.capture, "summary": self.summary(),
-                           "flows": self.flow_docs()}, separators=(",", ":"), allow_nan=False)
-        yield head[:-1] + ',"stalls":['
+        head = json.dumps({**document_head(), "capture": _capture_doc(self.capture),
+                           "summary": self.summary(), "flows": []},
+                          separators=(",", ":"), allow_nan=False)
+        assert head.endswith('"flows":[]}')
+        # the flows a slice at a time too (the first slice in the first piece, the last one
+        # ending it): a million flows (a port scan) as Python objects at once took gigabytes
+        ids = self.flows["id"].tolist()
+        piece = head[:-2]
+        for a in range(0, max(len(ids), 1), rows_per_piece):
+            part = json.dumps(self.flow_docs(ids[a:a + rows_per_piece]) if ids else [],
+                              separators=(",", ":"), allow_nan=False)
+            if a:
+                yield piece
+                piece = ","
+            piece += part[1:-1]
+        yield piece + '],"stalls":['
         flat = self.stalls[[c for c in self.stalls.columns
                             if c != "confidence" and c not in _TABLE_ONLY] + ["confidence"]]
         for a in range(0, len(flat), rows_per_piece):
@@ -657,12 +671,18 @@ def _seen(f: dict[str, Any]) -> str:
     return "; ".join(parts + ["no delayed-ACK stall" if f["nagle_holds"] else "no sender was held"])
 
 
+def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
+    """The capture object as written out: a non-UTF-8 file name with \\xNN escapes."""
+    path = utf8_safe(capture["path"])
+    return capture if path == capture["path"] else dict(capture, path=path)
+
+
 def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     """The terminal report: verdict and fixes first, then evidence, then the clean flows."""
     c = r.capture
     lines = []
     skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
-    head = (f"{c['path']}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
+    head = (f"{printable(c['path'])}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
             f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
             f"{c['tcp_packets']} TCP; skipped: {skipped}")
     if len(head) > width:  # the path cannot be broken: keep what the file is on its line

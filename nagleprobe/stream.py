@@ -36,7 +36,7 @@ import pandas as pd
 from .decode import TCP_COLUMNS
 from .detect import detect
 from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
-from .pipeline import DEFAULT_GRACE_S
+from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report, add_tcp_streams, capture_doc, report_columns, table
@@ -46,6 +46,20 @@ ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
+# text columns of the results with a handful of values: each row refers to one shared str
+# (a million flows held "handshake" a million times, 60 bytes each)
+_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis", "nagle", "side",
+                         "sender", "fix_side", "fix_action", "fix_alternative"})
+
+
+def _interned(col: np.ndarray) -> np.ndarray:
+    """An object column whose equal strings are one object."""
+    if col.dtype != object or len(col) < 2:
+        return col
+    seen: dict = {}
+    out = np.empty(col.shape, dtype=object)
+    out.reshape(-1)[:] = [seen.setdefault(v, v) for v in col.reshape(-1).tolist()]
+    return out
 
 
 def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -234,16 +248,23 @@ class StreamAnalyzer:
     """
 
     def __init__(self, origin_ns: int = 0, grace_s: float = DEFAULT_GRACE_S,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None,
+                 idle_s: float = DEFAULT_IDLE_S) -> None:
         self.origin_ns = origin_ns
         workers = default_workers() if workers is None else workers
         self._pool = ThreadPoolExecutor(workers, "nagleprobe-analyse") if workers > 0 else None
         self._running: deque[Future] = deque()  # batches being analysed, oldest first
         self._max_running = 2 * workers  # then wait: bounds the memory of batches in flight
         self.grace_ns = int(grace_s * 1e9)
+        self.idle_ns = int(min(idle_s, 1e9) * 1e9)
+        self.idle_flushed = 0  # connections analysed because they were idle, not closed
         self.batch_rows = max(int(batch_rows), 1)
         self.now = None  # latest timestamp read (the capture clock)
         self.late_packets = 0
+        self.first_late_frame: int | None = None  # frame number of the first late packet
+        self.late_syns = 0  # SYNs (of them) older than the end of their analysed connection
+        self.same_isn_reuse = 0  # SYNs reusing a closed connection's 4-tuple and ISN
+        self.first_reuse_frame: int | None = None
         self.peak_pending_rows = 0
         self.batches = 0  # analysed so far
         self._hand_ons = 0
@@ -272,9 +293,12 @@ class StreamAnalyzer:
         self._tick(int(ts.min()))
         syn_only = (flags & (SYN | ACK)) == SYN
 
-        keep = self._reopen(tid, syn_only, cols["seq"])
+        self._same_isn(tid, syn_only, flags, cols)
+        keep = self._reopen(tid, syn_only, cols["seq"], ts)
         if not keep.all():
             self.late_packets += int(n - keep.sum())
+            if self.first_late_frame is None:
+                self.first_late_frame = int(cols["frame"][np.argmin(keep)])
             cols = {k: v[keep] for k, v in cols.items()}
             tid, from_low, syn_only, ts, flags = (tid[keep], from_low[keep], syn_only[keep],
                                                   ts[keep], flags[keep])
@@ -309,9 +333,11 @@ class StreamAnalyzer:
         copied over and over)."""
         self.now = ts if self.now is None else max(self.now, ts)
         closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
-        done = closed & (self._last_ts + self.grace_ns <= self.now) & (self._rows > 0)
+        idle = self._last_ts + self.idle_ns <= self.now  # open, but silent that long
+        done = (closed | idle) & (self._last_ts + self.grace_ns <= self.now) & (self._rows > 0)
         ready = int(self._rows[done].sum())
         if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
+            self.idle_flushed += int((done & ~closed).sum())
             self._hand_on(done)
 
     def _grow(self, k: int) -> None:
@@ -322,14 +348,54 @@ class StreamAnalyzer:
         self._handed_on = np.concatenate([self._handed_on, np.zeros(k, bool)])
         self._rows = np.concatenate([self._rows, np.zeros(k, np.int64)])
 
-    def _reopen(self, tid: np.ndarray, syn_only: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    def _same_isn(self, tid: np.ndarray, syn_only: np.ndarray, flags: np.ndarray,
+                  cols: dict[str, np.ndarray]) -> None:
+        """Count SYNs that open a 4-tuple again after its connection closed (FIN or RST)
+        with the same ISN as the SYN before (`tcpreplay --loop`): the two connections cannot
+        be told apart and are analysed as one. Only control rows are looked at."""
+        ctl = np.flatnonzero(syn_only | ((flags & (FIN | RST)) != 0))
+        if not len(ctl):
+            return
+        t = tid[ctl]
+        order = np.lexsort((ctl, t))  # control rows by tuple, in file order
+        ctl, t = ctl[order], t[order]
+        syn = syn_only[ctl]
+        fins = np.cumsum(~syn)  # FIN/RST rows up to and including each
+        pos = np.flatnonzero(syn)
+        if not len(pos):
+            return
+        seq = cols["seq"][ctl[pos]].astype(np.int64)
+        prev = np.r_[-1, pos[:-1]]
+        same_tuple = np.r_[False, t[pos[1:]] == t[pos[:-1]]]
+        start = np.searchsorted(t, t[pos])  # first control row of each SYN's tuple
+        before = np.where(start > 0, fins[np.maximum(start - 1, 0)], 0)
+        c0 = self._closed[t[pos]]
+        closed_at_start = ((c0 & _RST) != 0) | ((c0 & 3) == 3) | self._handed_on[t[pos]]
+        closed = np.where(same_tuple, fins[pos] - fins[np.maximum(prev, 0)] > 0,
+                          closed_at_start | (fins[pos] - before > 0))
+        prev_seq = np.where(same_tuple, np.r_[-1, seq[:-1]], self._last_syn[t[pos]])
+        # and newer than what came before it (a duplicated old SYN is not a new connection)
+        ts = cols["ts_ns"][ctl]
+        before_ts = np.where(pos > start, ts[np.maximum(pos - 1, 0)], self._last_ts[t[pos]])
+        reuse = closed & (prev_seq >= 0) & (seq == prev_seq) & (ts[pos] > before_ts)
+        if reuse.any():
+            self.same_isn_reuse += int(reuse.sum())
+            if self.first_reuse_frame is None:
+                self.first_reuse_frame = int(cols["frame"][ctl[pos[np.argmax(reuse)]]])
+
+    def _reopen(self, tid: np.ndarray, syn_only: np.ndarray, seq: np.ndarray,
+                ts: np.ndarray) -> np.ndarray:
         """Rows to keep: a handed-on tuple takes rows again from a SYN with a new ISN on;
-        rows of a handed-on connection before that are late (left out)."""
+        rows of a handed-on connection before that are late (left out), and so is a SYN
+        older than the last packet of the connection analysed (counted in late_syns)."""
         late = self._handed_on[tid]
         if not late.any():
             return np.ones(len(tid), dtype=bool)
-        opens = np.flatnonzero(late & syn_only
-                               & (seq.astype(np.int64) != self._last_syn[tid]))
+        candidates = late & syn_only & (seq.astype(np.int64) != self._last_syn[tid])
+        old = candidates & (ts < self._last_ts[tid])
+        if old.any():
+            self.late_syns += int(old.sum())
+        opens = np.flatnonzero(candidates & ~old)
         first_open = np.full(len(self._rows), len(tid), dtype=np.int64)
         first_open[tid[opens[::-1]]] = opens[::-1]  # earliest opening row per tuple
         keep = ~late | (np.arange(len(tid)) >= first_open[tid])
@@ -403,6 +469,9 @@ class StreamAnalyzer:
 
     def _add(self, part: _Part) -> None:
         p = self._parts
+        for cols in (part.flows, part.endpoints):  # one str object per distinct value
+            for k in _FEW_VALUES.intersection(cols):
+                cols[k] = _interned(cols[k])
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
         p.endpoints.append(part.endpoints)
@@ -432,6 +501,19 @@ class StreamAnalyzer:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
                             f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
                             "closed and were left out of it")
+        if self.late_syns:
+            warnings.append(f"{self.late_syns} of them SYNs older than the last packet of "
+                            "their analysed connection: the streamed result differs from "
+                            "the whole file's (raise --reorder-window)")
+        if self.idle_flushed:
+            warnings.append(f"{self.idle_flushed} connections were idle for more than "
+                            f"{self.idle_ns / 1e9:g} s (capture time) and were analysed "
+                            "before they closed (raise --idle-timeout to wait longer)")
+        if self.same_isn_reuse:
+            warnings.append(f"{self.same_isn_reuse} connections reuse the 4-tuple and the "
+                            "initial sequence number of one that closed before them "
+                            f"(first: frame {self.first_reuse_frame}; a replayed capture?): "
+                            "they cannot be told apart and are analysed as one")
         if p.duplicates:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
@@ -446,11 +528,13 @@ def _join(p: _Parts, capture: dict) -> Report:
     new_id[order] = np.arange(len(order))
     offsets = np.cumsum([0] + [len(f) for f in p.first_ns])
 
-    flows = {k: np.concatenate([f[k] for f in p.flows])[order] for k in p.flows[0]}
+    # a column at a time, each batch's copy let go of at once (a million flows of a port
+    # scan held twice took hundreds of MB)
+    flows = {k: _take([f.pop(k) for f in p.flows], order) for k in list(p.flows[0])}
     flows["id"] = np.arange(len(order))
     both_ends = np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)
-    endpoints = {k: np.concatenate([e[k] for e in p.endpoints])[both_ends]
-                 for k in p.endpoints[0]}
+    endpoints = {k: _take([e.pop(k) for e in p.endpoints], both_ends)
+                 for k in list(p.endpoints[0])}
     endpoints["flow"] = np.arange(len(order)).repeat(2)
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
@@ -465,6 +549,15 @@ def _join(p: _Parts, capture: dict) -> Report:
         p.arrivals = []
     flows.update(link(flows, stalls, arr))
     return Report(capture, table(flows), table(stalls), table(endpoints))
+
+
+def _take(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """The parts joined, rows in `order`; the parts let go of."""
+    col = np.concatenate(parts)
+    parts.clear()
+    out = col[order]
+    del col
+    return out
 
 
 def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]

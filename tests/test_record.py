@@ -151,3 +151,79 @@ def test_a_user_who_is_not_root_is_told_so(tmp_path):
         shutil.rmtree(d)
     assert proc.returncode == ExitStatus.CANNOT_CAPTURE, proc.stderr
     assert "running as uid 65534, not root" in proc.stderr
+
+
+# ---------------------------------------------------------------- hostile options (issue 18)
+def test_the_filter_is_only_ever_a_filter(tmp_path):
+    """`--filter=-r/path` used to make tcpdump read that file: it now comes after `--`."""
+    from nagleprobe.record import Capture
+    secret = tmp_path / "other.pcap"
+    shutil.copyfile(Path(__file__).resolve().parent.parent / "samples" / "echo_split_lo.pcap",
+                    secret)
+    cmd = Capture(tmp_path / "x.pcap", bpf=f"-r{secret}", tcpdump=sys.executable).command()
+    assert cmd[-2:] == ["--", f"-r{secret}"]
+    assert cmd[cmd.index("-w") + 1] == "-"  # tcpdump never opens the output path itself
+    require_capture()
+    out = tmp_path / "x.pcap"
+    proc = nagleprobe_cli("record", f"--filter=-r{secret}", "-o", str(out), "--", "true")
+    assert proc.returncode == ExitStatus.CANNOT_CAPTURE, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad capture filter" in lines[0], proc.stderr
+    assert not out.exists()  # nothing left behind
+
+
+def test_an_output_path_that_is_a_symlink_is_refused(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "traffic.pcap"
+    link.symlink_to(victim)
+    marker = tmp_path / "ran"
+    proc = nagleprobe_cli("record", "-o", str(link), "--", "touch", str(marker))
+    assert proc.returncode == ExitStatus.CANNOT_CAPTURE
+    assert proc.stderr == (f"nagleprobe: error: refusing to write {link}: it is a symbolic "
+                           "link (tcpdump runs as root; remove it or choose another output)\n")
+    assert victim.read_text() == "precious\n" and not marker.exists()
+    dangling = tmp_path / "dangling.pcap"
+    dangling.symlink_to(tmp_path / "would-be-created")
+    proc = nagleprobe_cli("record", "-o", str(dangling), "--", "true")
+    assert proc.returncode == ExitStatus.CANNOT_CAPTURE and "symbolic link" in proc.stderr
+    assert not (tmp_path / "would-be-created").exists()
+    fifo = tmp_path / "fifo.pcap"
+    os.mkfifo(fifo)
+    proc = nagleprobe_cli("record", "-o", str(fifo), "--", "true")
+    assert proc.returncode == ExitStatus.CANNOT_CAPTURE and "not a regular file" in proc.stderr
+
+
+def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path):
+    """The output is opened with O_NOFOLLOW: a symlink planted between the check and the
+    open fails the open instead of being followed."""
+    from nagleprobe.record import Capture, RecordError
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "traffic.pcap"
+    cap = Capture(out, tcpdump=sys.executable)
+    real_lstat = os.lstat
+
+    def lstat_missing_then_plant(p, *a, **kw):
+        if str(p) == str(out):
+            out.symlink_to(victim)  # planted between the check and the open
+            raise FileNotFoundError(p)
+        return real_lstat(p, *a, **kw)
+
+    os.lstat = lstat_missing_then_plant
+    try:
+        with pytest.raises(RecordError, match="cannot write"):
+            cap._open_output()
+    finally:
+        os.lstat = real_lstat
+    assert victim.read_text() == "precious\n"
+
+
+def test_the_capture_is_written_through_the_opened_file(tmp_path):
+    require_capture()
+    out = tmp_path / "traffic.pcap"
+    out.write_bytes(b"old content that must go" * 100)
+    result = record([sys.executable, "-c", "pass"], out, ports=[free_port()])
+    assert result.returncode == 0
+    data = out.read_bytes()
+    assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") and len(data) == 24
