@@ -116,11 +116,22 @@ def detect(f: Flows) -> Detection:
     shut = (window[A] == 0) | ((YA >= 0) & (window[np.maximum(YA, 0)] == 0))
     late_reaction = reaction > usual + usual_slack
     corked = np.abs(ts[S2] - ts[S1] - CORK_MS * 1e6) <= CORK_TOLERANCE_MS * 1e6
-    reason = np.select(
-        [~s["new_data"][S2], shut, off[key] > 0, ~s1_small & (not_classic[key] > 0),
-         reaction < to_sender - slack, late_reaction & corked, late_reaction,
-         ack_delay < DELACK_MIN_MS * 1e6, ack_delay > DELACK_MAX_MS * 1e6],
-        np.arange(len(REASONS)), -1)
+
+    def judge(off_proven: np.ndarray, not_classic_proven: np.ndarray) -> np.ndarray:
+        return np.select(
+            [~s["new_data"][S2], shut, off_proven[key], ~s1_small & not_classic_proven[key],
+             reaction < to_sender - slack, late_reaction & corked, late_reaction,
+             ack_delay < DELACK_MIN_MS * 1e6, ack_delay > DELACK_MAX_MS * 1e6],
+            np.arange(len(REASONS)), -1)
+
+    # A proof of Nagle off (or of Minshall's rule) vetoes a sender's stalls (those behind a
+    # full segment) when it is seen at least as often as they are: an ACK the capture lost
+    # makes one false proof, and must not wipe out a sender's stalls.
+    would = judge(np.zeros(nflows * 2, bool), np.zeros(nflows * 2, bool)) == -1
+    off_proven = (off > 0) & (off >= np.bincount(key[would], minlength=nflows * 2))
+    not_classic_proven = (not_classic > 0) & (
+        not_classic >= np.bincount(key[would & ~s1_small], minlength=nflows * 2))
+    reason = judge(off_proven, not_classic_proven)
     stall, hold = reason == -1, reason == NAGLE_HOLD
 
     late_seen = ts[A] - ts[S1] >= DELACK_MIN_MS * 1e6  # the ACK looked late where captured
@@ -130,8 +141,8 @@ def detect(f: Flows) -> Detection:
     held = stall | hold
     behind_small = np.bincount(key[held & s1_small], minlength=nflows * 2)
     behind_full = np.bincount(key[held & ~s1_small], minlength=nflows * 2)
-    flavour = np.select([off > 0, (not_classic > 0) & (behind_small > 0),
-                         (not_classic == 0) & (behind_full > 0)],
+    flavour = np.select([off_proven, not_classic_proven & (behind_small > 0),
+                         ~not_classic_proven & (behind_full > 0)],
                         ["off", "minshall", "classic"], "unknown").astype(object)
 
     def events(m: np.ndarray) -> dict[str, np.ndarray]:

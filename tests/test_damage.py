@@ -126,6 +126,15 @@ def test_a_duplicated_record_is_read_twice_and_nothing_else_changes(tmp_path):
         assert info.warnings == [] and info.skipped == {}
 
 
+def same_flows(a: dict, b: dict) -> bool:
+    """The flows of two documents are the same but for Wireshark's stream numbers, which a
+    damaged capture does not get (Wireshark may count what nagleprobe skipped)."""
+    def strip(doc):
+        return [{k: v for k, v in f.items() if k not in ("tcp_stream", "wireshark")}
+                for f in doc["flows"]]
+    return strip(a) == strip(b)
+
+
 def test_the_issue_examples_on_a_large_capture(tmp_path):
     """Issue 18: one byte inserted before record 52, and one zeroed 16-byte record header,
     used to lose the rest of the capture (53 or 101 packets left, 1 stall)."""
@@ -139,7 +148,7 @@ def test_the_issue_examples_on_a_large_capture(tmp_path):
     at = offs[51]
     path.write_bytes(big[:at] + b"\r" + big[at:])
     ins = nagleprobe.analyze(str(path)).to_dict()
-    assert ins["stalls"] == whole["stalls"] and ins["flows"] == whole["flows"]
+    assert ins["stalls"] == whole["stalls"] and same_flows(ins, whole)
     assert ins["capture"]["packets"] == 11688
     assert ins["capture"]["warnings"] == [
         f"corrupt record: time fraction 6665317 is not below 1000000 (record 52 at byte {at}); "
