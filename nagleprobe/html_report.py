@@ -341,7 +341,8 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     out.append(_capture_section(report))
     when = (made or datetime.now(timezone.utc)).astimezone(timezone.utc)
     out.append(f"<footer>Made {when:%Y-%m-%d %H:%M:%S} UTC by "
-               f"<code>{_text(command or 'nagleprobe.html_report.render_html')}</code> with "
+               f"<code>{_text(printable(command or 'nagleprobe.html_report.render_html'))}"
+               "</code> with "
                f"nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
                "times are seconds since the capture's first packet (Wireshark's default time "
                f"column). Sides: {', '.join(SIDES)} as the handshake (or a guess) says."
