@@ -29,31 +29,35 @@ static PyObject *done(Py_buffer *b, int n, PyObject *exc, const char *error, PyO
     return ok;
 }
 
-/* walk_headers(buf, big_endian, start, frac_mul, offset, ts_ns, caplen, wirelen) -> (count,
- * end): walk's records from offset `start` (where a record header begins) and their header
- * fields, into four int64 buffers of equal size: where each header begins, its time
- * (seconds * 1e9 + fraction * frac_mul), captured and original length. Stops like walk, or
- * when the buffers are full; `end` is 8 bytes past the start of the next record. */
+/* walk_headers(buf, big_endian, start, frac_mul, offset, ts_ns, caplen, wirelen[, frac_lim])
+ * -> (count, end, first): walk's records from offset `start` (where a record header begins)
+ * and their header fields, into four int64 buffers of equal size: where each header begins,
+ * its time (seconds * 1e9 + fraction * frac_mul), captured and original length. Stops like
+ * walk, or when the buffers are full; `end` is 8 bytes past the start of the next record;
+ * `first` is the first walked record whose time fraction is frac_lim or more (-1: none). */
 static PyObject *walk_headers(PyObject *self, PyObject *args)
 {
     Py_buffer b[5]; /* buf, then offset, ts_ns, caplen, wirelen */
     int big;
     Py_ssize_t start;
-    long long mul;
-    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*", &b[0], &big, &start, &mul, &b[1], &b[2], &b[3],
-                          &b[4]))
+    long long mul, frac_lim = -1;
+    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*|L", &b[0], &big, &start, &mul, &b[1], &b[2],
+                          &b[3], &b[4], &frac_lim))
         return NULL;
     const unsigned char *buf = (const unsigned char *)b[0].buf;
     int64_t *off = b[1].buf, *ts = b[2].buf, *cl = b[3].buf, *wl = b[4].buf;
     Py_ssize_t k = 0, cap = b[1].len / (Py_ssize_t)sizeof(int64_t);
     int ok = start >= 0 && b[2].len == b[1].len && b[3].len == b[1].len && b[4].len == b[1].len;
     int64_t p = (int64_t)start + 8, lim = (int64_t)b[0].len - 8;
+    Py_ssize_t first = -1;
     Py_BEGIN_ALLOW_THREADS
     while (ok && p <= lim && k < cap) {
         const unsigned char *q = buf + p;
-        uint32_t c = word(q, big);
+        uint32_t c = word(q, big), frac = word(q - 4, big);
+        if (first < 0 && frac_lim >= 0 && (long long)frac >= frac_lim)
+            first = k;
         off[k] = p - 8;
-        ts[k] = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)word(q - 4, big) * mul;
+        ts[k] = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)frac * mul;
         cl[k] = c;
         wl[k] = word(q + 4, big);
         k++;
@@ -61,7 +65,7 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     return done(b, 5, PyExc_ValueError, ok ? NULL : "walk_headers: bad start or output buffers",
-                Py_BuildValue("nL", k, (long long)p));
+                Py_BuildValue("nLn", k, (long long)p, first));
 }
 
 /* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset

@@ -390,27 +390,32 @@ def _walk_python(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarray,
     return np.frombuffer(starts, dtype=np.int64), p
 
 
-def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int, frac_lim: int = -1
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
     """`_walk_python` from `start` with each walked record's header read: (where each header
-    begins, ts_ns, caplen, wirelen, the walk's end). One compiled pass when built."""
+    begins, ts_ns, caplen, wirelen, the walk's end, the first walked record whose time
+    fraction is `frac_lim` or more, -1 if none or no limit). One compiled pass when built."""
     if _walk is None:
         starts, end = _walk_python(buf, big, start)
         hdr = _u32_rows(np.frombuffer(buf, dtype=np.uint8), starts - 8, 4, big)
+        over = np.flatnonzero(hdr[:, 1] >= frac_lim) if frac_lim >= 0 else []
         return (starts - 8, hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * frac_mul,
-                hdr[:, 2].copy(), hdr[:, 3].copy(), end)
-    parts = []
+                hdr[:, 2].copy(), hdr[:, 3].copy(), end, int(over[0]) if len(over) else -1)
+    parts, first, done = [], -1, 0
     per = 48  # room for records of 48 bytes and more (any TCP/IP packet), then for any record
     while True:
         out = [np.empty(max(len(buf) - start, 0) // per + 1, dtype=np.int64) for _ in range(4)]
-        k, end = _walk.walk_headers(buf, big, start, frac_mul, *out)
+        k, end, over = _walk.walk_headers(buf, big, start, frac_mul, *out, frac_lim)
+        if first < 0 and over >= 0:
+            first = done + over
+        done += k
         parts.append([o[:k] for o in out])
         if end > len(buf) - 8:
             break
         start, per = end - 8, 16
     if len(parts) == 1:
-        return (*parts[0], end)
-    return (*(np.concatenate(col) for col in zip(*parts)), end)
+        return (*parts[0], end, first)
+    return (*(np.concatenate(col) for col in zip(*parts)), end, first)
 
 
 try:
@@ -608,10 +613,11 @@ class CaptureReader:
                     t = int(self._pcap_plausible(data, np.array([p], np.int64))[2][0])
                     self._anchor = t if self._anchor is None else max(self._anchor, t)
                 # every record header from p on (whose caplen field is in the buffer)
-                st, ts, cl, wl, w = _walk_headers(buf, big, p, self._ts_frac_mul)
+                st, ts, cl, wl, w, frac_over = _walk_headers(buf, big, p, self._ts_frac_mul,
+                                                             self._frac_lim)
                 k = len(st)
                 end = w - 8  # where the record after the walked ones starts
-                bad = self._pcap_first_bad(data, st, ts, cl, wl) if k else None
+                bad = self._pcap_first_bad(data, st, ts, cl, wl, frac_over) if k else None
                 if bad is not None:
                     j = bad[0]
                     end = int(st[j])
@@ -640,14 +646,15 @@ class CaptureReader:
         self._finish(len(carry), resync)
 
     def _pcap_first_bad(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, cl: np.ndarray,
-                        wl: np.ndarray) -> tuple[int, str, bool] | None:
+                        wl: np.ndarray, frac_over: int) -> tuple[int, str, bool] | None:
         """The first walked record whose header is not plausible: (index, problem, whether
         the only problem is a time too far after the anchor, which may be a real gap), or
-        None.  The anchor is the latest time before each record; the records before the
-        first implausible one are all plausible, so only they move it."""
-        frac = _u32_rows(data, st + 4, 1, self._big)[:, 0]
-        static = ((cl > MAX_CAPLEN) | (cl > self._snaplen) | (cl > wl) | (wl <= 0)
-                  | (frac >= self._frac_lim))
+        None (`frac_over`: the first whose time fraction is too large, -1 if none).  The
+        anchor is the latest time before each record; the records before the first
+        implausible one are all plausible, so only they move it."""
+        static = (cl > min(MAX_CAPLEN, self._snaplen)) | (cl > wl) | (wl <= 0)
+        if frac_over >= 0:
+            static[frac_over] = True
         prev = np.maximum.accumulate(ts)
         prev[1:] = prev[:-1]
         if self._anchor is None:  # the first record of the file: its own anchor
@@ -670,8 +677,9 @@ class CaptureReader:
             return j, "original length 0", False
         if c > w:
             return j, f"captured length {c} exceeds the original length {w}", False
-        if frac[j] >= self._frac_lim:
-            return j, f"time fraction {int(frac[j])} is not below {self._frac_lim}", False
+        if j == frac_over:
+            frac = int(_u32_rows(data, st[j:j + 1] + 4, 1, self._big)[0, 0])
+            return j, f"time fraction {frac} is not below {self._frac_lim}", False
         d = (int(ts[j]) - int(prev[j])) / 1e9
         if early[j]:
             return j, f"time is {-d:.0f} s before the records read so far", False
