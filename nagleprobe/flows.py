@@ -600,7 +600,12 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     by = seg["acked_by"][paired]
     turn_ns = ts[by] - ts[paired]
     undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
-    late = np.flatnonzero(~undelayed & (turn_ns >= 0))  # few: looked up row by row nearby
+    # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
+    # (long paths, excerpts): their neighbours are looked up nearby, for few rows
+    late = np.flatnonzero(~undelayed & (turn_ns >= 0))
+    if len(late):
+        known = np.bincount(key[paired[undelayed]], minlength=nflows * 2) > 0
+        late = late[~known[key[paired[late]]]]
     if len(late):
         two_full = _acks_two_full(seg, by[late], out["mss"].reshape(-1)[key[paired[late]]])
         # where the first ACK may have been delayed, the peer's next data (its answer,
