@@ -655,16 +655,20 @@ class CaptureReader:
         static = (cl > min(MAX_CAPLEN, self._snaplen)) | (cl > wl) | (wl <= 0)
         if frac_over >= 0:
             static[frac_over] = True
-        prev = np.maximum.accumulate(ts)
-        prev[1:] = prev[:-1]
-        if self._anchor is None:  # the first record of the file: its own anchor
-            prev[0] = ts[0]
+        anchor = int(ts[0]) if self._anchor is None else self._anchor  # the file's first
+        step = np.diff(ts)
+        if (len(ts) and step.min(initial=0) >= 0 and ts[0] >= anchor
+                and ts[0] <= anchor + _NS_WINDOW and step.max(initial=0) <= _NS_WINDOW):
+            hit = np.flatnonzero(static)  # in time order and no jump: the usual case
+            early = late = prev = None
         else:
-            prev[0] = self._anchor
-            np.maximum(prev, self._anchor, out=prev)
-        early = ts < prev - _NS_WINDOW
-        late = ts > prev + _NS_WINDOW
-        hit = np.flatnonzero(static | early | late)
+            prev = np.maximum.accumulate(ts)
+            prev[1:] = prev[:-1]
+            prev[0] = anchor
+            np.maximum(prev, anchor, out=prev)
+            early = ts < prev - _NS_WINDOW
+            late = ts > prev + _NS_WINDOW
+            hit = np.flatnonzero(static | early | late)
         if not len(hit):
             return None
         j = int(hit[0])

@@ -56,10 +56,8 @@ def _interned(col: np.ndarray) -> np.ndarray:
     """An object column whose equal strings are one object."""
     if col.dtype != object or len(col) < 2:
         return col
-    seen: dict = {}
-    out = np.empty(col.shape, dtype=object)
-    out.reshape(-1)[:] = [seen.setdefault(v, v) for v in col.reshape(-1).tolist()]
-    return out
+    codes, uniques = pd.factorize(col.reshape(-1), use_na_sentinel=False)
+    return np.asarray(uniques, dtype=object)[codes].reshape(col.shape)
 
 
 def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 if TYPE_CHECKING:
     from .report import Report
@@ -32,9 +33,9 @@ def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
     Wireshark numbers TCP conversations 0, 1, ... in the order of their first frame, one per
     4-tuple until a new SYN reuses one. So the number of a flow is its rank by first frame,
     exactly, when every TCP packet Wireshark sees is in a flow (nothing skipped but
-    duplicates, no damage or late packets: `capture["warnings"]` empty) and
-    no earlier flow is a second connection on a reused 4-tuple (whose split may follow other rules in
-    other Wireshark versions): flows from the first such one on get -1.
+    duplicates, no damage or late packets: `capture["warnings"]` empty) and no earlier flow
+    is a second connection on a reused 4-tuple (whose split may follow other rules in other
+    Wireshark versions): flows from the first such one on get -1.
     """
     n = len(first_frame)
     out = np.full(n, -1, dtype=np.int64)
@@ -42,14 +43,13 @@ def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
     if not n or hidden or capture.get("warnings"):
         return out
     order = np.argsort(first_frame, kind="stable")
-    seen: set[tuple[str, str]] = set()
-    for rank, i in enumerate(order.tolist()):
-        a, b = str(client[i]), str(server[i])
-        key = (a, b) if a <= b else (b, a)
-        if key in seen:
-            break
-        seen.add(key)
-        out[i] = rank
+    a = pd.Series(client[order], dtype=object).astype(str)
+    b = pd.Series(server[order], dtype=object).astype(str)
+    low = a.where(a <= b, b)
+    key = low + " " + a.where(a > b, b)  # the 4-tuple, either way round
+    again = np.flatnonzero(key.duplicated().to_numpy())
+    stop = int(again[0]) if len(again) else n  # numbered up to the first reused 4-tuple
+    out[order[:stop]] = np.arange(stop)
     return out
 
 
