@@ -38,6 +38,7 @@ DUPLICATE_WINDOW_NS = 2_000_000
 # queue), so a copy is looked for among this many earlier rows of its 4-tuple (both
 # directions): enough for a burst of a fast flow whose copies come a few microseconds late.
 DUPLICATE_LOOKBACK = 32
+DUPLICATE_FIRST = 4  # rows looked back first: further only where copies were found that near
 
 
 @dataclass
@@ -356,8 +357,18 @@ def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     key = cols["ack"] * np.uint32(0x9E3779B1)  # wraps: a mix, equal for equal pairs
     key ^= cols["seq"]
     key = key[order]  # one gather instead of two
-    later, earlier = [], []
-    for lag in range(1, min(DUPLICATE_LOOKBACK, n - 1) + 1):
+    found = [_copies(cols, order, tup, from_low, key, range(1, min(DUPLICATE_FIRST, n - 1) + 1))]
+    if len(found[0]):  # copies come close together: without one nearby there are none
+        found.append(_copies(cols, order, tup, from_low, key,
+                             range(DUPLICATE_FIRST + 1, min(DUPLICATE_LOOKBACK, n - 1) + 1)))
+    return np.unique(np.concatenate(found))
+
+
+def _copies(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
+            from_low: np.ndarray, key: np.ndarray, lags: range) -> np.ndarray:
+    """`_duplicates` for the rows `lags` rows apart (may repeat a position)."""
+    later, earlier = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for lag in lags:
         i = np.flatnonzero(key[lag:] == key[:-lag]) + lag
         later.append(i)
         earlier.append(i - lag)
@@ -372,7 +383,7 @@ def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     same = (cols["tsval"][ri] == cols["tsval"][rj]) | (cols["has_ts"][ri] == 0)
     for name in ("seq", "ack", "flags", "window", "ipid", "has_ts"):
         same &= cols[name][ri] == cols[name][rj]
-    return np.unique(i[same])
+    return i[same]
 
 
 def _roles(c, fid, starts, from_low, flags):
