@@ -608,17 +608,17 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # full segments or more (which must be ACKed at once). The smallest sample of each side
     # counts: one inflated by ARP, a queue or the peer's think time cannot hide the path.
     paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
-    by = seg["acked_by"][paired]
+    by, kp = seg["acked_by"][paired], key[paired]
     turn_ns = ts[by] - ts[paired]
     undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
     # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
     # (long paths, excerpts): their neighbours are looked up nearby, for few rows
     late = np.flatnonzero(~undelayed & (turn_ns >= 0))
     if len(late):
-        known = np.bincount(key[paired[undelayed]], minlength=nflows * 2) > 0
-        late = late[~known[key[paired[late]]]]
+        known = np.bincount(kp[undelayed], minlength=nflows * 2) > 0
+        late = late[~known[kp[late]]]
     if len(late):
-        two_full = _acks_two_full(seg, by[late], out["mss"].reshape(-1)[key[paired[late]]])
+        two_full = _acks_two_full(seg, by[late], out["mss"].reshape(-1)[kp[late]])
         # where the first ACK may have been delayed, the peer's next data (its answer,
         # which carries the ACK) still bounds the path from above
         answer = _next_in_direction(seg, by[late], data=True)
@@ -629,7 +629,7 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # The upper quartile of the samples says how long the path usually takes at most (the
     # reaction window's upper end allows for it; a single inflated sample does not move
     # it); without data samples, the handshake's.
-    groups, smallest, upper = _sample_stats(key[paired[undelayed]], turn_ns[undelayed])
+    groups, smallest, upper = _sample_stats(kp[undelayed], turn_ns[undelayed])
     turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
     turn[groups], typical[groups] = smallest / 1e6, upper / 1e6
     has_data = ~np.isnan(turn)
