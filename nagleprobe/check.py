@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from .errors import CaptureError, ExitStatus, printable, utf8_safe
+from .selection import confident, flow_mask
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
@@ -278,30 +279,13 @@ class CaptureVerdict:
                 "flows": [f.to_dict() for f in self.flows], "warnings": list(self.warnings)}
 
 
-def _endpoint_parts(endpoint: str) -> tuple[str, int]:
-    host, _, port = endpoint.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def _selected(client: str, server: str, budget: Budget, nets: list) -> bool:
-    ends = [_endpoint_parts(client), _endpoint_parts(server)]
-    if budget.ports and not any(p in budget.ports for _, p in ends):
-        return False
-    if nets:
-        addrs = [ipaddress.ip_address(h) for h, _ in ends]
-        return any(a in n for a in addrs for n in nets)
-    return True
-
-
 def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVerdict:
     """Hold a `Report` against a budget: which selected flows fail, and why."""
-    nets = budget.host_networks()
     fl, st = report.flows, report.stalls
-    chosen = [i for i, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
-                                                   strict=True))
-              if _selected(c, s, budget, nets)]
+    # the selection of `analyze --port/--host/--min-confidence` and `Report.select`
+    chosen = fl["id"].to_numpy()[flow_mask(fl, budget.ports, budget.hosts)].tolist()
     in_sel = st[st["flow"].isin(chosen)]
-    counted = in_sel[in_sel["confidence"] >= budget.min_confidence]
+    counted = in_sel[confident(in_sel, budget.min_confidence)]
     by_flow = {int(i): rows for i, rows in counted.groupby("flow")}
     v = CaptureVerdict(path=path or report.capture["path"], status=ExitStatus.OK,
                        flows_total=len(fl), flows_selected=len(chosen),
