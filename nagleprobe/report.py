@@ -103,10 +103,10 @@ class Report:
         s = self.summary()
         flows = f"TCP flow{'' if s['flows'] == 1 else 's'}"
         if not s["stalls"]:
-            return f"No Nagle/delayed-ACK stalls found in {s['flows']} {flows}."
-        return (f"Nagle/delayed-ACK stalls found: {s['stalls']} stall"
-                f"{'' if s['stalls'] == 1 else 's'} in {s['flows_with_stalls']} of {s['flows']} "
-                f"{flows}, costing {s['stall_ms']:.1f} ms.")
+            return f"No Nagle/delayed-ACK stalls found in {human_count(s['flows'])} {flows}."
+        return (f"Nagle/delayed-ACK stalls found: {human_count(s['stalls'])} stall"
+                f"{'' if s['stalls'] == 1 else 's'} in {human_count(s['flows_with_stalls'])} of "
+                f"{human_count(s['flows'])} {flows}, costing {human_ms(s['stall_ms'])}.")
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
@@ -612,8 +612,8 @@ def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
     label = timer_name(timer)
     if label:
         timer_txt += f", {label}"
-    cost = (f"{count} write{'s' if count != 1 else ''} waited for the {peer}'s delayed ACK "
-            f"({timer_txt}), costing {lost_ms:.1f} ms")
+    cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
+            f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
     quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
                 f"TcpAckFrequency=1 on Windows) only mitigates it")
     if one_message:
@@ -751,17 +751,17 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     """The terminal report: verdict and fixes first, then evidence, then the clean flows."""
     c = r.capture
     lines = []
-    skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
+    skipped = ", ".join(f"{human_count(v)} {k}" for k, v in c["skipped"].items()) or "none"
     head = (f"{printable(c['path'])}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
-            f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
-            f"{c['tcp_packets']} TCP; skipped: {skipped}")
+            f"{'/'.join(c['link_types']) or 'no packets'}, {human_count(c['packets'])} packets, "
+            f"{human_count(c['tcp_packets'])} TCP; skipped: {skipped}")
     if len(head) > width:  # the path cannot be broken: keep what the file is on its line
         head, rest = head.split("; skipped: ", 1)
         lines += [_Pre(head + ";"), f"  skipped: {rest}"]
     else:
         lines.append(head)
     if c["skipped"].get("duplicate"):
-        lines.append(f"{c['skipped']['duplicate']} duplicate packets (the same packet seen twice, "
+        lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
     for w in c["warnings"]:
         lines.append(f"warning: {w}")
@@ -776,8 +776,8 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     for f in r.flow_docs(stalled["id"].tolist()[:TEXT_DETAILED_FLOWS]):
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
-                     f"({f['packets']} packets, roles from {f['roles']})")
-        lines.append(f"  {f['stalls']} stalls, {f['stall_ms']:.1f} ms lost = "
+                     f"({human_count(f['packets'])} packets, roles from {f['roles']})")
+        lines.append(f"  {human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])} lost = "
                      f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                      f"without them ~{f['duration_without_stalls_s']:.3f} s")
         lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
@@ -793,25 +793,26 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
         lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width)
         if len(ev) > TEXT_EVIDENCE_ROWS:
-            lines.append(f"    ... {len(ev) - TEXT_EVIDENCE_ROWS} more stalls (--format json "
+            lines.append(f"    ... {human_count(len(ev) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
                          f"lists them all)")
     rest = stalled.iloc[TEXT_DETAILED_FLOWS:]
     if len(rest):
         lines.append("")
-        lines.append(f"{len(rest)} more flows with stalls (worst first; --format json lists all):")
+        lines.append(f"{human_count(len(rest))} more flows with stalls (worst first; --format json lists all):")
         for f in _records(rest.head(TEXT_LISTED_FLOWS)):
-            lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  {f['stalls']} stalls, "
-                         f"{f['stall_ms']:.1f} ms; fix: {f['fix_action']} on the {f['fix_side']}")
+            lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  "
+                         f"{human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])}; fix: {f['fix_action']} on the {f['fix_side']}")
         if len(rest) > TEXT_LISTED_FLOWS:
-            lines.append(f"  ... {len(rest) - TEXT_LISTED_FLOWS} more")
+            lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
     clean_ids = r.flows.index[r.flows["stalls"] == 0].tolist()
     if clean_ids:
         lines.append("")
-        lines.append(f"Flows without stalls ({len(clean_ids)}):")
+        lines.append(f"Flows without stalls ({human_count(len(clean_ids))}):")
         for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS]):
-            lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  {f['packets']} packets, "
+            lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
+                         f"{human_count(f['packets'])} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")
             lines += [f"        {x}" for x in _flow_notes(f)]
         if len(clean_ids) > TEXT_LISTED_FLOWS:
-            lines.append(f"  ... {len(clean_ids) - TEXT_LISTED_FLOWS} more")
+            lines.append(f"  ... {human_count(len(clean_ids) - TEXT_LISTED_FLOWS)} more")
     return "\n".join(fit_lines(lines, width)) + "\n"

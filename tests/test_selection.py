@@ -132,3 +132,52 @@ def test_report_select_takes_one_value_or_a_list_with_the_cli_s_names():
     with pytest.raises(ValueError, match="min_confidence"):
         r.select(min_confidence=2)
     assert r.selection is None and r.flow(1).selection is None
+
+
+# ------------------------------------------------------------------ numbers for people
+def test_counts_get_thousands_separators_and_long_times_seconds():
+    from nagleprobe.report import human_count, human_ms
+
+    assert human_count(12345) == "12,345" and human_count(7) == "7"
+    assert human_ms(832.0) == "832.0 ms" and human_ms(9999.94) == "9999.9 ms"
+    assert human_ms(3712847.8) == "3,712.8 s" and human_ms(10_000) == "10.0 s"
+
+
+def big(report):
+    """The report with a day-long flow's numbers: 1,234,567 packets, 12,345 stalls."""
+    fl = report.flows.copy()
+    fl["packets"], fl["stalls"], fl["stall_ms"] = 12345, 12345, 3712847.8
+    cap = dict(report.capture, packets=1234567, tcp_packets=1234560)
+    return nagleprobe.Report(cap, fl, report.stalls, report.endpoints)
+
+
+def test_the_text_report_writes_large_numbers_and_times_for_people(echo_split):
+    r = big(echo_split)
+    text = r.to_text(1000)
+    assert "1,234,567 packets, 1,234,560 TCP" in text
+    assert "in 1 of 1 TCP flow, costing 3,712.8 s." in text  # the verdict
+    assert "(12,345 packets, roles from handshake)" in text
+    assert "12,345 stalls, 3,712.8 s lost" in text
+    assert "3712847.8" not in text
+    from nagleprobe.report import _fix
+
+    fix = _fix(0, "10.0.0.1:40000", 41.0, 12345, 3712847.8, True)["text"]
+    assert "12,345 writes waited for the server's delayed ACK (~41 ms, Linux-like), costing " \
+           "3,712.8 s" in fix
+    doc = r.to_dict()  # the JSON keeps its numbers
+    assert doc["summary"]["stall_ms"] == 3712847.8 and doc["capture"]["packets"] == 1234567
+
+
+def test_check_s_verdict_writes_large_numbers_and_times_for_people():
+    from nagleprobe.check import Budget, CaptureVerdict, CheckRun, FlowVerdict, render_text
+    from nagleprobe.errors import ExitStatus
+
+    f = FlowVerdict(id=3, client="10.0.0.1:40000", server="10.0.0.2:8000", stalls=12345,
+                    stall_ms=3712847.8, lost_share_pct=42.0, duration_s=8840.1, passed=False)
+    v = CaptureVerdict(path="day.pcap", status=ExitStatus.STALLS_FOUND, flows=[f],
+                       flows_total=40000, flows_selected=1234, stalls=12345,
+                       stall_ms=3712847.8, ignored_stalls=2000)
+    text = render_text(CheckRun(Budget(), [v]))
+    assert text.startswith("FAIL day.pcap: 12,345 stalls, 3,712.8 s lost in 1,234 of 40,000 "
+                           "flows selected; 2,000 below the confidence floor ignored")
+    assert "flow 3 10.0.0.1:40000 -> 10.0.0.2:8000: 12,345 stalls, 3,712.8 s = 42.0%" in text
