@@ -23,6 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from .errors import CaptureError, ExitStatus, printable, utf8_safe
+from .report import human_count, human_ms
+from .selection import confident, flow_mask
 
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
@@ -278,30 +280,13 @@ class CaptureVerdict:
                 "flows": [f.to_dict() for f in self.flows], "warnings": list(self.warnings)}
 
 
-def _endpoint_parts(endpoint: str) -> tuple[str, int]:
-    host, _, port = endpoint.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def _selected(client: str, server: str, budget: Budget, nets: list) -> bool:
-    ends = [_endpoint_parts(client), _endpoint_parts(server)]
-    if budget.ports and not any(p in budget.ports for _, p in ends):
-        return False
-    if nets:
-        addrs = [ipaddress.ip_address(h) for h, _ in ends]
-        return any(a in n for a in addrs for n in nets)
-    return True
-
-
 def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVerdict:
     """Hold a `Report` against a budget: which selected flows fail, and why."""
-    nets = budget.host_networks()
     fl, st = report.flows, report.stalls
-    chosen = [i for i, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
-                                                   strict=True))
-              if _selected(c, s, budget, nets)]
+    # the selection of `analyze --port/--host/--min-confidence` and `Report.select`
+    chosen = fl["id"].to_numpy()[flow_mask(fl, budget.ports, budget.hosts)].tolist()
     in_sel = st[st["flow"].isin(chosen)]
-    counted = in_sel[in_sel["confidence"] >= budget.min_confidence]
+    counted = in_sel[confident(in_sel, budget.min_confidence)]
     by_flow = {int(i): rows for i, rows in counted.groupby("flow")}
     v = CaptureVerdict(path=path or report.capture["path"], status=ExitStatus.OK,
                        flows_total=len(fl), flows_selected=len(chosen),
@@ -527,20 +512,21 @@ def render_text(run: CheckRun) -> str:
                          f"interface, port or filter? --allow-empty permits this)")
             lines += _warning_lines(v)
             continue
-        sel = (f"{v.flows_selected} of {v.flows_total} flows selected"
+        sel = (f"{human_count(v.flows_selected)} of {human_count(v.flows_total)} flows selected"
                if v.flows_selected != v.flows_total else
-               f"{v.flows_total} flow{_s(v.flows_total)}")
-        found = (f"{v.stalls} stall{_s(v.stalls)}, {v.stall_ms:.1f} ms lost"
+               f"{human_count(v.flows_total)} flow{_s(v.flows_total)}")
+        found = (f"{human_count(v.stalls)} stall{_s(v.stalls)}, {human_ms(v.stall_ms)} lost"
                  if v.stalls else "no stalls")
-        extra = f"; {v.ignored_stalls} below the confidence floor ignored" if v.ignored_stalls \
-            else ""
+        extra = (f"; {human_count(v.ignored_stalls)} below the confidence floor ignored"
+                 if v.ignored_stalls else "")
         why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
         lines.append(f"{word} {printable(v.path)}: {found} in {sel}{extra}{why}")
         lines += _warning_lines(v)
         worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
         for f in worst[:TEXT_FLOWS]:
             state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
-            lines.append(f"  {f.name}: {f.stalls} stall{_s(f.stalls)}, {f.stall_ms:.1f} ms = "
+            lines.append(f"  {f.name}: {human_count(f.stalls)} stall{_s(f.stalls)}, "
+                         f"{human_ms(f.stall_ms)} = "
                          f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s ({state})")
             if f.fix and not f.passed:
                 lines.append(f"    held: {f.fix['side']} {f.fix['endpoint']}; fix: "
@@ -548,7 +534,8 @@ def render_text(run: CheckRun) -> str:
         if len(worst) > TEXT_FLOWS:
             rest = worst[TEXT_FLOWS:]
             over = sum(not f.passed for f in rest)
-            lines.append(f"  ... {len(rest)} more flows with stalls ({over} over budget); "
+            lines.append(f"  ... {human_count(len(rest))} more flows with stalls "
+                         f"({human_count(over)} over budget); "
                          f"--junit and --format json list them all")
     n = len(run.verdicts)
     counts = {s: sum(1 for v in run.verdicts if v.status == s) for s in ExitStatus}

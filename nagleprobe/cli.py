@@ -45,6 +45,18 @@ def main() -> None:
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture instead of analysing "
                    "what can be read and warning.")
+@click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
+              help="Report only flows with an endpoint on this port (repeatable).")
+@click.option("--host", "hosts", multiple=True, callback=lambda c, p, v: _host_option(c, p, v),
+              metavar="H", help="Report only flows with an endpoint at this address or in this "
+                                "network, e.g. 10.0.0.0/8 (repeatable).")
+@click.option("--flow", "flow_ids", multiple=True, type=click.IntRange(min=0), metavar="ID",
+              help="Report only the flow with this id (repeatable).")
+@click.option("--top", type=click.IntRange(min=0), metavar="N",
+              help="Report only the N flows that lost the most time to stalls, worst first.")
+@click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
+              help="Ignore stalls with a confidence below C (single stalls are 0.6, repeated "
+                   "ones 0.9-0.95): they leave the report and its counts.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
 @click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S,
@@ -55,7 +67,9 @@ def main() -> None:
               default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
               help="Capture time after which a connection that has sent nothing is analysed "
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
-def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: bool,
+def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
+            ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
+            top: int | None, min_confidence: float | None, debug: bool,
             quiet: bool, reorder_window: float, idle_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
@@ -64,6 +78,7 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
       nagleprobe analyze capture.pcap                  # the text report
       nagleprobe analyze --format json capture.pcap.gz > report.json
       nagleprobe analyze capture.pcap --html report.html
+      nagleprobe analyze --port 8000 --top 3 capture.pcap   # the 3 worst flows on port 8000
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
     """
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
@@ -75,6 +90,9 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
         finally:
             if bar is not None:
                 bar.close()
+        if ports or hosts or flow_ids or top is not None or min_confidence is not None:
+            report = report.select(port=ports, host=hosts, flow=flow_ids, top=top,
+                                   min_confidence=min_confidence)
         if html_path is not None:
             _write_html(report, html_path)
     except CaptureError as e:
@@ -82,6 +100,9 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool, debug: 
             traceback.print_exc()
         click.echo(f"nagleprobe: error: {e}", err=True)
         sys.exit(ExitStatus.BAD_CAPTURE)
+    except KeyError as e:  # --flow names no flow of this capture
+        click.echo(f"nagleprobe: error: --flow: {e.args[0]}", err=True)
+        sys.exit(ExitStatus.USAGE)
     except HtmlWriteError as e:
         if debug:
             traceback.print_exc()

@@ -6,7 +6,7 @@ import json
 import os
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,22 @@ def json_schema() -> dict[str, Any]:
     return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
 
 
+LONG_MS = 10_000.0  # durations from this long on are written in seconds in the text outputs
+
+
+def human_count(n: int | float) -> str:
+    """A count for people: thousands separated ("12,345")."""
+    return f"{int(n):,}"
+
+
+def human_ms(ms: float) -> str:
+    """A duration given in ms, for people: "832.0 ms" under LONG_MS, else seconds with
+    thousands separated ("3,712.8 s"). The JSON keeps its numbers."""
+    if abs(ms) < LONG_MS:
+        return f"{ms:.1f} ms"
+    return f"{ms / 1e3:,.1f} s"
+
+
 def timer_name(ms: float | None) -> str:
     """A human label for an observed delayed-ACK timer."""
     if ms is None:
@@ -70,6 +86,8 @@ class Report:
     endpoints: pd.DataFrame
     source: Flows | None = field(default=None, repr=False, compare=False)
     _segments: pd.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
+    # what `select` chose (the JSON's "selection"); None for the whole capture
+    selection: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def stall_count(self) -> int:
@@ -85,10 +103,10 @@ class Report:
         s = self.summary()
         flows = f"TCP flow{'' if s['flows'] == 1 else 's'}"
         if not s["stalls"]:
-            return f"No Nagle/delayed-ACK stalls found in {s['flows']} {flows}."
-        return (f"Nagle/delayed-ACK stalls found: {s['stalls']} stall"
-                f"{'' if s['stalls'] == 1 else 's'} in {s['flows_with_stalls']} of {s['flows']} "
-                f"{flows}, costing {s['stall_ms']:.1f} ms.")
+            return f"No Nagle/delayed-ACK stalls found in {human_count(s['flows'])} {flows}."
+        return (f"Nagle/delayed-ACK stalls found: {human_count(s['stalls'])} stall"
+                f"{'' if s['stalls'] == 1 else 's'} in {human_count(s['flows_with_stalls'])} of "
+                f"{human_count(s['flows'])} {flows}, costing {human_ms(s['stall_ms'])}.")
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
@@ -127,7 +145,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
         return {**document_head(), "capture": _capture_doc(self.capture),
-                "summary": self.summary(), "flows": self.flow_docs(), "stalls": self.stall_docs()}
+                "selection": self.selection, "summary": self.summary(),
+                "flows": self.flow_docs(), "stalls": self.stall_docs()}
 
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
@@ -138,7 +157,7 @@ class Report:
         """`to_json()` in pieces (the stalls a slice at a time), to write a large document
         without holding all its text at once."""
         head = json.dumps({**document_head(), "capture": _capture_doc(self.capture),
-                           "summary": self.summary(), "flows": []},
+                           "selection": self.selection, "summary": self.summary(), "flows": []},
                           separators=(",", ":"), allow_nan=False)
         assert head.endswith('"flows":[]}')
         # the flows a slice at a time too (the first slice in the first piece, the last one
@@ -203,28 +222,80 @@ class Report:
         order = stalled.sort_values(["stall_ms", "id"], ascending=[False, True])
         return self._subset(order["id"].head(n).tolist())
 
-    def select(self, endpoint: str | None = None, port: int | None = None,
-               side: str | None = None, stalled: bool | None = None) -> Report:
-        """Flows with an endpoint matching `endpoint` ("ip:port", "[ipv6]:port" or just the
-        address) and/or `port`, on the given `side` ("client"/"server", default either);
-        `stalled=True/False` keeps only flows with / without stalls."""
+    def select(self, endpoint: str | None = None, port: int | Iterable[int] | None = None,
+               side: str | None = None, stalled: bool | None = None, *,
+               host: str | Iterable[str] | None = None, flow: int | Iterable[int] | None = None,
+               top: int | None = None, min_confidence: float | None = None) -> Report:
+        """The report of some flows, as `analyze --port/--host/--flow/--top/--min-confidence`
+        (and `check`) select them; each argument takes one value or a list.
+
+        `port`: flows with an endpoint on one of these ports; `host`: with an endpoint at one
+        of these addresses or networks ("10.0.0.0/8"); `flow`: these flow ids;
+        `endpoint`: an endpoint "ip:port", "[ipv6]:port" or just the address; `side`
+        ("client"/"server") makes `endpoint`, `port` and `host` match that side only (with
+        `endpoint` or `side`, port and host must match the same endpoint); `stalled=True/False`
+        keeps only flows with / without stalls; `min_confidence`: stalls below it are ignored
+        (they leave `stalls` and the flows' counts); `top`: then the N flows that lost the most
+        time, worst first (as `worst(n)`). The result's `selection` (the JSON's "selection")
+        says what was selected."""
+        from . import selection as sel_
+
         if side not in (None, *SIDES):
             raise ValueError(f"side must be 'client' or 'server', not {side!r}")
-        keep = np.ones(len(self.flows), dtype=bool)
-        if endpoint is not None or port is not None:
-            hit = np.zeros(len(self.flows), dtype=bool)
+        ports = tuple(int(p) for p in sel_.as_tuple(port))
+        hosts = tuple(_parse_hosts(sel_.as_tuple(host)))
+        flow_ids = tuple(int(i) for i in sel_.as_tuple(flow))
+        if min_confidence is not None and not 0 <= min_confidence <= 1:
+            raise ValueError(f"min_confidence must be between 0 and 1, not {min_confidence!r}")
+        if top is not None and (int(top) != top or top < 0):
+            raise ValueError(f"top must be a whole number >= 0, not {top!r}")
+        for i in flow_ids:
+            if i not in self.flows.index:
+                raise KeyError(f"no flow {i} in this report (ids: {_id_list(self.flows)})")
+        flows, stalls = self.flows, self.stalls
+        keep_stall = sel_.confident(stalls, min_confidence)
+        ignored = int((~keep_stall).sum())
+        if ignored:
+            stalls = stalls[keep_stall]
+            flows = sel_.recount(flows, stalls)
+        if endpoint is None and side is None:
+            keep = sel_.flow_mask(flows, ports, hosts)
+        else:  # the endpoint, port and host on one side (or either side)
+            nets = sel_.networks(hosts)
+            keep = np.zeros(len(flows), dtype=bool)
             for s in SIDES if side is None else (side,):
-                addr, p = _split_endpoints(self.flows[s])
-                m = np.ones(len(self.flows), dtype=bool)
+                m = np.logical_and(*sel_.endpoint_hits(flows[s], ports, nets))
                 if endpoint is not None:
-                    m &= (self.flows[s] == endpoint).to_numpy() | (addr == endpoint.strip("[]"))
-                if port is not None:
-                    m &= p == int(port)
-                hit |= m
-            keep &= hit
+                    addr, _ = sel_.split_endpoints(flows[s])
+                    m &= (flows[s] == endpoint).to_numpy() | (addr == endpoint.strip("[]"))
+                keep |= m
+        if flow_ids:
+            keep &= flows["id"].isin(flow_ids).to_numpy()
         if stalled is not None:
-            keep &= (self.flows["stalls"] > 0).to_numpy() == stalled
-        return self._subset(self.flows["id"].to_numpy()[keep].tolist())
+            keep &= (flows["stalls"] > 0).to_numpy() == stalled
+        ids = flows["id"].to_numpy()[keep].tolist()
+        if top is not None:
+            chosen = flows.loc[ids]
+            chosen = chosen[chosen["stalls"] > 0].sort_values(["stall_ms", "id"],
+                                                              ascending=[False, True])
+            ids = chosen["id"].head(int(top)).tolist()
+        base = Report(self.capture, flows, stalls, self.endpoints, self.source)
+        base._segments = self._segments
+        sub = base._subset(ids)
+        prev = self.selection
+        criteria = {"ports": list(ports), "hosts": list(hosts), "flows": list(flow_ids),
+                    "endpoint": endpoint, "side": side, "stalled": stalled,
+                    "top": None if top is None else int(top),
+                    "min_confidence": float(min_confidence or 0.0)}
+        text = sel_.describe(criteria)
+        sub.selection = {
+            **criteria,
+            "flows_total": prev["flows_total"] if prev else len(self.flows),
+            "flows_selected": len(ids),
+            "stalls_ignored": (prev["stalls_ignored"] if prev else 0) + int(
+                (~keep_stall[self.stalls["flow"].isin(ids).to_numpy()]).sum()),
+            "text": f"{prev['text']}, then {text}" if prev else text}
+        return sub
 
     def _subset(self, ids: list[int]) -> Report:
         """A Report with only the given flows (in that order) and their stalls/endpoints."""
@@ -496,12 +567,11 @@ def _flag_names(flags: np.ndarray) -> np.ndarray:
     return names[inv.reshape(-1)]
 
 
-def _split_endpoints(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Address (IPv6 without brackets) and port of "ip:port" / "[ipv6]:port" strings."""
-    parts = col.astype(object).str.rsplit(":", n=1)
-    addr = parts.str[0].str.strip("[]").to_numpy(dtype=object)
-    port = pd.to_numeric(parts.str[1]).to_numpy(dtype=np.int64) if len(col) else np.zeros(0, int)
-    return addr, port
+def _parse_hosts(hosts: tuple[Any, ...]) -> list[str]:
+    """Host selectors normalised as check has them (ValueError for one that is not)."""
+    from .check import parse_host
+
+    return [parse_host(str(h)) for h in hosts]
 
 
 def _id_list(flows: pd.DataFrame, limit: int = 10) -> str:
@@ -542,8 +612,8 @@ def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
     label = timer_name(timer)
     if label:
         timer_txt += f", {label}"
-    cost = (f"{count} write{'s' if count != 1 else ''} waited for the {peer}'s delayed ACK "
-            f"({timer_txt}), costing {lost_ms:.1f} ms")
+    cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
+            f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
     quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
                 f"TcpAckFrequency=1 on Windows) only mitigates it")
     if one_message:
@@ -681,20 +751,24 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     """The terminal report: verdict and fixes first, then evidence, then the clean flows."""
     c = r.capture
     lines = []
-    skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
+    skipped = ", ".join(f"{human_count(v)} {k}" for k, v in c["skipped"].items()) or "none"
     head = (f"{printable(c['path'])}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
-            f"{'/'.join(c['link_types']) or 'no packets'}, {c['packets']} packets, "
-            f"{c['tcp_packets']} TCP; skipped: {skipped}")
+            f"{'/'.join(c['link_types']) or 'no packets'}, {human_count(c['packets'])} packets, "
+            f"{human_count(c['tcp_packets'])} TCP; skipped: {skipped}")
     if len(head) > width:  # the path cannot be broken: keep what the file is on its line
         head, rest = head.split("; skipped: ", 1)
         lines += [_Pre(head + ";"), f"  skipped: {rest}"]
     else:
         lines.append(head)
     if c["skipped"].get("duplicate"):
-        lines.append(f"{c['skipped']['duplicate']} duplicate packets (the same packet seen twice, "
+        lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
     for w in c["warnings"]:
         lines.append(f"warning: {w}")
+    if r.selection is not None:
+        from .selection import selection_line
+
+        lines.append(selection_line(r.selection))
     lines.append("")
     lines.append(r.verdict())
     stalled = r.flows[r.flows["stalls"] > 0].sort_values(["stall_ms", "id"],
@@ -702,8 +776,8 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     for f in r.flow_docs(stalled["id"].tolist()[:TEXT_DETAILED_FLOWS]):
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
-                     f"({f['packets']} packets, roles from {f['roles']})")
-        lines.append(f"  {f['stalls']} stalls, {f['stall_ms']:.1f} ms lost = "
+                     f"({human_count(f['packets'])} packets, roles from {f['roles']})")
+        lines.append(f"  {human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])} lost = "
                      f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                      f"without them ~{f['duration_without_stalls_s']:.3f} s")
         lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
@@ -719,25 +793,26 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
         lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width)
         if len(ev) > TEXT_EVIDENCE_ROWS:
-            lines.append(f"    ... {len(ev) - TEXT_EVIDENCE_ROWS} more stalls (--format json "
+            lines.append(f"    ... {human_count(len(ev) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
                          f"lists them all)")
     rest = stalled.iloc[TEXT_DETAILED_FLOWS:]
     if len(rest):
         lines.append("")
-        lines.append(f"{len(rest)} more flows with stalls (worst first; --format json lists all):")
+        lines.append(f"{human_count(len(rest))} more flows with stalls (worst first; --format json lists all):")
         for f in _records(rest.head(TEXT_LISTED_FLOWS)):
-            lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  {f['stalls']} stalls, "
-                         f"{f['stall_ms']:.1f} ms; fix: {f['fix_action']} on the {f['fix_side']}")
+            lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  "
+                         f"{human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])}; fix: {f['fix_action']} on the {f['fix_side']}")
         if len(rest) > TEXT_LISTED_FLOWS:
-            lines.append(f"  ... {len(rest) - TEXT_LISTED_FLOWS} more")
+            lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
     clean_ids = r.flows.index[r.flows["stalls"] == 0].tolist()
     if clean_ids:
         lines.append("")
-        lines.append(f"Flows without stalls ({len(clean_ids)}):")
+        lines.append(f"Flows without stalls ({human_count(len(clean_ids))}):")
         for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS]):
-            lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  {f['packets']} packets, "
+            lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
+                         f"{human_count(f['packets'])} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")
             lines += [f"        {x}" for x in _flow_notes(f)]
         if len(clean_ids) > TEXT_LISTED_FLOWS:
-            lines.append(f"  ... {len(clean_ids) - TEXT_LISTED_FLOWS} more")
+            lines.append(f"  ... {human_count(len(clean_ids) - TEXT_LISTED_FLOWS)} more")
     return "\n".join(fit_lines(lines, width)) + "\n"

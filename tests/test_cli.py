@@ -60,8 +60,10 @@ def test_json_report_has_the_documented_shape(tmp_path):
     r = run(["analyze", "--format", "json", str(f)])
     assert r.exit_code == 0
     doc = json.loads(r.output)
-    assert set(doc) == {"schema_version", "tool", "capture", "summary", "flows", "stalls"}
+    assert set(doc) == {"schema_version", "tool", "capture", "selection", "summary", "flows",
+                         "stalls"}
     assert doc["capture"]["compressed"] is True and doc["capture"]["packets"] == 4
+    assert doc["selection"] is None  # the whole capture (issue 14: the JSON only grows)
     fl = doc["flows"][0]
     assert (fl["client"], fl["server"], fl["roles"]) == ("10.0.0.1:40000", "10.0.0.2:8000",
                                                            "handshake")

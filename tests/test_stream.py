@@ -206,6 +206,6 @@ def test_every_packet_seen_twice_gives_the_same_analysis_with_the_copies_counted
     assert analyze(str(path)).to_json() == whole.to_json()
     assert stream(path, grace_s=0.05, batch_rows=1)[0].to_json() == whole.to_json()
     head = " ".join(str(whole).split("\n\n")[0].split())  # the lines before the verdict
-    assert f"skipped: {n} duplicate" in head
-    assert (f"{n} duplicate packets (the same packet seen twice, as `tcpdump -i any` does on "
+    assert f"skipped: {n:,} duplicate" in head
+    assert (f"{n:,} duplicate packets (the same packet seen twice, as `tcpdump -i any` does on "
             "bridges/veth) were dropped before analysis") in head
