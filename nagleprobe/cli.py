@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,11 +84,12 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
     """
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
-    try:
+    usage = {KeyError: lambda e: f"--flow: {e.args[0]}",  # --flow names no flow of the capture
+             HtmlWriteError: str}
+    with _one_line_errors(debug, "analysing", capture, usage):
         try:
             report = run_analysis(capture, strict=strict, grace_s=reorder_window,
-                                  idle_s=idle_timeout,
-                                  progress=bar)
+                                  idle_s=idle_timeout, progress=bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -95,27 +98,6 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
                                    min_confidence=min_confidence)
         if html_path is not None:
             _write_html(report, html_path)
-    except CaptureError as e:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nagleprobe: error: {e}", err=True)
-        sys.exit(ExitStatus.BAD_CAPTURE)
-    except KeyError as e:  # --flow names no flow of this capture
-        click.echo(f"nagleprobe: error: --flow: {e.args[0]}", err=True)
-        sys.exit(ExitStatus.USAGE)
-    except HtmlWriteError as e:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nagleprobe: error: {e}", err=True)
-        sys.exit(ExitStatus.USAGE)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as e:  # a bug: say so in one line unless debugging
-        if debug:
-            raise
-        click.echo(f"nagleprobe: internal error while analysing {printable(capture)}: "
-                   f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
-        sys.exit(ExitStatus.INTERNAL)
     if fmt == "json":
         for piece in report.json_pieces():
             sys.stdout.write(piece)
@@ -126,6 +108,35 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
         click.echo(render_filters(report), nl=False)
     else:
         click.echo(report.to_text(_text_width()), nl=False)
+
+
+@contextmanager
+def _one_line_errors(debug: bool, doing: str, capture: str,
+                     usage: dict[type[Exception], Callable[[Exception], str]]) -> Iterator[None]:
+    """Every failure as one line and an exit status: an unreadable capture 3, the `usage`
+    errors (each with its message) 2, Ctrl-C 130, anything else an internal error 4 (with
+    --debug, a traceback)."""
+    try:
+        yield
+    except CaptureError as e:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"nagleprobe: error: {e}", err=True)
+        sys.exit(ExitStatus.BAD_CAPTURE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:
+        message = next((m for kind, m in usage.items() if isinstance(e, kind)), None)
+        if message is not None:
+            if debug:
+                traceback.print_exc()
+            click.echo(f"nagleprobe: error: {message(e)}", err=True)
+            sys.exit(ExitStatus.USAGE)
+        if debug:
+            raise
+        click.echo(f"nagleprobe: internal error while {doing} {printable(capture)}: "
+                   f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
+        sys.exit(ExitStatus.INTERNAL)
 
 
 def _stdout_is_terminal() -> bool:
@@ -172,26 +183,9 @@ def annotate(capture: str, output: str, strict: bool, debug: bool) -> None:
     if Path(output).exists() and Path(output).resolve() == Path(capture).resolve():
         click.echo(f"nagleprobe: error: {output}: would overwrite the capture", err=True)
         sys.exit(ExitStatus.USAGE)
-    try:
+    cannot_write = {OSError: lambda e: f"{printable(output)}: cannot write: {e.strerror or e}"}
+    with _one_line_errors(debug, "annotating", capture, cannot_write):
         result = run_annotate(capture, output, strict=strict)
-    except CaptureError as e:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nagleprobe: error: {e}", err=True)
-        sys.exit(ExitStatus.BAD_CAPTURE)
-    except OSError as e:
-        if debug:
-            traceback.print_exc()
-        click.echo(f"nagleprobe: error: {output}: cannot write: {e.strerror or e}", err=True)
-        sys.exit(ExitStatus.USAGE)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as e:  # a bug: say so in one line unless debugging
-        if debug:
-            raise
-        click.echo(f"nagleprobe: internal error while annotating {capture}: "
-                   f"{type(e).__name__}: {e} (rerun with --debug for a traceback)", err=True)
-        sys.exit(ExitStatus.INTERNAL)
     r = result.report
     for w in r.capture["warnings"]:
         click.echo(f"nagleprobe: warning: {w}", err=True)
