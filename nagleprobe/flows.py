@@ -607,32 +607,29 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # (piggybacked on an answer), that came too soon to be delayed, or that acknowledge two
     # full segments or more (which must be ACKed at once). The smallest sample of each side
     # counts: one inflated by ARP, a queue or the peer's think time cannot hide the path.
-    paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
-    by, kp = seg["acked_by"][paired], key[paired]
-    turn_ns = ts[by] - ts[paired]
-    undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    count, smallest, upper, late = _turn_stats(seg, key, nflows * 2)
+    turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
+    known = count > 0
+    turn[known], typical[known] = smallest[known] / 1e6, upper[known] / 1e6
+    # (the upper quartile says how long the path usually takes at most: the reaction
+    # window's upper end allows for it, and one inflated sample does not move it)
     # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
     # (long paths, excerpts): their neighbours are looked up nearby, for few rows
-    late = np.flatnonzero(~undelayed & (turn_ns >= 0))
+    late = late[~known[key[late]]]
     if len(late):
-        known = np.bincount(kp[undelayed], minlength=nflows * 2) > 0
-        late = late[~known[kp[late]]]
-    if len(late):
-        two_full = _acks_two_full(seg, by[late], out["mss"].reshape(-1)[kp[late]])
+        by = seg["acked_by"][late]
+        turn_ns = ts[by] - ts[late]
+        two_full = _acks_two_full(seg, by, out["mss"].reshape(-1)[key[late]])
         # where the first ACK may have been delayed, the peer's next data (its answer,
         # which carries the ACK) still bounds the path from above
-        answer = _next_in_direction(seg, by[late], data=True)
+        answer = _next_in_direction(seg, by, data=True)
         ok = ~two_full & (answer >= 0)
-        ok[ok] = seg["ack"][answer[ok]] >= seg["end"][paired[late[ok]]]
-        turn_ns[late[ok]] = ts[answer[ok]] - ts[paired[late[ok]]]
-        undelayed[late[two_full | ok]] = True
-    # The upper quartile of the samples says how long the path usually takes at most (the
-    # reaction window's upper end allows for it; a single inflated sample does not move
-    # it); without data samples, the handshake's.
-    groups, smallest, upper = _sample_stats(kp[undelayed], turn_ns[undelayed])
-    turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
-    turn[groups], typical[groups] = smallest / 1e6, upper / 1e6
-    has_data = ~np.isnan(turn)
+        ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
+        turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
+        use = two_full | ok
+        groups, low, high = _sample_stats(key[late[use]], turn_ns[use])
+        turn[groups], typical[groups] = low / 1e6, high / 1e6
+    has_data = ~np.isnan(turn)  # without data samples, the handshake's
     typical = np.where(has_data, typical, np.stack([rs, rc], axis=1).reshape(-1))
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
     from_data = has_data[1::2] & has_data[0::2]
@@ -650,6 +647,40 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
                                "middle").astype(object)
     out["both_near"] = near_c & near_s
     return out
+
+
+def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The data -> ACK turnarounds that cannot hold a delayed ACK (the ACK carries data or
+    came within UNDELAYED_MS), per direction group `key` (flow * 2 + dir): how many, the
+    smallest and the upper quartile (`_sample_stats`), in nanoseconds; and the rows with
+    data whose ACK came later than that (in row order). Compiled (nagleprobe/_flows.c) when
+    built, else `_turn_stats_numpy`."""
+    if _compiled is None:
+        return _turn_stats_numpy(seg, key, ngroups)
+    n = len(key)
+    count, smallest, upper = (np.zeros(ngroups, dtype=np.int64) for _ in range(3))
+    late = np.empty(n, dtype=np.int64)
+    k = _compiled.turn_stats(
+        np.ascontiguousarray(seg["flow"], np.int64), np.ascontiguousarray(seg["dir"], np.uint8),
+        *(np.ascontiguousarray(seg[c], np.int64) for c in ("ts_ns", "payload", "acked_by")),
+        int(UNDELAYED_MS * 1e6), TYPICAL_SAMPLES, count, smallest, upper, late)
+    return count, smallest, upper, late[:k]
+
+
+def _turn_stats_numpy(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`_turn_stats` with numpy alone (the reference for the compiled version)."""
+    ts = seg["ts_ns"]
+    paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
+    by = seg["acked_by"][paired]
+    turn_ns = ts[by] - ts[paired]
+    undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    groups, low, high = _sample_stats(key[paired[undelayed]], turn_ns[undelayed])
+    count = np.bincount(key[paired[undelayed]], minlength=ngroups).astype(np.int64)
+    smallest, upper = np.zeros(ngroups, dtype=np.int64), np.zeros(ngroups, dtype=np.int64)
+    smallest[groups], upper[groups] = low, high
+    return count, smallest, upper, paired[~undelayed & (turn_ns >= 0)]
 
 
 def vantage_basis(rtt_how: str, rc: float, rs: float, both_near: bool) -> str:

@@ -215,6 +215,9 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: 
     data arrivals for linking relays (unless `relays` is off: too many kept already)."""
     flows = build_flows(cols, tuples)
     out = report_columns(flows, detect(flows), origin_ns)
+    for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
+        for k in _FEW_VALUES.intersection(table_):
+            table_[k] = _interned(table_[k])
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
                  flows.seg["frame"][flows.starts], len(flows.seg["flow"]),
                  arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
@@ -467,9 +470,6 @@ class StreamAnalyzer:
 
     def _add(self, part: _Part) -> None:
         p = self._parts
-        for cols in (part.flows, part.endpoints):  # one str object per distinct value
-            for k in _FEW_VALUES.intersection(cols):
-                cols[k] = _interned(cols[k])
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
         p.endpoints.append(part.endpoints)
