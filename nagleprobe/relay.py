@@ -122,14 +122,20 @@ def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
     order = np.lexsort((arr["ts_ns"], a_host))
     a_host, a_ts, a_flow = a_host[order], arr["ts_ns"][order], arr["flow"][order]
     a_side, a_pay = a_side[order], arr["payload"][order]
-    for h in np.unique(s_host[match < 0]).tolist():
-        mine = np.flatnonzero((s_host == h) & (match < 0))
-        lo, hi = np.searchsorted(a_host, [h, h + 1])
-        pos = lo + np.searchsorted(a_ts[lo:hi], s_ts[mine], side="right")  # first after S1
-        for back in range(1, LOOK_BACK + 1):
-            j = pos - back
-            jj = np.maximum(j, 0)
-            hit = ((match[mine] < 0) & (j >= lo) & (s_ts[mine] - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
-                   & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
-                   & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
-            match[mine[hit]] = order[jj[hit]]
+    mine = np.flatnonzero(match < 0)
+    h, t = s_host[mine], s_ts[mine]
+    lo = np.searchsorted(a_host, h)  # the host's first arrival
+    # the first arrival after S1 at the host: arrivals and stalls merged by (host, time),
+    # an arrival at S1's very time before it; counting the arrivals before each stall
+    merged = np.lexsort((np.r_[np.zeros(len(a_ts), np.int8), np.ones(len(t), np.int8)],
+                         np.r_[a_ts, t], np.r_[a_host, h]))
+    is_stall = merged >= len(a_ts)
+    pos = np.empty(len(mine), dtype=np.int64)
+    pos[merged[is_stall] - len(a_ts)] = np.cumsum(~is_stall)[is_stall]
+    for back in range(1, LOOK_BACK + 1):
+        j = pos - back
+        jj = np.maximum(j, 0)
+        hit = ((match[mine] < 0) & (j >= lo) & (t - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
+               & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
+               & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
+        match[mine[hit]] = order[jj[hit]]
