@@ -252,7 +252,319 @@ static PyObject *decode(PyObject *self, PyObject *args)
     return Py_BuildValue("nn", k, s);
 }
 
+
+/* peel(data, offset, caplen, linktype, status, inner, kind, key): encap.peel_one of every
+ * record, compiled (same statuses, offsets, kinds and keys; tests/test_encap.py checks).
+ * status int8, inner int64 (offset of the inner network header from the record start),
+ * kind int32 (1 Ethernet frame, 12 IP header), key uint64 (the tunnel, 0 without). */
+#define MAX_DEPTH 8
+#define MAX_MPLS_LABELS 8
+enum { NOT_TUNNEL, PEELED, TOO_DEEP, BAD_LENGTH, TRUNCATED, NOT_IP };
+enum { W_ETH_TYPE, W_FRAME, W_IP, W_MPLS, W_PPPOE };
+
+typedef struct { uint64_t key; int layers; } Tun;
+
+static inline uint64_t mixw(uint64_t h, uint64_t w)
+{
+    h ^= w;
+    h *= 0x9E3779B97F4A7C15ULL;
+    return h ^ (h >> 29);
+}
+
+/* a layer: kind, id and (for IP-carried tunnels) the two outer addresses as (hi, lo) */
+static void add_layer(Tun *t, uint64_t kind, uint64_t id, int has_ends, const uint64_t e[4])
+{
+    t->key = mixw(mixw(t->key, kind), id);
+    if (has_ends) {
+        int swap = e[0] > e[2] || (e[0] == e[2] && e[1] > e[3]);
+        const uint64_t *a = swap ? e + 2 : e, *c = swap ? e : e + 2;
+        t->key = mixw(mixw(mixw(mixw(t->key, a[0]), a[1]), c[0]), c[1]);
+    }
+    t->layers++;
+}
+
+static int is_vlan(uint32_t et) { return et == 0x8100 || et == 0x88A8 || et == 0x9100; }
+
+static int ip_tunnel(const uint8_t *b, int64_t n, int64_t p, uint32_t et)
+{
+    uint32_t proto;
+    int64_t body;
+    if (et == 0x0800) {
+        if (p + 20 > n || (be16(b + p + 6) & 0x3FFF))
+            return 0;
+        proto = b[p + 9];
+        body = p + (int64_t)(b[p] & 15) * 4;
+    } else {
+        if (p + 40 > n)
+            return 0;
+        proto = b[p + 6];
+        body = p + 40;
+    }
+    if (proto == 4 || proto == 41 || proto == 47)
+        return 1;
+    if (proto == 17 && body + 4 <= n) {
+        uint32_t dp = be16(b + body + 2);
+        return dp == 4789 || dp == 6081;
+    }
+    return 0;
+}
+
+static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int32_t *kind,
+                    uint64_t *key)
+{
+    Tun t = {0, 0};
+    int what;
+    int64_t p;
+    uint32_t et = 0;
+    static const uint64_t none[4] = {0, 0, 0, 0};
+#define FAIL(st) return t.layers ? (st) : NOT_TUNNEL
+#define DONE(at, k) do { if (!t.layers) return NOT_TUNNEL; *inner = (at); *kind = (k); \
+        *key = t.key ? t.key : 1; return PEELED; } while (0)
+    switch (lt) {
+    case 1: if (n < 14) return NOT_TUNNEL; what = W_ETH_TYPE; p = 14; et = be16(b + 12); break;
+    case 113: if (n < 16) return NOT_TUNNEL; what = W_ETH_TYPE; p = 16; et = be16(b + 14); break;
+    case 276: if (n < 20) return NOT_TUNNEL; what = W_ETH_TYPE; p = 20; et = be16(b); break;
+    case 12: case 101: case 228: case 229: what = W_IP; p = 0; break;
+    case 0: case 108: if (n < 4) return NOT_TUNNEL; what = W_IP; p = 4; break;
+    default: return NOT_TUNNEL;
+    }
+    if (what == W_ETH_TYPE)
+        for (int v = 0; v < 4 && is_vlan(et); v++) {
+            if (p + 4 > n)
+                FAIL(TRUNCATED);
+            et = be16(b + p + 2);
+            p += 4;
+        }
+    for (;;) {
+        if (t.layers > MAX_DEPTH)
+            return TOO_DEEP;
+        if (what == W_FRAME) {
+            int64_t frame = p;
+            if (p + 14 > n)
+                FAIL(TRUNCATED);
+            et = be16(b + p + 12);
+            p += 14;
+            for (int v = 0; v < 4 && is_vlan(et); v++) {
+                if (p + 4 > n)
+                    FAIL(TRUNCATED);
+                et = be16(b + p + 2);
+                p += 4;
+            }
+            if ((et == 0x0800 || et == 0x86DD) && !ip_tunnel(b, n, p, et))
+                DONE(frame, 1);
+            what = W_ETH_TYPE;
+            continue;
+        }
+        if (what == W_ETH_TYPE) {
+            if (et == 0x0800 || et == 0x86DD) what = W_IP;
+            else if (et == 0x8847 || et == 0x8848) what = W_MPLS;
+            else if (et == 0x8864) what = W_PPPOE;
+            else if (et == 0x6558) what = W_FRAME;
+            else FAIL(NOT_IP);
+            continue;
+        }
+        if (what == W_MPLS) {
+            for (int i = 0;; i++) {
+                if (i == MAX_MPLS_LABELS)
+                    return TOO_DEEP;
+                if (p + 4 > n)
+                    return TRUNCATED;
+                int bos = b[p + 2] & 1;
+                p += 4;
+                if (bos)
+                    break;
+            }
+            add_layer(&t, 6, 0, 0, none);
+            if (p >= n)
+                return TRUNCATED;
+            int nib = b[p] >> 4;
+            if (nib == 4 || nib == 6)
+                what = W_IP;
+            else if (nib == 0) {
+                p += 4;
+                what = W_FRAME;
+            } else
+                return NOT_IP;
+            continue;
+        }
+        if (what == W_PPPOE) {
+            if (p + 8 > n)
+                return TRUNCATED;
+            if (b[p] != 0x11 || b[p + 1] != 0)
+                FAIL(NOT_IP);
+            add_layer(&t, 7, be16(b + p + 2), 0, none);
+            uint32_t proto = be16(b + p + 6);
+            p += 8;
+            if (proto != 0x0021 && proto != 0x0057)
+                return NOT_IP;
+            what = W_IP;
+            continue;
+        }
+        /* W_IP */
+        if (p + 1 > n)
+            FAIL(TRUNCATED);
+        int v = b[p] >> 4;
+        uint32_t proto;
+        int64_t body, end;
+        uint64_t e[4];
+        if (v == 4) {
+            if (p + 20 > n)
+                FAIL(TRUNCATED);
+            int64_t ihl = (int64_t)(b[p] & 15) * 4, tot = be16(b + p + 2);
+            proto = b[p + 9];
+            e[0] = e[2] = 0;
+            e[1] = be32(b + p + 12) | V4_MAPPED;
+            e[3] = be32(b + p + 16) | V4_MAPPED;
+            body = p + ihl;
+            end = p + tot;
+            if (ihl < 20 || (be16(b + p + 6) & 0x3FFF) || tot < ihl)
+                DONE(p, 12);
+        } else if (v == 6) {
+            if (p + 40 > n)
+                FAIL(TRUNCATED);
+            proto = b[p + 6];
+            e[0] = be64(b + p + 8);
+            e[1] = be64(b + p + 16);
+            e[2] = be64(b + p + 24);
+            e[3] = be64(b + p + 32);
+            body = p + 40;
+            end = p + 40 + be16(b + p + 4);
+        } else
+            DONE(p, 12);
+        if (proto == 4 || proto == 41) {
+            add_layer(&t, 1, 0, 1, e);
+            p = body;
+            what = W_IP;
+            continue;
+        }
+        if (proto == 47) {
+            if (body + 4 > n)
+                FAIL(TRUNCATED);
+            uint32_t fl = be16(b + body), gp = be16(b + body + 2);
+            if (fl & 7)
+                DONE(p, 12);
+            int64_t q = body + 4;
+            uint64_t gkey = 0;
+            if (fl & 0x8000)
+                q += 4;
+            if (fl & 0x2000) {
+                if (q + 4 > n)
+                    FAIL(TRUNCATED);
+                gkey = be32(b + q);
+                q += 4;
+            }
+            if (fl & 0x1000)
+                q += 4;
+            if (gp != 0x0800 && gp != 0x86DD && gp != 0x6558 && gp != 0x8847 && gp != 0x8848
+                && gp != 0x88BE && gp != 0x22EB)
+                DONE(p, 12);
+            add_layer(&t, 2, gkey, 1, e);
+            if (q > n || q > end)
+                return BAD_LENGTH;
+            if (gp == 0x88BE && !(fl & 0x1000)) {
+                add_layer(&t, 3, 0, 0, none);
+                p = q;
+                what = W_FRAME;
+            } else if (gp == 0x88BE || gp == 0x22EB) {
+                int64_t hl = gp == 0x88BE ? 8 : 12;
+                if (q + hl > n)
+                    return TRUNCATED;
+                if (gp == 0x22EB && (b[q + 11] & 1))
+                    hl += 8;
+                add_layer(&t, 3, be16(b + q + 2) & 0x3FF, 0, none);
+                p = q + hl;
+                what = W_FRAME;
+            } else {
+                p = q;
+                et = gp;
+                what = W_ETH_TYPE;
+            }
+            if (p > end)
+                return BAD_LENGTH;
+            continue;
+        }
+        if (proto == 17 && body + 8 <= n) {
+            uint32_t dp = be16(b + body + 2);
+            int64_t ulen = be16(b + body + 4);
+            if (dp == 4789) {
+                if (body + 16 > n)
+                    FAIL(TRUNCATED);
+                if (ulen < 16 || body + ulen > end) {
+                    add_layer(&t, 4, 0, 1, e);
+                    return BAD_LENGTH;
+                }
+                add_layer(&t, 4, (uint64_t)be32(b + body + 12) >> 8, 1, e);
+                p = body + 16;
+                what = W_FRAME;
+                continue;
+            }
+            if (dp == 6081) {
+                if (body + 16 > n)
+                    FAIL(TRUNCATED);
+                int64_t hl = 8 + (int64_t)(b[body + 8] & 0x3F) * 4;
+                add_layer(&t, 5, (uint64_t)be32(b + body + 12) >> 8, 1, e);
+                if (ulen < 8 + hl || body + ulen > end)
+                    return BAD_LENGTH;
+                p = body + 8 + hl;
+                et = be16(b + body + 10);
+                what = W_ETH_TYPE;
+                if (p > n)
+                    return TRUNCATED;
+                continue;
+            }
+        }
+        DONE(p, 12);
+    }
+#undef FAIL
+#undef DONE
+}
+
+static PyObject *peel(PyObject *self, PyObject *args)
+{
+    Py_buffer b[8];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                          &b[6], &b[7]))
+        return NULL;
+    Py_ssize_t n = b[1].len / 8, len = b[0].len;
+    static const Py_ssize_t size[7] = {8, 8, 4, 1, 8, 4, 8};
+    int ok = 1;
+    for (int j = 1; j < 8; j++)
+        ok &= b[j].len == n * size[j - 1];
+    if (!ok) {
+        for (int j = 0; j < 8; j++)
+            PyBuffer_Release(&b[j]);
+        PyErr_SetString(PyExc_ValueError, "peel: column buffers of the wrong size");
+        return NULL;
+    }
+    const uint8_t *data = b[0].buf;
+    const int64_t *off = b[1].buf, *cap = b[2].buf;
+    const int32_t *lt = b[3].buf;
+    int8_t *status = b[4].buf;
+    int64_t *inner = b[5].buf;
+    int32_t *kind = b[6].buf;
+    uint64_t *key = b[7].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        inner[i] = 0;
+        kind[i] = 0;
+        key[i] = 0;
+        if (off[i] < 0 || cap[i] < 0 || off[i] > len || cap[i] > len - off[i])
+            status[i] = NOT_TUNNEL;
+        else
+            status[i] = (int8_t)peel_one(data + off[i], cap[i], lt[i], &inner[i], &kind[i],
+                                         &key[i]);
+        if (status[i] != PEELED)
+            inner[i] = kind[i] = 0, key[i] = 0;
+    }
+    Py_END_ALLOW_THREADS
+    for (int j = 0; j < 8; j++)
+        PyBuffer_Release(&b[j]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"peel", peel, METH_VARARGS, "Inner packets of tunnelled records."},
     {"decode", decode, METH_VARARGS, "TCP headers of the records in the usual shapes."},
     {NULL, NULL, 0, NULL},
 };

@@ -208,18 +208,18 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
 }
 
 /* The five uint64 words naming a row's unordered 4-tuple (the lower endpoint's address
- * hi, lo, the higher's hi, lo, then lower port << 16 | higher port; endpoints compared as
- * (hi, lo, port)), as stream._tuple_words makes them; returns whether the row travels from
- * the lower endpoint. */
+ * hi, lo, the higher's hi, lo, then tunnel << 32 | lower port << 16 | higher port;
+ * endpoints compared as (hi, lo, port)), as stream._tuple_words makes them; returns whether
+ * the row travels from the lower endpoint. */
 static inline int tuple_words(uint64_t shi, uint64_t slo, uint64_t dhi, uint64_t dlo,
-                              uint16_t sp, uint16_t dp, uint64_t v[5])
+                              uint16_t sp, uint16_t dp, uint32_t tun, uint64_t v[5])
 {
     int low = shi < dhi || (shi == dhi && (slo < dlo || (slo == dlo && sp <= dp)));
     v[0] = low ? shi : dhi;
     v[1] = low ? slo : dlo;
     v[2] = low ? dhi : shi;
     v[3] = low ? dlo : slo;
-    v[4] = low ? ((uint64_t)sp << 16 | dp) : ((uint64_t)dp << 16 | sp);
+    v[4] = (uint64_t)tun << 32 | (low ? ((uint64_t)sp << 16 | dp) : ((uint64_t)dp << 16 | sp));
     return low;
 }
 
@@ -244,7 +244,7 @@ static inline int64_t probe(const int64_t *slots, int64_t mask, const uint64_t *
     return at;
 }
 
-/* tuple_ids(src_hi, src_lo, dst_hi, dst_lo, sport, dport, slots, words, count, tid,
+/* tuple_ids(src_hi, src_lo, dst_hi, dst_lo, sport, dport, tunnel, slots, words, count, tid,
  * from_low) -> count: each row's 4-tuple id, the tuples numbered by first appearance,
  * and whether the row travels from the tuple's lower endpoint. The ids live in a hash table
  * kept by the caller: `slots` (int64, -1 where empty, a power of two entries, at least
@@ -253,30 +253,32 @@ static inline int64_t probe(const int64_t *slots, int64_t mask, const uint64_t *
  * number of tuples, new ones added. */
 static PyObject *tuple_ids(PyObject *self, PyObject *args)
 {
-    Py_buffer b[10];
+    Py_buffer b[11];
     Py_ssize_t count;
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*nw*w*", &b[0], &b[1], &b[2], &b[3], &b[4],
-                          &b[5], &b[6], &b[7], &count, &b[8], &b[9]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*nw*w*", &b[0], &b[1], &b[2], &b[3], &b[4],
+                          &b[5], &b[10], &b[6], &b[7], &count, &b[8], &b[9]))
         return NULL;
     Py_ssize_t n = b[0].len / 8, nslots = b[6].len / 8;
-    static const Py_ssize_t size[10] = {8, 8, 8, 8, 2, 2, 0, 0, 8, 1};
+    static const Py_ssize_t size[11] = {8, 8, 8, 8, 2, 2, 0, 0, 8, 1, 4};
     int ok = count >= 0 && nslots > 0 && (nslots & (nslots - 1)) == 0
              && nslots >= 2 * (count + n) && b[7].len >= (count + n) * 40;
-    for (int j = 0; j < 10; j++)
+    for (int j = 0; j < 11; j++)
         if (size[j])
             ok &= b[j].len == n * size[j];
     if (!ok)
-        return done(b, 10, 0, "tuple_ids: inconsistent columns or table");
+        return done(b, 11, 0, "tuple_ids: inconsistent columns or table");
     const uint64_t *shi = b[0].buf, *slo = b[1].buf, *dhi = b[2].buf, *dlo = b[3].buf;
     const uint16_t *sp = b[4].buf, *dp = b[5].buf;
+    const uint32_t *tun = b[10].buf;
     int64_t *slots = b[6].buf, *tid = b[8].buf;
     uint64_t *words = b[7].buf;
     uint8_t *from_low = b[9].buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t v[5];
-        from_low[i] = (uint8_t)tuple_words(shi[i], slo[i], dhi[i], dlo[i], sp[i], dp[i], v);
+        from_low[i] = (uint8_t)tuple_words(shi[i], slo[i], dhi[i], dlo[i], sp[i], dp[i],
+                                           tun[i], v);
         int64_t at = probe(slots, nslots - 1, words, v);
         if (slots[at] < 0) {
             memcpy(words + count * 5, v, sizeof v);
@@ -285,7 +287,7 @@ static PyObject *tuple_ids(PyObject *self, PyObject *args)
         tid[i] = slots[at];
     }
     Py_END_ALLOW_THREADS
-    for (int j = 0; j < 10; j++)
+    for (int j = 0; j < 11; j++)
         PyBuffer_Release(&b[j]);
     return PyLong_FromSsize_t(count);
 }

@@ -18,6 +18,7 @@ import ipaddress
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import encap
 from .read import RecordBatch
 
 try:
@@ -46,6 +47,7 @@ TCP_COLUMNS: dict[str, np.dtype] = {
     "tsval": np.dtype(np.uint32),
     "has_ts": np.dtype(np.uint8),
     "ipid": np.dtype(np.uint16),  # IPv4 identification (0 for IPv6): tells copies from resends
+    "tunnel": np.dtype(np.uint32),  # 0, or the number of the tunnel it came through (encap.py)
 }
 
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
@@ -372,15 +374,43 @@ def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
     return mss, ws, sack, tsval, has_ts
 
 
-def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+class Tunnels:
+    """The tunnels seen so far: each numbered from 1 in order of appearance, with its layers
+    (encap.describe); the `tunnel` column holds these numbers."""
+
+    def __init__(self, layers: list[list[dict]] | None = None) -> None:
+        self.number: dict[int, int] = {}  # tunnel key -> number
+        self.layers: list[list[dict]] = [] if layers is None else layers  # by number - 1
+
+    def numbers(self, keys: np.ndarray, data: np.ndarray, offset: np.ndarray,
+                caplen: np.ndarray, linktype: np.ndarray) -> np.ndarray:
+        """Numbers of the tunnel keys of peeled records (new tunnels described from their
+        first record)."""
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        nums = np.empty(len(uniq), np.uint32)
+        for j, (k, i) in enumerate(zip(uniq.tolist(), first.tolist())):
+            if k not in self.number:
+                o, c = int(offset[i]), int(caplen[i])
+                layers = encap.peel_one(data[o:o + c].tobytes(), int(linktype[i]))[4]
+                self.layers.append(encap.describe(layers))
+                self.number[k] = len(self.layers)
+            nums[j] = self.number[k]
+        return nums[inv.reshape(-1)]
+
+
+def decode(batch: RecordBatch, skipped: collections.Counter,
+           tunnels: Tunnels | None = None) -> dict[str, np.ndarray]:
     """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`.
 
     Records in the usual shapes are decoded by the compiled loop (nagleprobe/_decode.c) when
-    it is built; the rest, and everything without it, by the numpy decoder below."""
+    it is built; the rest, and everything without it, by the numpy decoder below; records
+    carrying a tunnel are peeled (encap.py) and their inner packets decoded, the tunnel's
+    number (in `tunnels`) in the `tunnel` column."""
     if _compiled is None or len(batch.offset) == 0:
-        return decode_numpy(batch, skipped)
+        return _decode_rest(batch, skipped, tunnels)
     n = len(batch.offset)
-    out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items() if k not in ("frame", "ts_ns")}
+    out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()
+           if k not in ("frame", "ts_ns", "tunnel")}
     row = np.empty(n, np.int64)
     slow = np.empty(n, np.int64)
     k, s = _compiled.decode(batch.data, np.ascontiguousarray(batch.offset, np.int64),
@@ -388,22 +418,72 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
                             np.ascontiguousarray(batch.linktype, np.int32), row, slow,
                             *out.values())
     if k == n:  # every record decoded: no row selection needed
-        return {"frame": batch.frame, "ts_ns": batch.ts_ns, **out}
+        return {"frame": batch.frame, "ts_ns": batch.ts_ns, **out,
+                "tunnel": np.zeros(n, np.uint32)}
     row = row[:k]
     cols = {"frame": batch.frame[row], "ts_ns": batch.ts_ns[row],
-            **{c: v[:k] for c, v in out.items()}}
+            **{c: v[:k] for c, v in out.items()}, "tunnel": np.zeros(k, np.uint32)}
     if not s:
         return cols
     slow = slow[:s]
-    rest = decode_numpy(RecordBatch(data=batch.data, offset=batch.offset[slow],
-                                    caplen=batch.caplen[slow], wirelen=batch.wirelen[slow],
-                                    ts_ns=batch.ts_ns[slow], linktype=batch.linktype[slow],
-                                    frame=batch.frame[slow]), skipped)
+    rest = _decode_rest(_rows(batch, slow), skipped, tunnels)
     if not len(rest["frame"]):
         return cols
     order = np.argsort(np.concatenate([row, np.searchsorted(batch.frame, rest["frame"])]),
                        kind="stable")
     return {c: np.concatenate([cols[c], rest[c]])[order] for c in TCP_COLUMNS}
+
+
+def _rows(batch: RecordBatch, rows: np.ndarray) -> RecordBatch:
+    return RecordBatch(data=batch.data, offset=batch.offset[rows], caplen=batch.caplen[rows],
+                       wirelen=batch.wirelen[rows], ts_ns=batch.ts_ns[rows],
+                       linktype=batch.linktype[rows], frame=batch.frame[rows])
+
+
+def _decode_rest(batch: RecordBatch, skipped: collections.Counter,
+                 tunnels: Tunnels | None) -> dict[str, np.ndarray]:
+    """The numpy decoder for records outside the compiled loop's shapes; those it cannot
+    read are tried as tunnels."""
+    if not len(batch.offset):
+        return empty_columns()
+    trial: collections.Counter = collections.Counter()
+    plain = decode_numpy(batch, trial)
+    undecoded = np.flatnonzero(~np.isin(batch.frame, plain["frame"]))
+    if not len(undecoded):
+        skipped.update(trial)
+        return plain
+    status, inner, kind, key = encap.peel(batch.data, batch.offset[undecoded],
+                                          batch.caplen[undecoded], batch.linktype[undecoded])
+    tun = status != encap.NOT_TUNNEL
+    if not tun.any():
+        skipped.update(trial)
+        return plain
+    # the numpy decoder's reasons for the records that are not tunnels
+    decode_numpy(_rows(batch, undecoded[~tun]), skipped)
+    for st, reason in encap.REASONS.items():
+        n_st = int(np.count_nonzero(status == st))
+        if n_st:
+            skipped[reason] += n_st
+    ok = np.flatnonzero(status == encap.PEELED)
+    if not len(ok):
+        return plain
+    rows = undecoded[ok]
+    sub = _rows(batch, rows)
+    at = inner[ok]
+    sub.offset = sub.offset + at
+    sub.caplen = sub.caplen - at
+    sub.wirelen = sub.wirelen - at
+    sub.linktype = kind[ok].astype(np.int32)
+    cols = decode(sub, skipped)  # inner packets: no further tunnels (peeled to the last)
+    if len(cols["frame"]):
+        tunnels = tunnels if tunnels is not None else Tunnels()
+        got = np.searchsorted(sub.frame, cols["frame"])
+        cols["tunnel"] = tunnels.numbers(key[ok][got], batch.data, batch.offset[rows][got],
+                                         batch.caplen[rows][got], batch.linktype[rows][got])
+    if not len(plain["frame"]):
+        return cols
+    order = np.argsort(np.concatenate([plain["frame"], cols["frame"]]), kind="stable")
+    return {c: np.concatenate([plain[c], cols[c]])[order] for c in TCP_COLUMNS}
 
 
 def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
@@ -516,4 +596,5 @@ def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, 
         "tsval": tsval,
         "has_ts": has_ts,
         "ipid": ipid,
+        "tunnel": np.zeros(len(rows), np.uint32),
     }

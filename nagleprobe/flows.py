@@ -205,12 +205,17 @@ class TupleEnds:
     hi_hi: np.ndarray
     hi_lo: np.ndarray
     hi_port: np.ndarray
+    tunnel: np.ndarray | None = None  # the tunnel number of each tuple (0: none)
 
     def column(self, name: str, tup: np.ndarray, from_low: np.ndarray) -> np.ndarray:
-        """The decoded column `name` (ipver, src_hi, ..., dport) of rows of tuples `tup`
-        travelling from the lower endpoint where `from_low`."""
+        """The decoded column `name` (ipver, src_hi, ..., dport, tunnel) of rows of tuples
+        `tup` travelling from the lower endpoint where `from_low`."""
         if name == "ipver":
             return self.ipver[tup]
+        if name == "tunnel":
+            if self.tunnel is None:
+                return np.zeros(len(tup), np.uint32)
+            return self.tunnel[tup]
         field = name[4:] if name.endswith(("_hi", "_lo")) else "port"
         mine, peer = getattr(self, "lo_" + field)[tup], getattr(self, "hi_" + field)[tup]
         src = name.startswith("src_") or name == "sport"
@@ -251,12 +256,20 @@ def _group_order(ids: np.ndarray) -> np.ndarray:
 
 def _endpoints(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each packet's source and destination endpoint as uint64 words that compare like
-    (address, port): one word each when every address is IPv4, else (hi, lo, port)."""
+    (address, port): one word each when every address is IPv4, else (hi, lo, port); with
+    the packet's tunnel number in front when some came through a tunnel (the same
+    addresses in two tunnels are two endpoints)."""
     if not (c["src_hi"].any() or c["dst_hi"].any()):  # IPv4 only: (address, port) in 48 bits
-        return ([c["src_lo"] << np.uint64(16) | c["sport"]],
-                [c["dst_lo"] << np.uint64(16) | c["dport"]])
-    return ([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
-            [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
+        a = [c["src_lo"] << np.uint64(16) | c["sport"]]
+        b = [c["dst_lo"] << np.uint64(16) | c["dport"]]
+    else:
+        a = [c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)]
+        b = [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)]
+    tunnel = c.get("tunnel")
+    if tunnel is not None and tunnel.any():
+        t = tunnel.astype(np.uint64)
+        a, b = [t, *a], [t, *b]
+    return a, b
 
 
 def _lower(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
@@ -586,6 +599,8 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
         out[side] = np.array([f"[{a}]:{p}" if ":" in a else f"{a}:{p}"
                               for a, p in zip(addr.tolist(), port.tolist())], dtype=object)
     out["roles"] = np.where(handshake, "handshake", "guessed").astype(object)
+    out["tunnel"] = np.asarray(c.at("tunnel", r), dtype=np.int64) if "tunnel" in c.cols or \
+        c.ends is not None else np.zeros(nflows, np.int64)
     out["packets"] = (ends - starts).astype(np.int64)
     out["first_ns"] = ts[starts]
     out["last_ns"] = ts[ends - 1]

@@ -120,6 +120,8 @@ class CaptureInfo:
     packets: int = 0
     warnings: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    # layers (encap.describe) of each tunnel decoded, by tunnel number - 1
+    tunnels: list[list[dict]] = field(default_factory=list)
 
 
 class _Prefixed(io.RawIOBase):

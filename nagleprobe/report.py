@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from . import relay, wireshark
+from . import encap, relay, wireshark
 from .detect import REASONS, Detection
 from .errors import printable, utf8_safe
 from .flows import Flows, vantage_basis
@@ -116,8 +116,10 @@ class Report:
         ep = self.endpoints.loc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
         eps = _records(ep.drop(columns=["flow", "side"]))
         filters = wireshark.filter_docs(self, sel)
+        tunnels = self.capture.get("tunnels", [])
         docs = []
         for j, rec in enumerate(_records(fl)):
+            rec["tunnel"] = tunnels[rec["tunnel"] - 1] if rec.get("tunnel") else None
             fix = {k: rec.pop(f"fix_{k}") for k in _FIX_FIELDS}
             why = {r: rec.pop(f"why_not_{r}") for r in REASONS}
             rec["why_not"] = {r: n for r, n in why.items() if n}
@@ -411,7 +413,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     keepalive = np.bincount(f.seg["flow"][f.seg["keepalive"]], minlength=nflows)
     flows = {
         "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
-        "roles": fl["roles"], "vantage": fl["vantage"],
+        "roles": fl["roles"], "tunnel": np.asarray(fl["tunnel"], dtype=np.int64),
+        "vantage": fl["vantage"],
         "vantage_basis": np.array([vantage_basis(h, c, s, b) for h, c, s, b in zip(
             fl["rtt_how"], fl["rtt_client_ms"], fl["rtt_server_ms"], fl["both_near"])] or [],
             dtype=object),
@@ -586,7 +589,9 @@ def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, or
             "link_types": list(info.link_types), "packets": info.packets,
             "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),
             "warnings": list(info.warnings if warnings is None else warnings),
-            "time_origin_ns": int(origin_ns)}
+            "time_origin_ns": int(origin_ns),
+            "tunnels": [{"id": i + 1, "layers": layers, "text": encap.describe_text(layers)}
+                        for i, layers in enumerate(info.tunnels)]}
 
 
 HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are worth a mention
@@ -777,6 +782,8 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
                      f"({human_count(f['packets'])} packets, roles from {f['roles']})")
+        if f.get("tunnel"):
+            lines.append(f"  seen through tunnel {f['tunnel']['id']}: {f['tunnel']['text']}")
         lines.append(f"  {human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])} lost = "
                      f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                      f"without them ~{f['duration_without_stalls_s']:.3f} s")

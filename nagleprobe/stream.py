@@ -45,7 +45,7 @@ from .report import Report, add_tcp_streams, capture_doc, report_columns, table
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
 # held and gathered per row: addresses and ports are held once per 4-tuple (flows.TupleEnds),
 # each row only says which way it travels
-ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
+ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport", "tunnel")
 HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},
         "from_low": np.dtype(bool)}
 DEFAULT_BATCH_ROWS = 1 << 18
@@ -67,11 +67,18 @@ def _interned(col: np.ndarray) -> np.ndarray:
 
 def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
     """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint's address
-    hi, lo, the higher's, then both ports), as nagleprobe/_flows.c makes them, and whether
-    the row travels from the lower endpoint."""
+    hi, lo, the higher's, then the tunnel number << 32 | both ports), as nagleprobe/_flows.c
+    makes them, and whether the row travels from the lower endpoint."""
     lo, hi, a_low = _ordered([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
                              [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
-    return [lo[0], lo[1], hi[0], hi[1], (lo[2] << np.uint64(16)) | hi[2]], a_low
+    return [lo[0], lo[1], hi[0], hi[1],
+            (_tunnel(c) << np.uint64(32)) | (lo[2] << np.uint64(16)) | hi[2]], a_low
+
+
+def _tunnel(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The rows' tunnel numbers as uint64 (0 where the columns have none)."""
+    t = c.get("tunnel")
+    return np.zeros(len(c["sport"]), np.uint64) if t is None else t.astype(np.uint64)
 
 
 class _Tuples:
@@ -109,8 +116,9 @@ class _Tuples:
         else:
             words = self._table[:5 * self.count].reshape(-1, 5)[ids]
             w = [words[:, j] for j in range(5)]
-        return TupleEnds(self._ver[ids], w[0], w[1], w[4] >> np.uint64(16), w[2], w[3],
-                         w[4] & np.uint64(0xFFFF))
+        return TupleEnds(self._ver[ids], w[0], w[1], (w[4] >> np.uint64(16)) & np.uint64(0xFFFF),
+                         w[2], w[3], w[4] & np.uint64(0xFFFF),
+                         (w[4] >> np.uint64(32)).astype(np.uint32))
 
     def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         if self._compiled is None:
@@ -131,6 +139,7 @@ class _Tuples:
                                                                "dst_lo")),
             np.ascontiguousarray(c["sport"], np.uint16),
             np.ascontiguousarray(c["dport"], np.uint16),
+            np.ascontiguousarray(_tunnel(c).astype(np.uint32)),
             self._slots, self._table, self.count, tid, from_low.view(np.uint8))
         return tid, from_low
 
