@@ -374,40 +374,15 @@ def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
     return mss, ws, sack, tsval, has_ts
 
 
-class Tunnels:
-    """The tunnels seen so far: each numbered from 1 in order of appearance, with its layers
-    (encap.describe); the `tunnel` column holds these numbers."""
-
-    def __init__(self, layers: list[list[dict]] | None = None) -> None:
-        self.number: dict[int, int] = {}  # tunnel key -> number
-        self.layers: list[list[dict]] = [] if layers is None else layers  # by number - 1
-
-    def numbers(self, keys: np.ndarray, data: np.ndarray, offset: np.ndarray,
-                caplen: np.ndarray, linktype: np.ndarray) -> np.ndarray:
-        """Numbers of the tunnel keys of peeled records (new tunnels described from their
-        first record)."""
-        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-        nums = np.empty(len(uniq), np.uint32)
-        for j, (k, i) in enumerate(zip(uniq.tolist(), first.tolist())):
-            if k not in self.number:
-                o, c = int(offset[i]), int(caplen[i])
-                layers = encap.peel_one(data[o:o + c].tobytes(), int(linktype[i]))[4]
-                self.layers.append(encap.describe(layers))
-                self.number[k] = len(self.layers)
-            nums[j] = self.number[k]
-        return nums[inv.reshape(-1)]
-
-
-def decode(batch: RecordBatch, skipped: collections.Counter,
-           tunnels: Tunnels | None = None) -> dict[str, np.ndarray]:
+def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
     """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`.
 
     Records in the usual shapes are decoded by the compiled loop (nagleprobe/_decode.c) when
     it is built; the rest, and everything without it, by the numpy decoder below; records
     carrying a tunnel are peeled (encap.py) and their inner packets decoded, the tunnel's
-    number (in `tunnels`) in the `tunnel` column."""
+    number (in the capture's `batch.tunnels`) in the `tunnel` column."""
     if _compiled is None or len(batch.offset) == 0:
-        return _decode_rest(batch, skipped, tunnels)
+        return _decode_rest(batch, skipped, compiled=False)
     n = len(batch.offset)
     out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()
            if k not in ("frame", "ts_ns", "tunnel")}
@@ -426,7 +401,7 @@ def decode(batch: RecordBatch, skipped: collections.Counter,
     if not s:
         return cols
     slow = slow[:s]
-    rest = _decode_rest(_rows(batch, slow), skipped, tunnels)
+    rest = _decode_rest(_rows(batch, slow), skipped)
     if not len(rest["frame"]):
         return cols
     order = np.argsort(np.concatenate([row, np.searchsorted(batch.frame, rest["frame"])]),
@@ -437,29 +412,31 @@ def decode(batch: RecordBatch, skipped: collections.Counter,
 def _rows(batch: RecordBatch, rows: np.ndarray) -> RecordBatch:
     return RecordBatch(data=batch.data, offset=batch.offset[rows], caplen=batch.caplen[rows],
                        wirelen=batch.wirelen[rows], ts_ns=batch.ts_ns[rows],
-                       linktype=batch.linktype[rows], frame=batch.frame[rows])
+                       linktype=batch.linktype[rows], frame=batch.frame[rows],
+                       tunnels=batch.tunnels)
 
 
-def _decode_rest(batch: RecordBatch, skipped: collections.Counter,
-                 tunnels: Tunnels | None) -> dict[str, np.ndarray]:
+def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: bool = True
+                 ) -> dict[str, np.ndarray]:
     """The numpy decoder for records outside the compiled loop's shapes; those it cannot
-    read are tried as tunnels."""
+    read are tried as tunnels (with the compiled peeler and decoder for the inner packets
+    unless not `compiled`)."""
     if not len(batch.offset):
         return empty_columns()
     trial: collections.Counter = collections.Counter()
-    plain = decode_numpy(batch, trial)
+    plain = _decode_plain(batch, trial)
     undecoded = np.flatnonzero(~np.isin(batch.frame, plain["frame"]))
     if not len(undecoded):
         skipped.update(trial)
         return plain
-    status, inner, kind, key = encap.peel(batch.data, batch.offset[undecoded],
+    status, inner, kind, key = (encap.peel if compiled else encap.peel_numpy)(batch.data, batch.offset[undecoded],
                                           batch.caplen[undecoded], batch.linktype[undecoded])
     tun = status != encap.NOT_TUNNEL
     if not tun.any():
         skipped.update(trial)
         return plain
     # the numpy decoder's reasons for the records that are not tunnels
-    decode_numpy(_rows(batch, undecoded[~tun]), skipped)
+    _decode_plain(_rows(batch, undecoded[~tun]), skipped)
     for st, reason in encap.REASONS.items():
         n_st = int(np.count_nonzero(status == st))
         if n_st:
@@ -474,9 +451,10 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter,
     sub.caplen = sub.caplen - at
     sub.wirelen = sub.wirelen - at
     sub.linktype = kind[ok].astype(np.int32)
-    cols = decode(sub, skipped)  # inner packets: no further tunnels (peeled to the last)
+    # inner packets: no further tunnels (peeled to the last)
+    cols = decode(sub, skipped) if compiled else _decode_plain(sub, skipped)
     if len(cols["frame"]):
-        tunnels = tunnels if tunnels is not None else Tunnels()
+        tunnels = batch.tunnels if batch.tunnels is not None else encap.Tunnels()
         got = np.searchsorted(sub.frame, cols["frame"])
         cols["tunnel"] = tunnels.numbers(key[ok][got], batch.data, batch.offset[rows][got],
                                          batch.caplen[rows][got], batch.linktype[rows][got])
@@ -487,7 +465,13 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter,
 
 
 def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
-    """`decode` with numpy alone: every record shape, and the reference for the compiled loop."""
+    """`decode` without compiled code: every record shape, and the reference for the
+    compiled loops."""
+    return _decode_rest(batch, skipped, compiled=False)
+
+
+def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+    """The numpy decoder of records without tunnels."""
     n = len(batch.offset)
     if n == 0:
         return empty_columns()

@@ -320,6 +320,29 @@ def describe_text(layers: list[dict]) -> str:
     return " / ".join(parts)
 
 
+class Tunnels:
+    """The tunnels of one capture: numbered from 1 in order of appearance, each with its
+    layers (`describe`); the decoded `tunnel` column holds these numbers."""
+
+    def __init__(self) -> None:
+        self.number: dict[int, int] = {}  # tunnel key -> number
+        self.layers: list[list[dict]] = []  # by number - 1
+
+    def numbers(self, keys: np.ndarray, data: np.ndarray, offset: np.ndarray,
+                caplen: np.ndarray, linktype: np.ndarray) -> np.ndarray:
+        """Numbers of the tunnel keys of peeled records (a new tunnel is described from its
+        first record: `peel_one` once per tunnel, not per packet)."""
+        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        nums = np.empty(len(uniq), np.uint32)
+        for j, (k, i) in enumerate(zip(uniq.tolist(), first.tolist())):
+            if k not in self.number:
+                o, c = int(offset[i]), int(caplen[i])
+                self.layers.append(describe(peel_one(data[o:o + c].tobytes(), int(linktype[i]))[4]))
+                self.number[k] = len(self.layers)
+            nums[j] = self.number[k]
+        return nums[inv.reshape(-1)]
+
+
 def peel_numpy(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, linktype: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`peel` without the compiled loop, record by record (only when it is not built)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .decode import TCP_COLUMNS, Tunnels, decode
+from .decode import TCP_COLUMNS, decode
 from .errors import CaptureError
 from .read import CaptureReader
 
@@ -81,12 +81,11 @@ def _decoded(reader: CaptureReader, skipped: Counter, progress: Progress | None
              ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
     """(first timestamp of the chunk or None, its decoded TCP columns) per chunk read."""
     frames = 0
-    tunnels = Tunnels(reader.info.tunnels)
     for batch in reader:
         first_ns = int(batch.ts_ns[0]) if len(batch.ts_ns) else None
         if len(batch):
             frames = int(batch.frame[-1])
-        cols = decode(batch, skipped, tunnels)
+        cols = decode(batch, skipped)
         del batch  # so the reader can reuse its buffer for the next chunk
         if progress is not None:
             progress(reader, frames)
@@ -129,11 +128,10 @@ def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:
 
     parts: list[dict[str, np.ndarray]] = []
     origin_ns = None
-    tunnels = Tunnels(reader.info.tunnels)
     for batch in reader:
         if origin_ns is None and len(batch.ts_ns):
             origin_ns = int(batch.ts_ns[0])
-        cols = decode(batch, skipped, tunnels)
+        cols = decode(batch, skipped)
         if len(cols["frame"]):
             parts.append(cols)
     if parts:

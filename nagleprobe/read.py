@@ -33,6 +33,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .encap import Tunnels
 from .errors import CaptureError
 
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
@@ -106,6 +107,8 @@ class RecordBatch:
     # int64, where each record's header (pcap) or block (pcapng) starts in the file, counting
     # uncompressed bytes: for copying records as they are (`annotate`); None if not known
     start: np.ndarray | None = None
+    # the capture's tunnel numbering, which the decoder extends (encap.Tunnels)
+    tunnels: Tunnels | None = None
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -120,8 +123,7 @@ class CaptureInfo:
     packets: int = 0
     warnings: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
-    # layers (encap.describe) of each tunnel decoded, by tunnel number - 1
-    tunnels: list[list[dict]] = field(default_factory=list)
+    tunnels: Tunnels = field(default_factory=Tunnels)  # the tunnels decoded (numbers, layers)
 
 
 class _Prefixed(io.RawIOBase):
@@ -701,7 +703,7 @@ class CaptureReader:
         self._anchor = top if self._anchor is None else max(self._anchor, top)
         return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
                            linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame,
-                           start=st + base)
+                           start=st + base, tunnels=self.info.tunnels)
 
     def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1152,7 +1154,8 @@ class CaptureReader:
             offset, caplen, wirelen, ts = offset[sel], caplen[sel], wirelen[sel], ts[sel]
             linktype, frame, start = linktype[sel], frame[sel], start[sel]
         return RecordBatch(data=data, offset=offset, caplen=caplen, wirelen=wirelen,
-                           ts_ns=ts, linktype=linktype, frame=frame, start=start)
+                           ts_ns=ts, linktype=linktype, frame=frame, start=start,
+                           tunnels=self.info.tunnels)
 
     # ------------------------------------------------------------------ damage
     def _skip(self, reason: str, n: int) -> None:

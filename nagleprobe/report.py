@@ -591,7 +591,7 @@ def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, or
             "warnings": list(info.warnings if warnings is None else warnings),
             "time_origin_ns": int(origin_ns),
             "tunnels": [{"id": i + 1, "layers": layers, "text": encap.describe_text(layers)}
-                        for i, layers in enumerate(info.tunnels)]}
+                        for i, layers in enumerate(info.tunnels.layers)]}
 
 
 HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are worth a mention

@@ -33,7 +33,7 @@ def packets(rows: list[dict]) -> dict[str, np.ndarray]:
                 "ack": r.get("ack", 0) % (1 << 32), "flags": r["flags"], "window": r.get("win", 512),
                 "payload": r.get("len", 0), "mss": r.get("mss", -1), "wscale": r.get("wscale", -1),
                 "sack_ok": 0, "tsval": r.get("tsval", 0), "has_ts": int("tsval" in r),
-                "ipid": r.get("ipid", 0)}
+                "ipid": r.get("ipid", 0), "tunnel": r.get("tunnel", 0)}
         for k in TCP_COLUMNS:
             cols[k].append(vals[k])
     return {k: np.array(v, dtype=TCP_COLUMNS[k]) for k, v in cols.items()}

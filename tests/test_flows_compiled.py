@@ -92,7 +92,8 @@ OFFSET = st.one_of(st.integers(-3000, 3000), st.sampled_from([-1, 0, 1, 2, 10, 1
        isn_a=st.integers(0, 2**32 - 1), isn_b=st.integers(0, 2**32 - 1))
 def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
     """Synthetic: up to four connections whose segments jump, wrap around 2**32, repeat and
-    go back, with and without ACK, SYN, FIN and RST; numbers near the ISNs or anywhere."""
+    go back, with and without ACK, SYN, FIN and RST; numbers near the ISNs or anywhere.
+    Connections 2 and 3 have the 4-tuples of 0 and 1 but come through a tunnel."""
     rows = []
     for i, (conn, a_to_b, flags, seq_any, seq_off, ack_any, ack_off, pay) in enumerate(segments):
         near = i % 3 != 0
@@ -111,14 +112,15 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
         "ipver": np.full(n, 4, np.uint8),
         "src_hi": np.zeros(n, np.uint64), "src_lo": np.where(a_to_b, a, b),
         "dst_hi": np.zeros(n, np.uint64), "dst_lo": np.where(a_to_b, b, a),
-        "sport": np.where(a_to_b, 40000 + conn, 80).astype(np.uint16),
-        "dport": np.where(a_to_b, 80, 40000 + conn).astype(np.uint16),
+        "sport": np.where(a_to_b, 40000 + conn % 2, 80).astype(np.uint16),
+        "dport": np.where(a_to_b, 80, 40000 + conn % 2).astype(np.uint16),
         "seq": col(3, np.uint32), "ack": col(4, np.uint32), "flags": col(2, np.uint16),
         "window": np.full(n, 512, np.uint16), "payload": col(5, np.int32),
         "mss": np.full(n, -1, np.int32), "wscale": np.full(n, -1, np.int16),
         "sack_ok": np.zeros(n, np.uint8), "tsval": np.zeros(n, np.uint32),
         "has_ts": np.zeros(n, np.uint8),
         "ipid": np.arange(n, dtype=np.uint16),  # repeats are resends, not copies
+        "tunnel": (conn >= 2).astype(np.uint32),
     }
     assert list(cols) == list(TCP_COLUMNS)
     compiled, reference = both(cols)
