@@ -401,9 +401,9 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
     if not s:
         return cols
     slow = slow[:s]
-    rest = _decode_rest(_rows(batch, slow), skipped)
-    if not len(rest["frame"]):
-        return cols
+    rest = _decode_rest(batch if s == n else _rows(batch, slow), skipped)
+    if not len(rest["frame"]) or not k:  # one of the two parts is empty: nothing to merge
+        return rest if not k else cols
     order = np.argsort(np.concatenate([row, np.searchsorted(batch.frame, rest["frame"])]),
                        kind="stable")
     return {c: np.concatenate([cols[c], rest[c]])[order] for c in TCP_COLUMNS}
@@ -423,29 +423,42 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
     unless not `compiled`)."""
     if not len(batch.offset):
         return empty_columns()
-    trial: collections.Counter = collections.Counter()
-    plain = _decode_plain(batch, trial)
-    undecoded = np.flatnonzero(~np.isin(batch.frame, plain["frame"]))
-    if not len(undecoded):
-        skipped.update(trial)
-        return plain
-    status, inner, kind, key = (encap.peel if compiled else encap.peel_numpy)(batch.data, batch.offset[undecoded],
-                                          batch.caplen[undecoded], batch.linktype[undecoded])
-    tun = status != encap.NOT_TUNNEL
-    if not tun.any():
-        skipped.update(trial)
-        return plain
-    # the numpy decoder's reasons for the records that are not tunnels
-    _decode_plain(_rows(batch, undecoded[~tun]), skipped)
-    for st, reason in encap.REASONS.items():
-        n_st = int(np.count_nonzero(status == st))
-        if n_st:
-            skipped[reason] += n_st
-    ok = np.flatnonzero(status == encap.PEELED)
-    if not len(ok):
-        return plain
-    rows = undecoded[ok]
-    sub = _rows(batch, rows)
+    if compiled:  # peel first: tunnels are never plain TCP, so the rest is decoded once
+        undecoded = np.arange(len(batch.offset))
+        status, inner, kind, key = encap.peel(batch.data, batch.offset, batch.caplen,
+                                              batch.linktype)
+        tun = status != encap.NOT_TUNNEL
+        if not tun.any():
+            return _decode_plain(batch, skipped)
+        plain = _decode_plain(_rows(batch, np.flatnonzero(~tun)), skipped)
+    else:  # peeling is per packet here: only what the numpy decoder could not read
+        trial: collections.Counter = collections.Counter()
+        plain = _decode_plain(batch, trial)
+        undecoded = np.flatnonzero(~np.isin(batch.frame, plain["frame"]))
+        status, inner, kind, key = encap.peel_numpy(
+            batch.data, batch.offset[undecoded], batch.caplen[undecoded],
+            batch.linktype[undecoded])
+        tun = status != encap.NOT_TUNNEL
+        if not tun.any():
+            skipped.update(trial)
+            return plain
+        # the numpy decoder's reasons for the records that are not tunnels
+        _decode_plain(_rows(batch, undecoded[~tun]), skipped)
+    peeled = status == encap.PEELED
+    if not peeled.all():
+        for st, reason in encap.REASONS.items():
+            n_st = int(np.count_nonzero(status == st))
+            if n_st:
+                skipped[reason] += n_st
+    if len(peeled) == len(batch.offset) and peeled.all():  # all tunnelled: no row selection
+        ok = rows = slice(None)
+        sub = _rows(batch, rows)
+    else:
+        ok = np.flatnonzero(peeled)
+        if not len(ok):
+            return plain
+        rows = undecoded[ok]
+        sub = _rows(batch, rows)
     at = inner[ok]
     sub.offset = sub.offset + at
     sub.caplen = sub.caplen - at
@@ -455,7 +468,8 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
     cols = decode(sub, skipped) if compiled else _decode_plain(sub, skipped)
     if len(cols["frame"]):
         tunnels = batch.tunnels if batch.tunnels is not None else encap.Tunnels()
-        got = np.searchsorted(sub.frame, cols["frame"])
+        got = (slice(None) if len(cols["frame"]) == len(sub.frame)
+               else np.searchsorted(sub.frame, cols["frame"]))
         cols["tunnel"] = tunnels.numbers(key[ok][got], batch.data, batch.offset[rows][got],
                                          batch.caplen[rows][got], batch.linktype[rows][got])
     if not len(plain["frame"]):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
+import pandas as pd
 
 MAX_DEPTH = 8  # encapsulation layers before a record is skipped as a loop
 MAX_MPLS_LABELS = 8
@@ -332,15 +333,20 @@ class Tunnels:
                 caplen: np.ndarray, linktype: np.ndarray) -> np.ndarray:
         """Numbers of the tunnel keys of peeled records (a new tunnel is described from its
         first record: `peel_one` once per tunnel, not per packet)."""
-        uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        if len(keys) and keys[0] == keys[-1] and (keys == keys[0]).all():  # one tunnel
+            codes, uniq = np.zeros(len(keys), np.int64), keys[:1]
+        else:
+            codes, uniq = pd.factorize(keys)
+        # factorize numbers by first appearance: a key's first row is where a new code starts
+        first = np.flatnonzero(codes > np.maximum.accumulate(np.r_[-1, codes[:-1]]))
         nums = np.empty(len(uniq), np.uint32)
-        for j, (k, i) in enumerate(zip(uniq.tolist(), first.tolist())):
+        for j, (k, i) in enumerate(zip(np.asarray(uniq, np.uint64).tolist(), first.tolist())):
             if k not in self.number:
                 o, c = int(offset[i]), int(caplen[i])
                 self.layers.append(describe(peel_one(data[o:o + c].tobytes(), int(linktype[i]))[4]))
                 self.number[k] = len(self.layers)
             nums[j] = self.number[k]
-        return nums[inv.reshape(-1)]
+        return nums[codes]
 
 
 def peel_numpy(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, linktype: np.ndarray
