@@ -644,8 +644,9 @@ def _nagle_text(e: dict[str, Any]) -> str:
     return f"{e['nagle']} ({rule} rule)" if rule in ("classic", "minshall") else e["nagle"]
 
 
-def _flow_notes(f: dict[str, Any]) -> list[str]:
-    """Lines on what was inferred, the Nagle holds and why late ACKs were not stalls."""
+def _flow_notes(f: dict[str, Any], options_cut: bool = False) -> list[str]:
+    """Lines on what was inferred, the Nagle holds and why late ACKs were not stalls
+    (`options_cut`: the capture's snap length cut TCP options)."""
     out = []
     guessed = []
     if f["roles"] == "guessed":
@@ -653,7 +654,8 @@ def _flow_notes(f: dict[str, Any]) -> list[str]:
     mss = {e["mss_from"] for e in f["endpoints"].values()}
     if mss - {"syn"}:
         how = "guessed" if "guessed" in mss else "inferred from repeated full segments"
-        guessed.append(f"MSS {how} (no SYN option)")
+        why = "SYN options cut by the snap length" if options_cut else "no SYN option"
+        guessed.append(f"MSS {how} ({why})")
     if f["rtt_ms"] is None:
         guessed.append("round trips unknown (no handshake, no undelayed data/ACK pair)")
     if guessed:
@@ -788,7 +790,7 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
                      f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                      f"without them ~{f['duration_without_stalls_s']:.3f} s")
         lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
-        lines += [f"  {x}" for x in _flow_notes(f)]
+        lines += [f"  {x}" for x in _flow_notes(f, bool(c["skipped"].get("options-cut")))]
         for side in SIDES:
             e = f["endpoints"][side]
             da = (f"{e['delayed_ack_ms']:.1f} ms {timer_name(e['delayed_ack_ms'])}".rstrip()
@@ -819,7 +821,7 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
                          f"{human_count(f['packets'])} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")
-            lines += [f"        {x}" for x in _flow_notes(f)]
+            lines += [f"        {x}" for x in _flow_notes(f, bool(c["skipped"].get("options-cut")))]
         if len(clean_ids) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {human_count(len(clean_ids) - TEXT_LISTED_FLOWS)} more")
     return "\n".join(fit_lines(lines, width)) + "\n"

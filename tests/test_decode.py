@@ -213,3 +213,43 @@ def test_options_of_many_packets_at_once_match_the_one_packet_parser(blobs):
     got = _tcp_options_rows(data, at, np.array([len(b) for b in blobs]))
     for i, b in enumerate(blobs):
         assert tuple(int(col[i]) for col in got) == _one_packet_options(b)
+
+
+EDITCAP = __import__("shutil").which("editcap")
+TSHARK = __import__("shutil").which("tshark")
+
+
+@pytest.mark.skipif(EDITCAP is None or TSHARK is None, reason="editcap/tshark not installed")
+@pytest.mark.parametrize("snaplen", [64, 68])
+def test_options_cut_by_the_snap_length_keep_the_packet_and_its_header_fields(snaplen, tmp_path):
+    """A real capture cut as `tcpdump -s 64` / `-s 68` cuts it (editcap -s): every packet is
+    still analysed, the ones whose TCP options were cut counted as options-cut (as many as
+    tshark finds headers longer than the snap length), the stalls and roles unchanged; the
+    MSS is guessed, and the text says why."""
+    import subprocess
+
+    import nagleprobe
+
+    full = SAMPLES / "confirm_netns_client.pcap"
+    cut = tmp_path / f"cut{snaplen}.pcap"
+    subprocess.run([EDITCAP, "-s", str(snaplen), str(full), str(cut)], check=True)
+    rows = subprocess.run([TSHARK, "-n", "-r", str(full), "-T", "fields", "-e", "ip.hdr_len",
+                           "-e", "tcp.hdr_len"], capture_output=True, text=True,
+                          check=True).stdout.split("\n")
+    longer = sum(14 + int(a) + int(b) > snaplen for a, b in (r.split("\t") for r in rows if r))
+    want = nagleprobe.analyze(str(full)).to_dict()
+    report = nagleprobe.analyze(str(cut))
+    got = report.to_dict()
+    assert longer > 0
+    assert got["capture"]["skipped"] == {"options-cut": longer}
+    assert got["capture"]["tcp_packets"] == want["capture"]["tcp_packets"]
+    assert [s["frames"] for s in got["stalls"]] == [s["frames"] for s in want["stalls"]]
+    assert [f["roles"] for f in got["flows"]] == ["handshake"]
+    assert {e["mss_from"] for e in got["flows"][0]["endpoints"].values()} == {"guessed"}
+    assert "MSS guessed (SYN options cut by the snap length)" in report.to_text()
+    skipped = Counter()
+    cols = [decode(b, skipped) for b in CaptureReader(str(cut))][0]
+    ref = [decode(b, Counter()) for b in CaptureReader(str(full))][0]
+    for k in ("seq", "ack", "flags", "window", "payload", "sport", "dport"):
+        assert np.array_equal(cols[k], ref[k]), k
+    assert (cols["mss"] == -1).all() or snaplen == 68
