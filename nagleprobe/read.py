@@ -82,13 +82,16 @@ MIN_BLOCK = {BT_EPB: 32, BT_PB: 32, BT_SPB: 16, BT_IDB: 20}
 
 LINKTYPE_NAMES = {
     0: "NULL", 1: "EN10MB", 12: "RAW", 101: "RAW", 108: "LOOP", 113: "LINUX_SLL",
-    228: "IPV4", 229: "IPV6", 276: "LINUX_SLL2",
+    228: "IPV4", 229: "IPV6", 276: "LINUX_SLL2", 9: "PPP", 50: "PPP_HDLC", 104: "C_HDLC",
+    239: "NFLOG", 258: "PKTAP", 149: "PKTAP", 105: "IEEE802_11", 127: "IEEE802_11_RADIOTAP",
+    192: "PPI", 119: "PRISM_HEADER",
     # not decoded, named for messages
-    6: "IEEE802_5", 9: "PPP", 10: "FDDI", 50: "PPP_HDLC", 104: "C_HDLC", 105: "IEEE802_11",
-    127: "IEEE802_11_RADIOTAP", 147: "USER0", 187: "BLUETOOTH_HCI_H4", 189: "USB_LINUX",
-    192: "PPI", 195: "IEEE802_15_4", 220: "USB_LINUX_MMAPPED", 249: "NETLINK", 239: "NFLOG",
+    6: "IEEE802_5", 10: "FDDI", 147: "USER0", 187: "BLUETOOTH_HCI_H4", 189: "USB_LINUX",
+    195: "IEEE802_15_4", 220: "USB_LINUX_MMAPPED", 249: "NETLINK",
 }
-SUPPORTED_LINKTYPES = frozenset({0, 1, 12, 101, 108, 113, 228, 229, 276})
+# 149 is LINKTYPE_USER2 by the registry, but macOS tcpdump writes its PKTAP headers as 149
+SUPPORTED_LINKTYPES = frozenset({0, 1, 12, 101, 108, 113, 228, 229, 276, 9, 50, 104, 239, 258,
+                                 149, 105, 127, 192, 119})
 
 
 def linktype_name(lt: int) -> str:
