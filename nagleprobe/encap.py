@@ -329,6 +329,12 @@ class Tunnels:
         self.number: dict[int, int] = {}  # tunnel key -> number
         self.layers: list[list[dict]] = []  # by number - 1
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tunnels) and (self.number, self.layers) == (other.number,
+                                                                               other.layers)
+
+    __hash__ = None  # mutable
+
     def numbers(self, keys: np.ndarray, data: np.ndarray, offset: np.ndarray,
                 caplen: np.ndarray, linktype: np.ndarray) -> np.ndarray:
         """Numbers of the tunnel keys of peeled records (a new tunnel is described from its
