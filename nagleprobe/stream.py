@@ -98,8 +98,9 @@ class _Tuples:
             if self.count > len(self._ver):
                 self._ver = np.concatenate([self._ver, np.zeros(
                     max(self.count - len(self._ver), len(self._ver)), dtype=np.uint8)])
-            new = np.flatnonzero(tid >= before)
-            self._ver[tid[new]] = c["ipver"][new]
+            # ids come by first appearance: a new tuple's first row is above all before it
+            first = np.flatnonzero(tid > np.maximum.accumulate(np.r_[before - 1, tid[:-1]]))
+            self._ver[tid[first]] = c["ipver"][first]
         return tid, from_low
 
     def ends(self, ids: np.ndarray) -> TupleEnds:
