@@ -267,6 +267,8 @@ def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
     near_timer = np.zeros(m, dtype=bool)
     for t in KNOWN_TIMERS_MS:
         near_timer |= np.abs(delay - t) <= 0.15 * t
-    how = np.asarray(rtt_how, dtype=object)[st["flow"]]
-    conf = conf - RTT_UNKNOWN_PENALTY * (how == "none") - RTT_FROM_DATA_PENALTY * (how != "handshake")
+    how = np.asarray(rtt_how, dtype=object)  # per flow
+    penalty = (RTT_UNKNOWN_PENALTY * (how == "none")
+               + RTT_FROM_DATA_PENALTY * (how != "handshake")).astype(float)
+    conf = conf - penalty[st["flow"]]
     return np.round(np.minimum(conf + 0.05 * near_timer, 0.99), 2)
