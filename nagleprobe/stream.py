@@ -165,6 +165,7 @@ def _libc_trim():
 
 _malloc_trim = _libc_trim()
 TRIM_EVERY = 16
+TRIM_ROWS = 1 << 20  # joined result columns this long give their copies back at once
 
 
 def release_free_memory() -> None:
@@ -606,6 +607,7 @@ def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]
         col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
         columns[name] = col[order]
         del col
-        release_free_memory()
+        if len(order) > TRIM_ROWS:  # a trim costs milliseconds: only for big columns
+            release_free_memory()
     parts.clear()
     return columns
