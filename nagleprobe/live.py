@@ -98,7 +98,8 @@ class LiveAnalyzer:
     _closed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     _last_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _touched: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    _reported: dict[int, np.ndarray] = field(default_factory=dict)  # S2 frames per tuple
+    # (tuple id << 40 | S2 frame) of the stalls reported whose S2 is still held, sorted
+    _reported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _flows: dict[int, _FlowTotals] = field(default_factory=dict)
     _period_end: int | None = None
 
@@ -206,35 +207,41 @@ class LiveAnalyzer:
         by_frame = np.argsort(w["frame"])
         first_row = np.searchsorted(w["frame"], f.seg["frame"][f.starts], sorter=by_frame)
         flow_tid = w["tid"][by_frame[first_row]]
-        events = []
         order = np.lexsort((st["released_frame"], st["released_ns"]))
+        flow = st["flow"][order]
+        tid = flow_tid[flow]
+        key = (tid << 40) | st["released_frame"][order].astype(np.int64)
+        done = self._reported
+        pos = np.minimum(np.searchsorted(done, key), max(len(done) - 1, 0))
+        seen = done[pos] == key if len(done) else np.zeros(len(key), bool)
+        new, tid, flow = order[~seen], tid[~seen], flow[~seen]
+        if not len(new):
+            return []
+        self._reported = np.union1d(self._reported, key[~seen])
         fl = f.flow
-        for j in order.tolist():
-            i = int(st["flow"][j])
-            t = int(flow_tid[i])
-            s2 = int(st["released_frame"][j])
-            done = self._reported.get(t)
-            if done is not None and s2 in done:
-                continue
-            self._reported[t] = np.r_[done, s2] if done is not None else np.array([s2])
-            client, server = str(fl["client"][i]), str(fl["server"][i])
-            sender = "client" if int(st["dir"][j]) == 0 else "server"
-            delay = float(st["stall_ns"][j]) / 1e6
-            totals = self._flows.setdefault(t, _FlowTotals(client, server))
+        client = fl["client"][flow].tolist()
+        server = fl["server"][flow].tolist()
+        col = {k: st[k][new].tolist() for k in ("dir", "released_ns", "stall_ns", "ack_delay_ns",
+                                                "small_frame", "ack_frame", "released_frame",
+                                                "held_bytes", "confidence")}
+        events = []
+        for j, t in enumerate(tid.tolist()):
+            sender = "client" if col["dir"][j] == 0 else "server"
+            delay = col["stall_ns"][j] / 1e6
+            totals = self._flows.setdefault(t, _FlowTotals(client[j], server[j]))
             totals.stalls += 1
             totals.lost_ms += delay
             totals.period_stalls += 1
             totals.period_lost_ms += delay
             totals.period_max_ms = max(totals.period_max_ms, delay)
             events.append({
-                "event": "stall", "time": _utc(st["released_ns"][j]), "flow": t,
-                "client": client, "server": server, "sender": sender,
-                "endpoint": client if sender == "client" else server,
+                "event": "stall", "time": _utc(col["released_ns"][j]), "flow": t,
+                "client": client[j], "server": server[j], "sender": sender,
+                "endpoint": client[j] if sender == "client" else server[j],
                 "delay_ms": round(delay, 3),
-                "peer_ack_delay_ms": round(float(st["ack_delay_ns"][j]) / 1e6, 3),
-                "frames": [int(st["small_frame"][j]), int(st["ack_frame"][j]), s2],
-                "held_bytes": int(st["held_bytes"][j]),
-                "confidence": float(st["confidence"][j])})
+                "peer_ack_delay_ms": round(col["ack_delay_ns"][j] / 1e6, 3),
+                "frames": [col["small_frame"][j], col["ack_frame"][j], col["released_frame"][j]],
+                "held_bytes": col["held_bytes"][j], "confidence": col["confidence"][j]})
         return events
 
     def _trim(self) -> None:
@@ -268,17 +275,14 @@ class LiveAnalyzer:
         keep &= ~drop_tail
         if not keep.all():
             self._held = {k: v[keep] for k, v in h.items()}
-            for g in np.flatnonzero(gone & (self._seen > 0)).tolist():
-                self._reported.pop(g, None)
             self._seen[gone] = 0  # a later packet starts over: its first rows are a handshake
             self._trimmed[gone] = False
             self._closed[gone] = 0
-            held_frames = self._held["frame"]
-            if drop_tail.any() and self._reported:
+            if len(self._reported):  # forget the S2 frames no longer held
                 oldest = np.full(len(self._seen), np.iinfo(np.int64).max)
-                np.minimum.at(oldest, self._held["tid"], held_frames.astype(np.int64))
-                for g, frames in list(self._reported.items()):
-                    self._reported[g] = frames[frames >= oldest[g]]
+                np.minimum.at(oldest, self._held["tid"], self._held["frame"].astype(np.int64))
+                r = self._reported
+                self._reported = r[(r & ((1 << 40) - 1)) >= oldest[r >> 40]]
 
     # ------------------------------------------------------------------ summaries
     def start_clock(self, ts_ns: int) -> None:
