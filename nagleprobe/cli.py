@@ -495,8 +495,9 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                 traceback.print_exc()
             click.echo(f"nagleprobe: error: {e}", err=True)
             sys.exit(e.status)
-        except BrokenPipeError:  # the reader of our output went away
-            sys.stderr.close()
+        except BrokenPipeError:  # the reader of our output went away: nothing more to say
+            if cap is not None:
+                cap.stop(0)
             os._exit(0)
         finally:
             if cap is not None:

@@ -162,12 +162,26 @@ class LiveAnalyzer:
         h = self._held
         touched = self._touched[h["tid"]]
         self._touched[:] = False
-        events: list[dict] = []
+        found: list[tuple[int, dict]] = []
         if touched.any():
             window = {k: v[touched] for k, v in h.items()}
-            events = self._stalls(self._rebased(window))
+            found = self._stalls(self._rebased(window))
         self._trim()
-        return events
+        return self._in_periods(found)
+
+    def _in_periods(self, found: list[tuple[int, dict]]) -> list[dict]:
+        """The stalls found (S2's time, event), each counted in the summary period of its
+        S2 (or the current one, if that period's summary is out already), with the
+        summaries of the periods that ended before each, in time order."""
+        out = []
+        for ns, event in sorted(found, key=lambda x: x[0]):
+            out += self.summary(at=ns)
+            tot = self._flows[event["flow"]]
+            tot.period_stalls += 1
+            tot.period_lost_ms += event["delay_ms"]
+            tot.period_max_ms = max(tot.period_max_ms, event["delay_ms"])
+            out.append(event)
+        return out + self.summary()
 
     def _rebased(self, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The window with the handshake of each connection whose tail was cut moved in
@@ -197,8 +211,9 @@ class LiveAnalyzer:
         out["seq"], out["ack"] = s.astype(w["seq"].dtype), a.astype(w["ack"].dtype)
         return out
 
-    def _stalls(self, w: dict[str, np.ndarray]) -> list[dict]:
-        """Run flows and detection on the window; the stalls not reported yet, as events."""
+    def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
+        """Run flows and detection on the window; the stalls not reported yet, as (S2's
+        time, event)."""
         uniq, local = np.unique(w["tid"], return_inverse=True)
         f = build_flows({k: w[k] for k in ANALYSED}, local)
         st = detect(f).stalls
@@ -231,17 +246,14 @@ class LiveAnalyzer:
             totals = self._flows.setdefault(t, _FlowTotals(client[j], server[j]))
             totals.stalls += 1
             totals.lost_ms += delay
-            totals.period_stalls += 1
-            totals.period_lost_ms += delay
-            totals.period_max_ms = max(totals.period_max_ms, delay)
-            events.append({
+            events.append((col["released_ns"][j], {
                 "event": "stall", "time": _utc(col["released_ns"][j]), "flow": t,
                 "client": client[j], "server": server[j], "sender": sender,
                 "endpoint": client[j] if sender == "client" else server[j],
                 "delay_ms": round(delay, 3),
                 "peer_ack_delay_ms": round(col["ack_delay_ns"][j] / 1e6, 3),
                 "frames": [col["small_frame"][j], col["ack_frame"][j], col["released_frame"][j]],
-                "held_bytes": col["held_bytes"][j], "confidence": col["confidence"][j]})
+                "held_bytes": col["held_bytes"][j], "confidence": col["confidence"][j]}))
         return events
 
     def _trim(self) -> None:
@@ -300,7 +312,7 @@ class LiveAnalyzer:
         """Once `summary_s` of capture time has passed since the last summary (the clock is
         at `at` if given, else the latest packet's time), or with `final`: one event per
         connection with stalls reported in the period."""
-        clock = max(self.now or 0, at or 0)
+        clock = at if at is not None else (self.now or 0)
         if self._period_end is None or (not final and clock < self._period_end):
             return []
         end = self.now if final else self._period_end
@@ -404,23 +416,9 @@ def events(reader: CaptureReader, live: LiveAnalyzer, skipped: Counter,
     for batch in reader:
         cols = decode(batch, skipped)
         del batch
-        # a chunk that spans the end of a summary period is fed in two, with the summary
-        # between (records read at once, from a file or a burst, still get their periods)
-        if len(cols["ts_ns"]):
-            live.start_clock(int(cols["ts_ns"].min()))
-        while len(cols["ts_ns"]) and live.period_end is not None:
-            after = cols["ts_ns"] >= live.period_end
-            if not after.any():
-                break
-            cut = int(np.argmax(after))
-            if cut:
-                yield from live.feed({k: v[:cut] for k, v in cols.items()})
-            yield from live.summary(at=int(cols["ts_ns"][cut]))
-            cols = {k: v[cut:] for k, v in cols.items()}
         quick = time.monotonic() - last < min_interval_s and live.packets > 0
         yield from live.feed(cols, analyse=not quick or _input_waits(reader))
         last = time.monotonic()
-        yield from live.summary()
     yield from live.feed({k: np.zeros(0, t) for k, t in ANALYSED.items()})
 
 
