@@ -445,7 +445,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
     """
     import signal
 
-    from .live import LiveStream
+    from .live import LIVE_CHUNK_BYTES, LiveStream
     from .live import watch as run_watch
     from .read import CaptureReader
     from .record import Capture, RecordError
@@ -485,7 +485,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                     raise CaptureError(name, e.strerror or str(e)) from None
             stream = LiveStream(raw, follow=follow is not None, name=name)
             try:
-                reader = CaptureReader(name, chunk_bytes=1 << 20, stream=stream)
+                reader = CaptureReader(name, chunk_bytes=LIVE_CHUNK_BYTES, stream=stream)
             except KeyboardInterrupt:  # stopped before the capture's header came
                 emit(line_for_nothing(fmt))
                 return

@@ -51,6 +51,9 @@ DEFAULT_SUMMARY_S = 10.0
 DEFAULT_IDLE_S = 3600.0  # a connection silent this long (capture time) is let go of
 CLOSED_GRACE_S = 2.0  # a closed connection's packets are let go of this long after its last
 LIVE_CHUNK_BYTES = 1 << 20
+# rows fed without an analysis (input coming faster than the analyses): then analyse anyway,
+# so what is held stays bounded when a file or a burst is read at full speed
+MAX_UNANALYSED_ROWS = 1 << 14
 _HELD = {**ANALYSED, "tid": np.int64, "from_low": np.bool_, "hs": np.bool_}
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
 
@@ -105,12 +108,13 @@ class LiveAnalyzer:
 
     # ------------------------------------------------------------------ input
     def feed(self, cols: dict[str, np.ndarray], analyse: bool = True) -> list[dict]:
-        """Take decoded TCP rows; with `analyse`, run the analysis and return the new
-        stalls (else they wait for the next call that analyses)."""
+        """Take decoded TCP rows; with `analyse` (or once MAX_UNANALYSED_ROWS rows wait),
+        run the analysis and return the new stalls and the summaries due (else they wait
+        for the next call that analyses)."""
         n = len(cols["frame"])
         if n:
             self._take(cols)
-        if not analyse or not self._new_rows:
+        if not self._new_rows or not (analyse or self._new_rows >= MAX_UNANALYSED_ROWS):
             return []
         return self.analyse()
 
