@@ -489,7 +489,8 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
             except KeyboardInterrupt:  # stopped before the capture's header came
                 emit(line_for_nothing(fmt))
                 return
-            run_watch(reader, emit, fmt, summary_s=summary_every, window_rows=window_rows)
+            run_watch(reader, emit, fmt, summary_s=summary_every, window_rows=window_rows,
+                      stream=stream)
         except RecordError as e:
             if debug:
                 traceback.print_exc()

@@ -370,6 +370,11 @@ class LiveStream:
     def stop(self) -> None:
         self._stopped = True
 
+    @property
+    def drained(self) -> bool:
+        """The last chunk read took everything there was: nothing more right now."""
+        return not self._got
+
     def readable(self) -> bool:
         return True
 
@@ -412,25 +417,20 @@ class LiveStream:
 
 
 def events(reader: CaptureReader, live: LiveAnalyzer, skipped: Counter,
-           min_interval_s: float = 0.05) -> Iterator[dict]:
-    """Stall and summary events as the reader's records come in; the stalls of records
-    that arrive faster than `min_interval_s` apart are looked for together (each analysis
-    covers the whole window of the connections that got packets)."""
+           stream: LiveStream | None = None, min_interval_s: float = 0.05) -> Iterator[dict]:
+    """Stall and summary events as the reader's records come in. The records of chunks
+    that come faster than `min_interval_s` apart are analysed together (each analysis
+    covers the whole window of the connections that got packets), unless the input
+    `stream` the reader reads has nothing more right now."""
     last = 0.0
     for batch in reader:
         cols = decode(batch, skipped)
         del batch
         quick = time.monotonic() - last < min_interval_s and live.packets > 0
-        yield from live.feed(cols, analyse=not quick or _input_waits(reader))
+        waits = stream is not None and stream.drained
+        yield from live.feed(cols, analyse=not quick or waits)
         last = time.monotonic()
     yield from live.feed({k: np.zeros(0, t) for k, t in ANALYSED.items()})
-
-
-def _input_waits(reader: CaptureReader) -> bool:
-    """Whether the reader's input has nothing more right now (then analyse at once)."""
-    stream = getattr(reader, "_stream", None)
-    raw = getattr(stream, "_raw", stream)
-    return isinstance(raw, LiveStream) and not raw._got
 
 
 def line(event: dict, fmt: str) -> str:
@@ -463,15 +463,16 @@ def line(event: dict, fmt: str) -> str:
 
 def watch(reader: CaptureReader, emit: Callable[[str], None], fmt: str = "text",
           summary_s: float = DEFAULT_SUMMARY_S, window_rows: int = DEFAULT_WINDOW_ROWS,
-          idle_s: float = DEFAULT_IDLE_S) -> dict:
+          idle_s: float = DEFAULT_IDLE_S, stream: LiveStream | None = None) -> dict:
     """Report the stalls of `reader`'s records as they come in, a summary every `summary_s`
     of capture time, and at the end of input or on Ctrl-C (KeyboardInterrupt) the final
-    report; each through `emit` (one line or, for the text final report, a few). Returns
-    the final event."""
+    report; each through `emit` (one line or, for the text final report, a few). `stream`:
+    the LiveStream the reader reads, if any (its pauses start an analysis at once).
+    Returns the final event."""
     live = LiveAnalyzer(window_rows=window_rows, summary_s=summary_s, idle_s=idle_s)
     skipped: Counter = Counter()
     try:
-        for event in events(reader, live, skipped):
+        for event in events(reader, live, skipped, stream):
             emit(line(event, fmt))
     except KeyboardInterrupt:
         pass

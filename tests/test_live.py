@@ -21,7 +21,7 @@ from capture_env import require_capture
 from capgen import pcap_records
 from nagleprobe import analyze
 from nagleprobe.decode import decode
-from nagleprobe.live import HANDSHAKE_ROWS, LiveAnalyzer
+from nagleprobe.live import HANDSHAKE_ROWS, MAX_UNANALYSED_ROWS, LiveAnalyzer
 from nagleprobe.read import CaptureReader
 from splitwrite import free_port
 
@@ -128,6 +128,21 @@ def test_what_is_held_per_connection_is_bounded_whatever_its_length():
     want = detect(build_flows(cols)).stalls
     assert len(want["flow"]) > 3000  # the test means something: many stalls, far apart
     assert sorted(e["frames"][2] for e in events) == sorted(want["released_frame"].tolist())
+
+
+def test_rows_fed_faster_than_the_analyses_are_analysed_anyway_before_they_pile_up():
+    """Input coming faster than the analyses (a file read at full speed): once
+    MAX_UNANALYSED_ROWS rows wait, the analysis runs anyway and the tail is cut."""
+    cols = long_connection(1000)
+    window, piece = 64, 1000
+    live = LiveAnalyzer(window_rows=window)
+    stalls = 0
+    for at in range(0, len(cols["frame"]), piece):
+        got = live.feed({k: v[at:at + piece] for k, v in cols.items()}, analyse=False)
+        stalls += sum(e["event"] == "stall" for e in got)
+    assert len(cols["frame"]) > 5 * MAX_UNANALYSED_ROWS
+    assert live.peak_held_rows <= HANDSHAKE_ROWS + window + MAX_UNANALYSED_ROWS + piece
+    assert stalls > 0
 
 
 def test_a_connection_past_4_gib_of_sequence_space_is_still_read_right():
