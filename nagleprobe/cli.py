@@ -27,7 +27,7 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
              "(check), 2 usage error, 3 unreadable capture, 4 internal error, 5 capture not "
-             "possible (record), 6 no TCP flow to check (check), 127 command not found "
+             "possible (record, watch -i), 6 no TCP flow to check (check), 127 command not found "
              "(record). Details: COMMAND --help.")
 
 
@@ -440,7 +440,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
     \b
     Examples:
       tcpdump -U -w - 'tcp port 443' | nagleprobe watch -
-      nagleprobe watch --follow /var/tmp/cap.pcap --format jsonl | jq .
+      nagleprobe watch --follow /var/tmp/cap.pcap --format jsonl
       nagleprobe watch -i eth0 --filter 'tcp port 8000'
     """
     import signal
