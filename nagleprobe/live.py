@@ -43,6 +43,7 @@ from .decode import decode
 from .detect import detect
 from .flows import ACK, FIN, RST, SYN, build_flows
 from .read import CaptureReader
+from .report import human_count, human_ms
 from .stream import ANALYSED, _Tuples
 
 DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed
@@ -434,30 +435,34 @@ def events(reader: CaptureReader, live: LiveAnalyzer, skipped: Counter,
 
 
 def line(event: dict, fmt: str) -> str:
-    """One output line for an event: JSON, or text for people."""
+    """One output line for an event: JSON, or text for people (counts and times written
+    as in the text report: thousands separated, seconds from 10 s on)."""
     if fmt == "jsonl":
         return json.dumps(event, separators=(",", ":"))
     kind = event["event"]
+    flow = f"flow {event.get('flow')} {event.get('client')} -> {event.get('server')}"
     if kind == "stall":
         s1, a, s2 = event["frames"]
         peer = "server" if event["sender"] == "client" else "client"
-        return (f"{event['time']} stall flow {event['flow']} {event['client']} -> "
-                f"{event['server']}: {event['sender']} {event['endpoint']} held "
-                f"{event['held_bytes']} B for {event['delay_ms']:.1f} ms behind the {peer}'s "
-                f"delayed ACK ({event['peer_ack_delay_ms']:.1f} ms); frames #{s1} #{a} #{s2}; "
-                f"confidence {event['confidence']:.2f}")
+        return (f"{event['time']} stall {flow}: {event['sender']} {event['endpoint']} held "
+                f"{human_count(event['held_bytes'])} B for {human_ms(event['delay_ms'])} "
+                f"behind the {peer}'s delayed ACK ({human_ms(event['peer_ack_delay_ms'])}); "
+                f"frames #{s1} #{a} #{s2}; confidence {event['confidence']:.2f}")
     if kind == "summary":
-        return (f"{event['time']} summary flow {event['flow']} {event['client']} -> "
-                f"{event['server']}: {event['stalls']} stalls, {event['lost_ms']:.1f} ms lost "
-                f"in the last {event['period_s']:g} s (longest {event['max_delay_ms']:.1f} ms)")
-    out = [f"watch ended: {event['packets']} packets read, {event['tcp_packets']} TCP in "
-           f"{event['connections']} connection{'' if event['connections'] == 1 else 's'}; {event['stalls']} stalls costing "
-           f"{event['lost_ms']:.1f} ms"]
-    skipped = ", ".join(f"{k} {v}" for k, v in sorted(event["skipped"].items()) if v)
+        return (f"{event['time']} summary {flow}: {human_count(event['stalls'])} stalls, "
+                f"{human_ms(event['lost_ms'])} lost in the last {event['period_s']:g} s "
+                f"(longest {human_ms(event['max_delay_ms'])})")
+    n = event["connections"]
+    out = [f"watch ended: {human_count(event['packets'])} packets read, "
+           f"{human_count(event['tcp_packets'])} TCP in {human_count(n)} "
+           f"connection{'' if n == 1 else 's'}; {human_count(event['stalls'])} stalls "
+           f"costing {human_ms(event['lost_ms'])}"]
+    skipped = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(event["skipped"].items())
+                        if v)
     out.append(f"  skipped: {skipped or 'none'}")
     out += [f"  warning: {w}" for w in event["warnings"]]
-    out += [f"  flow {f['flow']} {f['client']} -> {f['server']}: {f['stalls']} stalls, "
-            f"{f['lost_ms']:.1f} ms lost" for f in event["flows"]]
+    out += [f"  flow {f['flow']} {f['client']} -> {f['server']}: {human_count(f['stalls'])} "
+            f"stalls, {human_ms(f['lost_ms'])} lost" for f in event["flows"]]
     return "\n".join(out)
 
 
