@@ -306,3 +306,29 @@ def test_live_capture_reports_stalls_before_the_client_finishes():
     slow = sum(1 for ms in truth["latency_ms"] if ms >= 25)
     assert abs(len(stalls) - slow) <= 2
     assert events[-1][1]["event"] == "final"
+
+
+WATCH_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "nagleprobe" / "schema"
+                           / "watch-events.schema.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["echo_split_lo.pcap", "proxy_any.pcap", "bridge_any.pcap",
+                                  "formats/port_reuse.pcap"])
+def test_every_jsonl_event_has_the_schema_shipped_in_the_package(name):
+    import jsonschema
+
+    proc = subprocess.run([sys.executable, "-m", "nagleprobe", "watch", "--format", "jsonl",
+                           "--summary-every", "0.2", str(SAMPLES / name)],
+                          capture_output=True, text=True, check=True)
+    events = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert {e["event"] for e in events} == {"stall", "summary", "final"}
+    for e in events:
+        jsonschema.validate(e, WATCH_SCHEMA)
+
+
+def test_the_readme_names_every_field_of_the_jsonl_events():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Live traffic: `nagleprobe watch`", 1)[1].split("\n## ", 1)[0]
+    for kind in WATCH_SCHEMA["oneOf"]:
+        for name in kind["properties"]:
+            assert f"`{name}`" in section or name == "event", name
