@@ -295,11 +295,18 @@ class LiveAnalyzer:
             self._seen[gone] = 0  # a later packet starts over: its first rows are a handshake
             self._trimmed[gone] = False
             self._closed[gone] = 0
-            if len(self._reported):  # forget the S2 frames no longer held
+            if len(self._reported):  # forget the S2 frames no longer held (in the tails)
                 oldest = np.full(len(self._seen), np.iinfo(np.int64).max)
-                np.minimum.at(oldest, self._held["tid"], self._held["frame"].astype(np.int64))
+                tail = ~self._held["hs"]
+                np.minimum.at(oldest, self._held["tid"][tail],
+                              self._held["frame"][tail].astype(np.int64))
                 r = self._reported
                 self._reported = r[(r & ((1 << 40) - 1)) >= oldest[r >> 40]]
+
+    @property
+    def remembered_stalls(self) -> int:
+        """Stalls remembered as reported (those whose S2 is still held)."""
+        return len(self._reported)
 
     # ------------------------------------------------------------------ summaries
     def start_clock(self, ts_ns: int) -> None:

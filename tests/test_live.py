@@ -122,6 +122,7 @@ def test_what_is_held_per_connection_is_bounded_whatever_its_length():
         events += live.feed({k: v[at:at + piece] for k, v in cols.items()})
     events = [e for e in events if e["event"] == "stall"]
     assert live.peak_held_rows <= HANDSHAKE_ROWS + window + piece
+    assert live.remembered_stalls <= window  # only the stalls whose S2 is still held
     from nagleprobe.flows import build_flows
     from nagleprobe.detect import detect
 
