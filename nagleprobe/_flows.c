@@ -350,6 +350,80 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
     return done(b, 5, 0, NULL);
 }
 
+/* turn_stats(flow, dir, ts, payload, acked_by, quick_ns, typical, count, smallest, upper, late)
+ * -> number of late rows: flows._turn_stats, the data -> ACK turnarounds that cannot hold a
+ * delayed ACK, per direction group (flow * 2 + dir). Rows come in flow order (time order
+ * within a flow). A sample is a row with payload whose first covering ACK (`acked_by`, -1
+ * if none) came at or after it and either carries data or came within `quick_ns`. Per group:
+ * how many samples, the smallest, and the sample at rank floor(3 * (k - 1) / 4) of its first
+ * k <= `typical` samples sorted (capped at 2**32 - 1 ns). `late` gets the rows whose
+ * turnaround is not such a sample (in row order). */
+#define MAX_TYPICAL 64
+
+static void turn_upper(int64_t *first, int64_t k, int64_t *out)
+{
+    for (int64_t a = 1; a < k; a++) { /* insertion sort: k is small */
+        int64_t v = first[a], b = a - 1;
+        while (b >= 0 && first[b] > v) {
+            first[b + 1] = first[b];
+            b--;
+        }
+        first[b + 1] = v;
+    }
+    *out = first[(3 * (k - 1)) / 4];
+}
+
+static PyObject *turn_stats(PyObject *self, PyObject *args)
+{
+    Py_buffer b[9];
+    long long quick;
+    int typical;
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Liw*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4],
+                          &quick, &typical, &b[5], &b[6], &b[7], &b[8]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, groups = b[5].len / 8;
+    int ok = b[1].len == n && b[2].len == n * 8 && b[3].len == n * 8 && b[4].len == n * 8
+             && b[6].len == groups * 8 && b[7].len == groups * 8 && b[8].len == n * 8
+             && typical > 0 && typical <= MAX_TYPICAL;
+    const int64_t *flow = b[0].buf, *ts = b[2].buf, *payload = b[3].buf, *by = b[4].buf;
+    const uint8_t *dir = b[1].buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok &= dir[i] <= 1 && flow[i] >= 0 && 2 * flow[i] + 1 < groups && by[i] < n
+              && (i == 0 || flow[i] >= flow[i - 1]);
+    if (!ok)
+        return done(b, 9, 0, "turn_stats: inconsistent columns");
+    int64_t *count = b[5].buf, *smallest = b[6].buf, *upper = b[7].buf, *late = b[8].buf;
+    Py_ssize_t nlate = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t first[2][MAX_TYPICAL];
+    memset(count, 0, groups * 8);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t g = 2 * flow[i] + dir[i];
+        if (by[i] >= 0 && payload[i] > 0) {
+            int64_t turn = ts[by[i]] - ts[i];
+            if (turn >= 0 && (payload[by[i]] > 0 || turn < quick)) {
+                int64_t k = count[g]++;
+                smallest[g] = k == 0 || turn < smallest[g] ? turn : smallest[g];
+                if (k < typical)
+                    first[dir[i]][k] = turn < 4294967295LL ? turn : 4294967295LL;
+            } else if (turn >= 0) {
+                late[nlate++] = i;
+            }
+        }
+        if (i == n - 1 || flow[i + 1] != flow[i]) /* the flow's last row: its two groups */
+            for (int d = 0; d < 2; d++) {
+                int64_t h = 2 * flow[i] + d;
+                if (count[h])
+                    turn_upper(first[d], count[h] < typical ? count[h] : typical, &upper[h]);
+            }
+    }
+    Py_END_ALLOW_THREADS
+    for (int j = 0; j < 9; j++)
+        PyBuffer_Release(&b[j]);
+    return PyLong_FromSsize_t(nlate);
+}
+
 static PyMethodDef methods[] = {
     {"neighbours", neighbours, METH_VARARGS,
      "Nearest earlier (or later) row of each row's flow in the same and the other direction."},
@@ -358,6 +432,8 @@ static PyMethodDef methods[] = {
     {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},
     {"sequence_space", sequence_space, METH_VARARGS,
      "Relative, unwrapped seq/ack and classification of every segment, per direction."},
+    {"turn_stats", turn_stats, METH_VARARGS,
+     "Per direction, the data -> ACK turnarounds that cannot hold a delayed ACK."},
     {"ack_links", ack_links, METH_VARARGS,
      "Running highest ACK per direction, and the first ACK covering each new segment."},
     {NULL, NULL, 0, NULL},

@@ -191,12 +191,42 @@ def grouped_cummax(values: np.ndarray, group: np.ndarray, exclusive: bool = Fals
     return acc
 
 
+@dataclass(frozen=True)
+class TupleEnds:
+    """The two endpoints of each 4-tuple (indexed by tuple id): the IP version, and the
+    address words and port of its 'lower' endpoint (`_lower`) and of its higher one. With
+    each row's direction (`from_low`) they give the row's addresses and ports, so the
+    stream holds one byte per packet for them instead of 37."""
+
+    ipver: np.ndarray
+    lo_hi: np.ndarray
+    lo_lo: np.ndarray
+    lo_port: np.ndarray
+    hi_hi: np.ndarray
+    hi_lo: np.ndarray
+    hi_port: np.ndarray
+
+    def column(self, name: str, tup: np.ndarray, from_low: np.ndarray) -> np.ndarray:
+        """The decoded column `name` (ipver, src_hi, ..., dport) of rows of tuples `tup`
+        travelling from the lower endpoint where `from_low`."""
+        if name == "ipver":
+            return self.ipver[tup]
+        field = name[4:] if name.endswith(("_hi", "_lo")) else "port"
+        mine, peer = getattr(self, "lo_" + field)[tup], getattr(self, "hi_" + field)[tup]
+        src = name.startswith("src_") or name == "sport"
+        return np.where(from_low == src, mine, peer)
+
+
 class _Sorted:
     """Decoded columns seen through a row order: whole columns are gathered (once) only
-    when asked for; `at` gathers just a few rows (flow starts, SYNs)."""
+    when asked for; `at` gathers just a few rows (flow starts, SYNs). Addresses and ports
+    not held per row come from the tuples' endpoints (`ends`, with each row's tuple
+    `tup` and direction column `from_low`)."""
 
-    def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray) -> None:
+    def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray,
+                 ends: TupleEnds | None = None, tup: np.ndarray | None = None) -> None:
         self.cols, self.order, self.cache = cols, order, {}
+        self.ends, self.tup = ends, tup
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.cache:
@@ -204,7 +234,10 @@ class _Sorted:
         return self.cache[name]
 
     def at(self, name: str, rows: np.ndarray) -> np.ndarray:
-        return self.cols[name][self.order[rows]]
+        raw = self.order[rows]
+        if name in self.cols or self.ends is None:
+            return self.cols[name][raw]
+        return self.ends.column(name, self.tup[raw], self.cols["from_low"][raw])
 
 
 def _group_order(ids: np.ndarray) -> np.ndarray:
@@ -270,12 +303,15 @@ def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
     return ids
 
 
-def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -> Flows:
+def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
+                ends: TupleEnds | None = None) -> Flows:
     """Group decoded TCP packets into connections and classify every segment.
 
     `tuples`: each row's 4-tuple as an id 0..k-1, if the caller already knows them (the
     stream does); it saves finding them. Flows are numbered in the order of these ids (by
-    default: by first appearance in time order), unless a 4-tuple is reused.
+    default: by first appearance in time order), unless a 4-tuple is reused. `ends`: the
+    endpoints of each of those tuples; `cols` then holds each row's direction (`from_low`)
+    instead of its addresses and ports.
     """
     n = len(cols["frame"])
     ts = cols["ts_ns"]
@@ -287,7 +323,9 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
     if tuples is None:
         tup, from_low = _tuple_ids(cols)
     else:
-        tup, from_low = np.asarray(tuples, dtype=np.int64), _lower(*_endpoints(cols))
+        tup = np.asarray(tuples, dtype=np.int64)
+        from_low = cols["from_low"] if ends is not None else _lower(*_endpoints(cols))
+    raw_tup = tup
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     tup, from_low = tup[order], from_low[order]
     copies = _duplicates(cols, order, tup, from_low)
@@ -296,7 +334,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
         keep[copies] = False
         order, tup, from_low = order[keep], tup[keep], from_low[keep]
         n = len(order)
-    c = _Sorted(cols, order)
+    c = _Sorted(cols, order, ends, raw_tup)
     flags = c["flags"]
     syn_only = (flags & (SYN | ACK)) == SYN
 
@@ -318,7 +356,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
         regroup = np.argsort(rank[fid], kind="stable")
         order, fid = order[regroup], rank[fid][regroup]
         from_low, flags, syn_only = from_low[regroup], flags[regroup], syn_only[regroup]
-        c = _Sorted(cols, order)
+        c = _Sorted(cols, order, ends, raw_tup)
         starts = _group_starts(fid)
     nflows = len(starts)
     ends = np.r_[starts[1:], n].astype(np.int64) if nflows else starts
@@ -607,32 +645,29 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # (piggybacked on an answer), that came too soon to be delayed, or that acknowledge two
     # full segments or more (which must be ACKed at once). The smallest sample of each side
     # counts: one inflated by ARP, a queue or the peer's think time cannot hide the path.
-    paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
-    by, kp = seg["acked_by"][paired], key[paired]
-    turn_ns = ts[by] - ts[paired]
-    undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    count, smallest, upper, late = _turn_stats(seg, key, nflows * 2)
+    turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
+    known = count > 0
+    turn[known], typical[known] = smallest[known] / 1e6, upper[known] / 1e6
+    # (the upper quartile says how long the path usually takes at most: the reaction
+    # window's upper end allows for it, and one inflated sample does not move it)
     # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
     # (long paths, excerpts): their neighbours are looked up nearby, for few rows
-    late = np.flatnonzero(~undelayed & (turn_ns >= 0))
+    late = late[~known[key[late]]]
     if len(late):
-        known = np.bincount(kp[undelayed], minlength=nflows * 2) > 0
-        late = late[~known[kp[late]]]
-    if len(late):
-        two_full = _acks_two_full(seg, by[late], out["mss"].reshape(-1)[kp[late]])
+        by = seg["acked_by"][late]
+        turn_ns = ts[by] - ts[late]
+        two_full = _acks_two_full(seg, by, out["mss"].reshape(-1)[key[late]])
         # where the first ACK may have been delayed, the peer's next data (its answer,
         # which carries the ACK) still bounds the path from above
-        answer = _next_in_direction(seg, by[late], data=True)
+        answer = _next_in_direction(seg, by, data=True)
         ok = ~two_full & (answer >= 0)
-        ok[ok] = seg["ack"][answer[ok]] >= seg["end"][paired[late[ok]]]
-        turn_ns[late[ok]] = ts[answer[ok]] - ts[paired[late[ok]]]
-        undelayed[late[two_full | ok]] = True
-    # The upper quartile of the samples says how long the path usually takes at most (the
-    # reaction window's upper end allows for it; a single inflated sample does not move
-    # it); without data samples, the handshake's.
-    groups, smallest, upper = _sample_stats(kp[undelayed], turn_ns[undelayed])
-    turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
-    turn[groups], typical[groups] = smallest / 1e6, upper / 1e6
-    has_data = ~np.isnan(turn)
+        ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
+        turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
+        use = two_full | ok
+        groups, low, high = _sample_stats(key[late[use]], turn_ns[use])
+        turn[groups], typical[groups] = low / 1e6, high / 1e6
+    has_data = ~np.isnan(turn)  # without data samples, the handshake's
     typical = np.where(has_data, typical, np.stack([rs, rc], axis=1).reshape(-1))
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
     from_data = has_data[1::2] & has_data[0::2]
@@ -650,6 +685,40 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
                                "middle").astype(object)
     out["both_near"] = near_c & near_s
     return out
+
+
+def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The data -> ACK turnarounds that cannot hold a delayed ACK (the ACK carries data or
+    came within UNDELAYED_MS), per direction group `key` (flow * 2 + dir): how many, the
+    smallest and the upper quartile (`_sample_stats`), in nanoseconds; and the rows with
+    data whose ACK came later than that (in row order). Compiled (nagleprobe/_flows.c) when
+    built, else `_turn_stats_numpy`."""
+    if _compiled is None:
+        return _turn_stats_numpy(seg, key, ngroups)
+    n = len(key)
+    count, smallest, upper = (np.zeros(ngroups, dtype=np.int64) for _ in range(3))
+    late = np.empty(n, dtype=np.int64)
+    k = _compiled.turn_stats(
+        np.ascontiguousarray(seg["flow"], np.int64), np.ascontiguousarray(seg["dir"], np.uint8),
+        *(np.ascontiguousarray(seg[c], np.int64) for c in ("ts_ns", "payload", "acked_by")),
+        int(UNDELAYED_MS * 1e6), TYPICAL_SAMPLES, count, smallest, upper, late)
+    return count, smallest, upper, late[:k]
+
+
+def _turn_stats_numpy(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`_turn_stats` with numpy alone (the reference for the compiled version)."""
+    ts = seg["ts_ns"]
+    paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
+    by = seg["acked_by"][paired]
+    turn_ns = ts[by] - ts[paired]
+    undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
+    groups, low, high = _sample_stats(key[paired[undelayed]], turn_ns[undelayed])
+    count = np.bincount(key[paired[undelayed]], minlength=ngroups).astype(np.int64)
+    smallest, upper = np.zeros(ngroups, dtype=np.int64), np.zeros(ngroups, dtype=np.int64)
+    smallest[groups], upper[groups] = low, high
+    return count, smallest, upper, paired[~undelayed & (turn_ns >= 0)]
 
 
 def vantage_basis(rtt_how: str, rc: float, rs: float, both_near: bool) -> str:
