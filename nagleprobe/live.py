@@ -219,7 +219,7 @@ class LiveAnalyzer:
     def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
         """Run flows and detection on the window; the stalls not reported yet, as (S2's
         time, event)."""
-        uniq, local = np.unique(w["tid"], return_inverse=True)
+        _, local = np.unique(w["tid"], return_inverse=True)
         f = build_flows({k: w[k] for k in ANALYSED}, local)
         st = detect(f).stalls
         if not len(st["flow"]):

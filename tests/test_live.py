@@ -5,7 +5,6 @@ connection; the three inputs (stdin, a growing file, tcpdump on an interface).""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -196,9 +195,17 @@ def test_summaries_count_the_stalls_of_each_period_and_the_final_report_all():
             since = []
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C (SIGINT) as in a terminal's foreground job, even when the tests
+    run in the background of a shell (which starts its background jobs ignoring SIGINT, and
+    Python then never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def watch_proc(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "nagleprobe", "watch", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible, **kw)
 
 
 def read_lines(proc: subprocess.Popen, into: list) -> threading.Thread:
