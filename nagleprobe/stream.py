@@ -100,13 +100,12 @@ class _Tuples:
     def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
         before = self.count
-        tid, from_low = self._ids(c)
-        if self.count > before:  # the IP version of the new tuples
+        tid, from_low, first = self._ids(c)
+        if self.count > before:  # the IP version of the new tuples, from their first rows
             if self.count > len(self._ver):
                 self._ver = np.concatenate([self._ver, np.zeros(
                     max(self.count - len(self._ver), len(self._ver)), dtype=np.uint8)])
-            new = np.flatnonzero(tid >= before)
-            self._ver[tid[new]] = c["ipver"][new]
+            self._ver[before:self.count] = c["ipver"][first[:self.count - before]]
         return tid, from_low
 
     def ends(self, ids: np.ndarray) -> TupleEnds:
@@ -120,7 +119,7 @@ class _Tuples:
                          w[2], w[3], w[4] & np.uint64(0xFFFF),
                          (w[4] >> np.uint64(32)).astype(np.uint32))
 
-    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._compiled is None:
             return self._ids_numpy(c)
         n = len(c["sport"])
@@ -134,20 +133,22 @@ class _Tuples:
             self._compiled.reslot(self._slots, self._table, self.count)
         tid = np.empty(n, dtype=np.int64)
         from_low = np.empty(n, dtype=bool)
+        first = np.empty(n, dtype=np.int64)
         self.count = self._compiled.tuple_ids(
             *(np.ascontiguousarray(c[k], np.uint64) for k in ("src_hi", "src_lo", "dst_hi",
                                                                "dst_lo")),
             np.ascontiguousarray(c["sport"], np.uint16),
             np.ascontiguousarray(c["dport"], np.uint16),
             np.ascontiguousarray(_tunnel(c).astype(np.uint32)),
-            self._slots, self._table, self.count, tid, from_low.view(np.uint8))
-        return tid, from_low
+            self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
+        return tid, from_low, first
 
-    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         words, from_low = _tuple_words(c)
         codes, uniq = pd.factorize(_mix(words))
         pos = self._index.get_indexer(uniq)
         new = np.flatnonzero(pos < 0)
+        first = np.zeros(0, dtype=np.int64)  # the first row of each new tuple
         if len(new):
             pos[new] = len(self._index) + np.arange(len(new))
             where = np.full(len(uniq), -1, dtype=np.int64)
@@ -155,12 +156,13 @@ class _Tuples:
             where[codes[rows]] = rows  # first row of each code
             self._index = self._index.append(pd.Index(np.asarray(uniq[new], dtype=np.uint64)))
             self._words = [np.concatenate([s, w[where[new]]]) for s, w in zip(self._words, words)]
+            first = where[new]
         tid = pos[codes].astype(np.int64)
         for w, stored in zip(words, self._words):
             if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
                 raise RuntimeError("4-tuple hash collision while streaming")
         self.count = len(self._index)
-        return tid, from_low
+        return tid, from_low, first
 
 
 def _libc_trim():
@@ -172,6 +174,7 @@ def _libc_trim():
 
 _malloc_trim = _libc_trim()
 TRIM_EVERY = 16
+TRIM_ROWS = 1 << 20  # joined result columns this long give their copies back at once
 
 
 def release_free_memory() -> None:
@@ -613,6 +616,7 @@ def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]
         col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
         columns[name] = col[order]
         del col
-        release_free_memory()
+        if len(order) > TRIM_ROWS:  # a trim costs milliseconds: only for big columns
+            release_free_memory()
     parts.clear()
     return columns
