@@ -138,6 +138,8 @@ class Report:
             conf = rec.pop("confidence")
             rec["frames"] = {k: rec.pop(f"{k}_frame") for k in _STALL_POINTS}
             rec["times"] = {k: rec.pop(f"{k}_s") for k in _STALL_POINTS}
+            if "small_file" in rec:  # a file set: the file of each frame
+                rec["files"] = {k: rec.pop(f"{k}_file") for k in _STALL_POINTS}
             rec["confidence"] = conf
             docs.append(rec)
         return docs
@@ -176,7 +178,7 @@ class Report:
                             if c != "confidence" and c not in _TABLE_ONLY] + ["confidence"]]
         for a in range(0, len(flat), rows_per_piece):
             rows = flat.iloc[a:a + rows_per_piece].to_json(orient="records", double_precision=6)
-            for old, new in _STALL_SPLICE:
+            for old, new in _STALL_SPLICE + (_FILES_SPLICE if "small_file" in flat else []):
                 rows = rows.replace(old, new)
             yield ("," if a else "") + rows[1:-1]
         yield "]}"
@@ -333,6 +335,9 @@ _STALL_SPLICE = [('"small_frame":', '"frames":{"small":'), (',"ack_frame":', ',"
                  (',"released_frame":', ',"released":'), (',"small_s":', '},"times":{"small":'),
                  (',"ack_s":', ',"ack":'), (',"released_s":', ',"released":'),
                  (',"confidence":', '},"confidence":')]
+# a file set's stall columns small_file.. (between released_s and confidence) -> "files"
+_FILES_SPLICE = [(',"small_file":', '},"files":{"small":'), (',"ack_file":', ',"ack":'),
+                 (',"released_file":', ',"released":')]
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -743,6 +748,44 @@ def _seen(f: dict[str, Any]) -> str:
     if nagle:
         parts.append(f"Nagle {', '.join(nagle)}")
     return "; ".join(parts + ["no delayed-ACK stall" if f["nagle_holds"] else "no sender was held"])
+
+
+def name_files(r: Report, files: list[dict[str, Any]]) -> None:
+    """Turn a file set's report (frame numbers tagged with their file, see
+    `nagleprobe.fileset`) into one whose frame columns are Wireshark frame numbers in their
+    own file, each with a `*_file` column naming that file; list the files in
+    `capture["files"]`. Wireshark numbers conversations per file, so `tcp_stream` is NA."""
+    from .fileset import file_frames
+
+    names = np.asarray([f["path"] for f in files], dtype=object)
+    r.capture["files"] = files
+
+    def split(df: pd.DataFrame, frame_cols: list[str], before: str | None) -> pd.DataFrame:
+        add = {}
+        for c in frame_cols:
+            idx, local = file_frames(df[c].to_numpy(dtype=np.int64))
+            df[c] = local
+            add[c.removesuffix("_frame") + "_file"] = pd.array(names[idx], dtype=TEXT_DTYPE)
+        cols = list(df.columns)
+        at = cols.index(before) if before in cols else len(cols)
+        for j, (name, col) in enumerate(add.items()):
+            df.insert(at + j, name, col)
+        return df
+
+    r.stalls = split(r.stalls, [f"{k}_frame" for k in _STALL_POINTS], "confidence")
+    fl = r.flows
+    after_last = list(fl.columns).index("last_frame") + 1
+    nxt = fl.columns[after_last] if after_last < len(fl.columns) else None
+    r.flows = split(fl, ["first_frame", "last_frame"], nxt)
+    if "tcp_stream" in r.flows.columns:
+        r.flows["tcp_stream"] = pd.array([pd.NA] * len(r.flows), dtype="Int64")
+
+
+def file_numbers(capture: dict[str, Any]) -> dict[str, int] | None:
+    """A file set's files numbered 1.. as the text report names them (f1, f2, ...); None
+    for a single file."""
+    files = capture.get("files")
+    return {f["path"]: j + 1 for j, f in enumerate(files)} if files else None
 
 
 def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
