@@ -711,26 +711,32 @@ _WIDE_HEAD = ("    sender  small seg (S1)      late pure ACK       released (S2)
 _NARROW_HEAD = "    sender  S1 #      S1 at (s)  ACK #    S2 #      held  stall ms peer ms  conf"
 
 
-def evidence_lines(ev: list[dict[str, Any]], width: int) -> list[str]:
+def evidence_lines(ev: list[dict[str, Any]], width: int,
+                   files: dict[str, int] | None = None) -> list[str]:
     """The evidence table of a flow's stalls: the wide layout (frames and times of S1, the
-    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time)."""
+    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time). `files`
+    (a file set, see `file_numbers`): frames are shown as fN#frame, N the file's number."""
+    def at(s: dict[str, Any], k: str) -> str:
+        mark = f"#{s['frames'][k]}"
+        return f"f{files[s['files'][k]]}{mark}" if files and "files" in s else mark
+
     if width >= len(_WIDE_HEAD):
         lines = [_Pre(_WIDE_HEAD)]
         for s in ev:
-            fr, t = s["frames"], s["times"]
+            t = s["times"]
             lines.append(_Pre(
-                f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  "
-                f"#{fr['ack']:<7} {t['ack']:>10.6f}  #{fr['released']:<7} "
+                f"    {s['sender']:<6}  {at(s, 'small'):<8} {t['small']:>10.6f}  "
+                f"{at(s, 'ack'):<8} {t['ack']:>10.6f}  {at(s, 'released'):<8} "
                 f"{t['released']:>10.6f} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f}  "
                 f"{s['peer_ack_delay_ms']:>10.1f}  {s['confidence']:.2f}"))
         return lines
     lines = [_Pre(_NARROW_HEAD)]
     for s in ev:
-        fr, t = s["frames"], s["times"]
+        t = s["times"]
         lines.append(_Pre(
-            f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  #{fr['ack']:<7} "
-            f"#{fr['released']:<7} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f} "
-            f"{s['peer_ack_delay_ms']:>7.1f}  {s['confidence']:.2f}"))
+            f"    {s['sender']:<6}  {at(s, 'small'):<8} {t['small']:>10.6f}  "
+            f"{at(s, 'ack'):<8} {at(s, 'released'):<8} {s['held_bytes']:>5}B "
+            f"{s['delay_ms']:>8.1f} {s['peer_ack_delay_ms']:>7.1f}  {s['confidence']:.2f}"))
     return lines
 
 
@@ -807,6 +813,15 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines += [_Pre(head + ";"), f"  skipped: {rest}"]
     else:
         lines.append(head)
+    numbers = file_numbers(c)
+    if numbers:
+        lines.append(f"{len(c['files'])} files read as one capture (merged by time; frames "
+                     "below are fN#frame, the frame number in file N):")
+        for f in c["files"]:
+            what = (f"error: {printable(f['error'])}" if f["error"] and not f["packets"] else
+                    f"{f['format']}{' (gzip)' if f['compressed'] else ''}, "
+                    f"{human_count(f['packets'])} packets")
+            lines.append(_Pre(f"  f{numbers[f['path']]} {printable(f['path'])}: {what}"))
     if c["skipped"].get("duplicate"):
         lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
@@ -838,7 +853,7 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append(f"  FIX: {f['fix']['text']}")
         ev = r.stall_docs(f["id"])
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
-        lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width)
+        lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width, numbers)
         if len(ev) > TEXT_EVIDENCE_ROWS:
             lines.append(f"    ... {human_count(len(ev) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
                          f"lists them all)")
