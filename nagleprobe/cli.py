@@ -185,23 +185,31 @@ ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input, OUTPUT 
 
 
 @main.command(epilog=ANNOTATE_HELP, short_help="Copy a capture with a comment on each stall's frames.")
-@click.argument("capture", type=str)
+@click.argument("capture", type=str, metavar="CAPTURE")
+@click.argument("more", nargs=-1, type=str, metavar="")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="pcapng file to write.")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def annotate(capture: str, output: str, strict: bool, debug: bool) -> None:
+def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, debug: bool
+             ) -> None:
     """Write CAPTURE as pcapng with a comment on every stall's frames, for Wireshark.
 
     CAPTURE is one pcap or pcapng file, optionally gzip-compressed (not standard input: it is
-    read twice; several files of a set are not supported yet). The three frames of each stall
+    read twice). A file set is refused: annotate each of its files on its own (its
+    frames are numbered per file anyway). The three frames of each stall
     (S1, the late pure ACK, S2) get a packet comment, the section header the verdicts; frames,
     times and packet bytes stay as they are, existing comments are kept. In Wireshark the
     display filter  frame.comment contains "nagleprobe"  shows the stall frames.
     """
     from .annotate import annotate as run_annotate
 
+    if more or Path(capture).is_dir() or (not Path(capture).exists()
+                                          and any(c in capture for c in "*?[")):
+        click.echo("nagleprobe: error: annotate copies one capture file: give one file, not a "
+                   "set (annotate each file of a set on its own)", err=True)
+        sys.exit(ExitStatus.USAGE)
     if capture == "-":
         click.echo("nagleprobe: error: annotate reads the capture twice: give a file, not -",
                    err=True)
