@@ -227,9 +227,8 @@ class SetReader:
             info.warnings += [f"{printable(m.path)}: {w}" for w in m.info.warnings]
             for k, v in m.info.skipped.items():
                 info.skipped[k] = info.skipped.get(k, 0) + v
-        info.format = "/".join(f.removesuffix(" (gzip)") for f in formats) if len(
-            {f.removesuffix(" (gzip)") for f in formats}) > 1 else (
-            formats[0].removesuffix(" (gzip)") if formats else "")
+        kinds = {f.removesuffix(" (gzip)") for f in formats}
+        info.format = "mixed" if len(kinds) > 1 else (kinds.pop() if kinds else "")
         info.compressed = any(m.info is not None and m.info.compressed for m in self._members)
         info.link_types = types
         for path, e in self._errors:

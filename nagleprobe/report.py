@@ -205,10 +205,20 @@ class Report:
         """Every TCP segment of the report's flows (columns in the README), built on first
         access from the reassembled flows so that `analyze` and the CLI do not pay for it."""
         if self._segments is None:
+            files = self.capture.get("files")
             if self.source is None:
-                self.source = _reread(self.capture["path"], self.flows)
+                self.source = _reread([f["path"] for f in files if f["packets"]] if files
+                                      else self.capture["path"], self.flows)
             self._segments = segment_table(self.source, self.capture["time_origin_ns"],
                                            self.flows["id"].to_numpy())
+            if files:  # a file set: the frame in its file, and the file
+                from .fileset import file_frames
+
+                idx, local = file_frames(self._segments["frame"].to_numpy(dtype=np.int64))
+                self._segments["frame"] = local
+                at = list(self._segments.columns).index("frame") + 1
+                self._segments.insert(at, "file", pd.array(np.asarray(
+                    [f["path"] for f in files], dtype=object)[idx], dtype=TEXT_DTYPE))
         return self._segments
 
     def flow(self, flow_id: int) -> Report:
@@ -497,10 +507,15 @@ def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> No
                                                 flows["server"], capture)
 
 
-def _reread(path: str, flows: pd.DataFrame) -> Flows:
+def _reread(path: str | list[str], flows: pd.DataFrame) -> Flows:
     """The reassembled flows of a streamed analysis, which freed each connection's packets
-    once analysed: read the file again, whole, and check it gives the same flows."""
-    if path == "-" or not os.path.isfile(path):
+    once analysed: read the file (or the files of a set) again, whole, and check it gives the
+    same flows."""
+    if isinstance(path, list):
+        if not all(os.path.isfile(p) for p in path):
+            raise ValueError(f"{path[0]}: a file of the set is gone: its segments cannot be "
+                             "read again")
+    elif path == "-" or not os.path.isfile(path):
         raise ValueError(f"{path}: the segments of a streamed analysis come from reading the "
                          "capture again, and it cannot be re-read (use nagleprobe.analyze(path, "
                          "whole_file=True) to keep them)")

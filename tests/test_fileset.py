@@ -249,3 +249,20 @@ def test_annotate_refuses_a_set_in_one_line(tmp_path):
     r = CliRunner().invoke(main, ["annotate", str(SETS / ROTATED["capture"]),
                                   "-o", str(tmp_path / "o")])
     assert r.exit_code == ExitStatus.USAGE
+
+
+def test_the_json_of_a_mixed_set_follows_the_schema_with_no_undocumented_field(editcap_set):
+    from test_json_schema import STRICT
+
+    doc = json.loads(analyze(editcap_set).to_json())
+    assert doc["capture"]["format"] == "mixed"
+    STRICT.validate(doc)
+
+
+def test_the_segments_of_a_set_give_each_frame_in_its_file():
+    merged = analyze(rotated_files())
+    seg = merged.segments
+    assert seg["file"].nunique() == len(ROTATED["files"])
+    times = {p: frame_times(p) for p in rotated_files()}
+    t = ns(seg["time"])
+    assert all(times[p][f] == x for p, f, x in zip(seg["file"], seg["frame"], t))
