@@ -75,7 +75,9 @@ def expand_targets(args: Iterable[str]) -> list[Target]:
                 add(Target(p))
         elif glob.has_magic(arg):
             found = sorted(p for p in glob.glob(arg, recursive=True) if os.path.isfile(p))
-            if not found:
+            if not found and not ("*" in arg or "?" in arg):
+                add(Target(arg))  # "[" alone is as likely a file name: the reader says "missing"
+            elif not found:
                 add(Target(arg, "no file matches this pattern"))
             for p in found:
                 add(Target(p))
