@@ -9,7 +9,6 @@ never hides the verdict on the others. The results render as text, as the JSON d
 
 from __future__ import annotations
 
-import glob
 import ipaddress
 import json
 import os
@@ -23,10 +22,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from .errors import CaptureError, ExitStatus, printable, utf8_safe
+from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
 from .report import human_count, human_ms
 from .selection import confident, flow_mask
 
-CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz", ".cap.gz")
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
 ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
@@ -354,16 +353,19 @@ def _evidence(rows: Any) -> list[dict[str, Any]]:
              "confidence": float(r["confidence"])} for r in rows.to_dict("records")]
 
 
-def check_capture(path: str, budget: Budget, with_document: bool = False,
+def check_capture(path: str | list[str], budget: Budget, with_document: bool = False,
                   strict: bool = False) -> CaptureVerdict:
-    """Analyse one capture and evaluate it; never raises for a bad file (see `status`).
-    `strict`: a damaged capture (a warning while reading) is unreadable, as `analyze
-    --strict` has it."""
+    """Analyse one capture (or a list of files: a set judged as one capture) and evaluate
+    it; never raises for a bad file (see `status`). `strict`: a damaged capture (a warning
+    while reading) is unreadable, as `analyze --strict` has it."""
     from .pipeline import analyze  # the worker's import, kept out of `import nagleprobe.check`
 
     t0 = time.perf_counter()
+    files = path
+    if isinstance(path, list):
+        path = path[0] if len(path) == 1 else f"{path[0]} (+{len(path) - 1} files)"
     try:
-        report = analyze(path, strict=strict)
+        report = analyze(files, strict=strict)
         v = evaluate(report, budget, path)
         if with_document:
             v.document = json.loads(report.to_json())
@@ -380,53 +382,8 @@ def check_capture(path: str, budget: Budget, with_document: bool = False,
 
 
 # ------------------------------------------------------------------------------- targets
-@dataclass(frozen=True)
-class Target:
-    """A capture to check, or a command-line argument that named none (with the problem)."""
-
-    path: str
-    problem: str | None = None
-
-
-def _is_capture_name(name: str) -> bool:
-    return name.lower().endswith(CAPTURE_SUFFIXES)
-
-
-def expand_targets(args: Iterable[str]) -> list[Target]:
-    """Files, directories (searched recursively for capture files) and glob patterns.
-
-    An argument that matches nothing stays a target with its problem, so the gate reports it
-    as unreadable instead of silently passing.
-    """
-    out: list[Target] = []
-    seen: set[str] = set()
-
-    def add(t: Target) -> None:
-        if t.problem or t.path not in seen:
-            seen.add(t.path)
-            out.append(t)
-
-    for arg in args:
-        if arg == "-" or os.path.isfile(arg):
-            add(Target(arg))
-        elif os.path.isdir(arg):
-            found = sorted(str(p) for p in Path(arg).rglob("*")
-                           if p.is_file() and _is_capture_name(p.name))
-            if not found:
-                add(Target(arg, f"no capture files ({', '.join(CAPTURE_SUFFIXES)}) in this "
-                                "directory"))
-            for p in found:
-                add(Target(p))
-        elif glob.has_magic(arg):
-            found = sorted(p for p in glob.glob(arg, recursive=True) if os.path.isfile(p))
-            if not found:
-                add(Target(arg, "no file matches this pattern"))
-            for p in found:
-                add(Target(p))
-        else:
-            add(Target(arg))  # missing file: the reader says so, as `analyze` does
-    return out
-
+# what the gate is given: files, directories and glob patterns (nagleprobe.fileset's
+# Target and expand_targets, imported above)
 
 # ------------------------------------------------------------------------------- running
 @dataclass
@@ -464,9 +421,17 @@ class CheckRun:
 
 def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None = None,
               with_documents: bool = False, config: str | None = None,
-              strict: bool = False) -> CheckRun:
-    """Check every target, in parallel processes (at most `jobs`, default one per core)."""
+              strict: bool = False, merge: bool = False) -> CheckRun:
+    """Check every target, in parallel processes (at most `jobs`, default one per core);
+    with `merge`, the readable targets are one file set with one verdict (arguments that
+    named no file keep their own)."""
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
+    good = [t.path for t in targets if not t.problem]
+    if merge and len(good) > 1:
+        bad = [CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
+                              error=f"{t.path}: {t.problem}") for t in targets if t.problem]
+        return CheckRun(budget, bad + [check_capture(good, budget, with_documents, strict)],
+                        config)
     results: list[CaptureVerdict | None] = [None] * len(targets)
     todo = []
     for i, t in enumerate(targets):

@@ -37,8 +37,8 @@ def main() -> None:
     """Find Nagle / delayed-ACK stalls in tcpdump and Wireshark captures."""
 
 
-@main.command(epilog=EXIT_HELP, short_help="Find and explain the stalls in one capture.")
-@click.argument("capture", type=str)
+@main.command(epilog=EXIT_HELP, short_help="Find and explain the stalls in a capture (or a set).")
+@click.argument("captures", nargs=-1, required=True, type=str, metavar="CAPTURE...")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "wireshark"]),
               default="text", show_default=True,
               help="Text report for people, the JSON document, or Wireshark display filters "
@@ -70,11 +70,15 @@ def main() -> None:
               default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
               help="Capture time after which a connection that has sent nothing is analysed "
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
-def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
+def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
             ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
             top: int | None, min_confidence: float | None, debug: bool,
             quiet: bool, reorder_window: float, idle_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
+
+    Several files, directories and glob patterns are one capture (a file set, e.g. rotated
+    by tcpdump -G/-C): records merged by time, so a connection crossing files is one flow;
+    frame numbers are then given with the file they are in.
 
     \b
     Examples:
@@ -83,13 +87,17 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
       nagleprobe analyze capture.pcap --html report.html
       nagleprobe analyze --port 8000 --top 3 capture.pcap   # the 3 worst flows on port 8000
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
+      nagleprobe analyze 'rotated/cap-*.pcap'           # a file set as one capture
     """
+    paths = _capture_set(captures)
+    capture = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     usage = {KeyError: lambda e: f"--flow: {e.args[0]}",  # --flow names no flow of the capture
              HtmlWriteError: str}
     with _one_line_errors(debug, "analysing", capture, usage):
         try:
-            report = run_analysis(capture, strict=strict, grace_s=reorder_window,
+            report = run_analysis(paths if len(paths) > 1 else paths[0], strict=strict,
+                                  grace_s=reorder_window,
                                   idle_s=idle_timeout, progress=bar)
         finally:
             if bar is not None:
@@ -109,6 +117,24 @@ def analyze(capture: str, fmt: str, html_path: str | None, strict: bool,
         click.echo(render_filters(report), nl=False)
     else:
         click.echo(report.to_text(_text_width()), nl=False)
+
+
+def _capture_set(args: tuple[str, ...]) -> list[str]:
+    """The files CAPTURE... names (directories and glob patterns expanded); a usage error
+    (exit 2) for an argument that names none, or standard input among other files."""
+    from .fileset import expand_targets
+
+    targets = expand_targets(args)
+    for t in targets:
+        if t.problem:
+            click.echo(f"nagleprobe: error: {printable(t.path)}: {t.problem}", err=True)
+            sys.exit(ExitStatus.USAGE)
+    paths = [t.path for t in targets]
+    if "-" in paths and len(paths) > 1:
+        click.echo("nagleprobe: error: standard input (-) cannot be part of a file set",
+                   err=True)
+        sys.exit(ExitStatus.USAGE)
+    return paths
 
 
 @contextmanager
@@ -160,23 +186,31 @@ ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input, OUTPUT 
 
 
 @main.command(epilog=ANNOTATE_HELP, short_help="Copy a capture with a comment on each stall's frames.")
-@click.argument("capture", type=str)
+@click.argument("capture", type=str, metavar="CAPTURE")
+@click.argument("more", nargs=-1, type=str, metavar="")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="pcapng file to write.")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-def annotate(capture: str, output: str, strict: bool, debug: bool) -> None:
+def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, debug: bool
+             ) -> None:
     """Write CAPTURE as pcapng with a comment on every stall's frames, for Wireshark.
 
     CAPTURE is one pcap or pcapng file, optionally gzip-compressed (not standard input: it is
-    read twice; several files of a set are not supported yet). The three frames of each stall
+    read twice). A file set is refused: annotate each of its files on its own (its
+    frames are numbered per file anyway). The three frames of each stall
     (S1, the late pure ACK, S2) get a packet comment, the section header the verdicts; frames,
     times and packet bytes stay as they are, existing comments are kept. In Wireshark the
     display filter  frame.comment contains "nagleprobe"  shows the stall frames.
     """
     from .annotate import annotate as run_annotate
 
+    if more or Path(capture).is_dir() or (not Path(capture).exists()
+                                          and any(c in capture for c in "*?[")):
+        click.echo("nagleprobe: error: annotate copies one capture file: give one file, not a "
+                   "set (annotate each file of a set on its own)", err=True)
+        sys.exit(ExitStatus.USAGE)
     if capture == "-":
         click.echo("nagleprobe: error: annotate reads the capture twice: give a file, not -",
                    err=True)
@@ -280,8 +314,8 @@ def _gate_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
-def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None
-              ) -> ExitStatus:
+def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None,
+              merge: bool = False) -> ExitStatus:
     """Load the budget, check the captures, write every requested output; the exit status."""
     from .check import (Budget, BudgetError, expand_targets, load_budget, render_github,
                         render_junit, render_text, run_check)
@@ -299,7 +333,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         return ExitStatus.USAGE
     run = run_check(expand_targets(captures), budget, jobs=jobs,
                     with_documents=opts["fmt"] == "json",
-                    config=str(source) if source else None, strict=bool(opts["strict"]))
+                    config=str(source) if source else None, strict=bool(opts["strict"]),
+                    merge=merge)
     if opts["debug"]:
         for v in run.verdicts:
             if v.error:
@@ -333,9 +368,14 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
 @_gate_options
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
               help="Captures analysed at once [default: one per core].")
-def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
+@click.option("--merge", is_flag=True,
+              help="Judge all the files given as one capture (a file set, e.g. rotated by "
+                   "tcpdump -G/-C: connections crossing files are one flow), one verdict.")
+def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None, merge: bool,
           **opts: object) -> None:
     """Fail when CAPTURE... (files, directories, glob patterns) show too many stalls.
+
+    Each file gets its own verdict; --merge judges them all as one capture (a file set).
 
     The budget (default: no stall at all) comes from [tool.nagleprobe.check] in the nearest
     pyproject.toml (keys as the options: max-stalls, max-stall-ms, max-lost-share,
@@ -349,7 +389,7 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
       nagleprobe check --junit nagle.xml --github --strict traffic.pcap
     """
     try:
-        status = _run_gate(list(captures), ports, opts, jobs)
+        status = _run_gate(list(captures), ports, opts, jobs, merge)
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(status)

@@ -142,13 +142,15 @@ def _flow_name(f: dict[str, Any]) -> str:
 FILTER_CODE = "user-select:all;word-break:break-all;background:#f5f5f5;padding:0 3px"
 
 
-def filters_html(docs: dict[str, str | None], inline_style: bool = False) -> str:
+def filters_html(docs: dict[str, Any], inline_style: bool = False) -> str:
     """A flow's Wireshark display filters (`wireshark.filter_docs`), each in a <code> that
     selects whole on a click, to copy."""
     code = f'<code style="{FILTER_CODE}">' if inline_style else "<code>"
     out = [f"Wireshark display filters: flow {code}{_text(str(docs['flow_filter']))}</code>"]
     if docs["stall_frames_filter"]:
         out.append(f"; stall frames {code}{_text(docs['stall_frames_filter'])}</code>")
+    for path, filt in (docs.get("stall_frames_filters") or {}).items():  # a file set
+        out.append(f"; stall frames in {_text(path)} {code}{_text(str(filt))}</code>")
     return "".join(out)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from .decode import TCP_COLUMNS, decode
 from .errors import CaptureError
+from .fileset import SetReader, merge_columns
 from .read import CaptureReader
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def _load_analysis() -> None:
     from . import stream  # noqa: F401  (and with it flows, detect, report and pandas)
 
 
-def analyze(path: str | os.PathLike[str] | BinaryIO, chunk_bytes: int = 32 << 20, *,
+def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str]],
+            chunk_bytes: int = 32 << 20, *,
             strict: bool = False, whole_file: bool = False, grace_s: float = DEFAULT_GRACE_S,
             batch_rows: int | None = None, progress: Progress | None = None,
             idle_s: float = DEFAULT_IDLE_S) -> Report:
@@ -51,35 +53,56 @@ def analyze(path: str | os.PathLike[str] | BinaryIO, chunk_bytes: int = 32 << 20
     damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
     """
     stream = None
-    if not isinstance(path, (str, os.PathLike)):
+    paths = None
+    if isinstance(path, (list, tuple)):
+        paths = [os.fspath(p) for p in path]
+        if len(paths) == 1:
+            path, paths = paths[0], None
+    if paths is not None:
+        pass
+    elif not isinstance(path, (str, os.PathLike)):
         if isinstance(path, io.TextIOBase) or not callable(getattr(path, "read", None)):
             raise TypeError(f"analyze() takes a path or a binary file object (opened with "
                             f"'rb'), not {type(path).__name__}")
         name = getattr(path, "name", None)
         stream, path = path, name if isinstance(name, str) and name else "<stream>"
-    path = os.fspath(path)
     loader = threading.Thread(target=_load_analysis, name="nagleprobe-import")
     loader.start()
     try:
-        reader = CaptureReader(path, chunk_bytes=chunk_bytes, strict=strict, stream=stream)
+        if paths is not None:
+            reader: CaptureReader | SetReader = SetReader(paths, chunk_bytes=chunk_bytes,
+                                                          strict=strict)
+        else:
+            reader = CaptureReader(os.fspath(path), chunk_bytes=chunk_bytes, strict=strict,
+                                   stream=stream)
         skipped: Counter = Counter()
         if whole_file:
             loader.join()
-            return _analyze_whole(reader, skipped)
+            return _with_files(reader, _analyze_whole(reader, skipped))
         chunks = _decoded(reader, skipped, progress)
         early: deque = deque()  # chunks decoded while the analysis modules load
         while (loader.is_alive() and len(early) < EARLY_CHUNKS
                and (chunk := next(chunks, None)) is not None):
             early.append(chunk)
         loader.join()
-        return _analyze_stream(reader, skipped, early, chunks, grace_s, batch_rows, idle_s)
+        return _with_files(reader, _analyze_stream(reader, skipped, early, chunks, grace_s,
+                                                   batch_rows, idle_s))
     finally:
         loader.join()
 
 
-def _decoded(reader: CaptureReader, skipped: Counter, progress: Progress | None
+def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Progress | None
              ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
     """(first timestamp of the chunk or None, its decoded TCP columns) per chunk read."""
+    if isinstance(reader, SetReader):
+        for group in reader:  # one step of the merge: slices of several files
+            first_ns = min(int(b.ts_ns.min()) for b in group)
+            cols = merge_columns([decode(b, skipped) for b in group])
+            del group
+            if progress is not None:
+                progress(reader, reader.records)
+            yield first_ns, cols
+        return
     frames = 0
     for batch in reader:
         first_ns = int(batch.ts_ns[0]) if len(batch.ts_ns) else None
@@ -92,7 +115,7 @@ def _decoded(reader: CaptureReader, skipped: Counter, progress: Progress | None
         yield first_ns, cols
 
 
-def _analyze_stream(reader: CaptureReader, skipped: Counter, early: deque,
+def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: deque,
                     chunks: Iterator[tuple[int | None, dict[str, np.ndarray]]],
                     grace_s: float, batch_rows: int | None,
                     idle_s: float = DEFAULT_IDLE_S) -> Report:
@@ -121,17 +144,16 @@ def _analyze_stream(reader: CaptureReader, skipped: Counter, early: deque,
             stream.close()
 
 
-def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:
+def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Report:
     from .detect import detect
     from .flows import build_flows
     from .report import build_report
 
     parts: list[dict[str, np.ndarray]] = []
     origin_ns = None
-    for batch in reader:
-        if origin_ns is None and len(batch.ts_ns):
-            origin_ns = int(batch.ts_ns[0])
-        cols = decode(batch, skipped)
+    for first_ns, cols in _decoded(reader, skipped, None):
+        if origin_ns is None:
+            origin_ns = first_ns
         if len(cols["frame"]):
             parts.append(cols)
     if parts:
@@ -144,3 +166,14 @@ def _analyze_whole(reader: CaptureReader, skipped: Counter) -> Report:
         skipped["duplicate"] += flows.duplicates
     det = detect(flows)
     return build_report(reader.info, dict(skipped), flows, det, origin_ns or 0)
+
+
+def _with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
+    """A file set's report with each frame number back in its own file (see
+    `nagleprobe.report.name_files`); a single file's as it is."""
+    if not isinstance(reader, SetReader):
+        return report
+    from .report import name_files
+
+    name_files(report, reader.files)
+    return report

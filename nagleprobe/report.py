@@ -140,6 +140,8 @@ class Report:
             conf = rec.pop("confidence")
             rec["frames"] = {k: rec.pop(f"{k}_frame") for k in _STALL_POINTS}
             rec["times"] = {k: rec.pop(f"{k}_s") for k in _STALL_POINTS}
+            if "small_file" in rec:  # a file set: the file of each frame
+                rec["files"] = {k: rec.pop(f"{k}_file") for k in _STALL_POINTS}
             rec["confidence"] = conf
             docs.append(rec)
         return docs
@@ -178,7 +180,7 @@ class Report:
                             if c != "confidence" and c not in _TABLE_ONLY] + ["confidence"]]
         for a in range(0, len(flat), rows_per_piece):
             rows = flat.iloc[a:a + rows_per_piece].to_json(orient="records", double_precision=6)
-            for old, new in _STALL_SPLICE:
+            for old, new in _STALL_SPLICE + (_FILES_SPLICE if "small_file" in flat else []):
                 rows = rows.replace(old, new)
             yield ("," if a else "") + rows[1:-1]
         yield "]}"
@@ -205,10 +207,20 @@ class Report:
         """Every TCP segment of the report's flows (columns in the README), built on first
         access from the reassembled flows so that `analyze` and the CLI do not pay for it."""
         if self._segments is None:
+            files = self.capture.get("files")
             if self.source is None:
-                self.source = _reread(self.capture["path"], self.flows)
+                self.source = _reread([f["path"] for f in files if f["packets"]] if files
+                                      else self.capture["path"], self.flows)
             self._segments = segment_table(self.source, self.capture["time_origin_ns"],
                                            self.flows["id"].to_numpy())
+            if files:  # a file set: the frame in its file, and the file
+                from .fileset import file_frames
+
+                idx, local = file_frames(self._segments["frame"].to_numpy(dtype=np.int64))
+                self._segments["frame"] = local
+                at = list(self._segments.columns).index("frame") + 1
+                self._segments.insert(at, "file", pd.array(np.asarray(
+                    [f["path"] for f in files], dtype=object)[idx], dtype=TEXT_DTYPE))
         return self._segments
 
     def flow(self, flow_id: int) -> Report:
@@ -335,6 +347,9 @@ _STALL_SPLICE = [('"small_frame":', '"frames":{"small":'), (',"ack_frame":', ',"
                  (',"released_frame":', ',"released":'), (',"small_s":', '},"times":{"small":'),
                  (',"ack_s":', ',"ack":'), (',"released_s":', ',"released":'),
                  (',"confidence":', '},"confidence":')]
+# a file set's stall columns small_file.. (between released_s and confidence) -> "files"
+_FILES_SPLICE = [(',"small_file":', '},"files":{"small":'), (',"ack_file":', ',"ack":'),
+                 (',"released_file":', ',"released":')]
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -495,10 +510,15 @@ def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> No
                                                 flows["server"], capture)
 
 
-def _reread(path: str, flows: pd.DataFrame) -> Flows:
+def _reread(path: str | list[str], flows: pd.DataFrame) -> Flows:
     """The reassembled flows of a streamed analysis, which freed each connection's packets
-    once analysed: read the file again, whole, and check it gives the same flows."""
-    if path == "-" or not os.path.isfile(path):
+    once analysed: read the file (or the files of a set) again, whole, and check it gives the
+    same flows."""
+    if isinstance(path, list):
+        if not all(os.path.isfile(p) for p in path):
+            raise ValueError(f"{path[0]}: a file of the set is gone: its segments cannot be "
+                             "read again")
+    elif path == "-" or not os.path.isfile(path):
         raise ValueError(f"{path}: the segments of a streamed analysis come from reading the "
                          "capture again, and it cannot be re-read (use nagleprobe.analyze(path, "
                          "whole_file=True) to keep them)")
@@ -713,26 +733,32 @@ _WIDE_HEAD = ("    sender  small seg (S1)      late pure ACK       released (S2)
 _NARROW_HEAD = "    sender  S1 #      S1 at (s)  ACK #    S2 #      held  stall ms peer ms  conf"
 
 
-def evidence_lines(ev: list[dict[str, Any]], width: int) -> list[str]:
+def evidence_lines(ev: list[dict[str, Any]], width: int,
+                   files: dict[str, int] | None = None) -> list[str]:
     """The evidence table of a flow's stalls: the wide layout (frames and times of S1, the
-    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time)."""
+    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time). `files`
+    (a file set, see `file_numbers`): frames are shown as fN#frame, N the file's number."""
+    def at(s: dict[str, Any], k: str) -> str:
+        mark = f"#{s['frames'][k]}"
+        return f"f{files[s['files'][k]]}{mark}" if files and "files" in s else mark
+
     if width >= len(_WIDE_HEAD):
         lines = [_Pre(_WIDE_HEAD)]
         for s in ev:
-            fr, t = s["frames"], s["times"]
+            t = s["times"]
             lines.append(_Pre(
-                f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  "
-                f"#{fr['ack']:<7} {t['ack']:>10.6f}  #{fr['released']:<7} "
+                f"    {s['sender']:<6}  {at(s, 'small'):<8} {t['small']:>10.6f}  "
+                f"{at(s, 'ack'):<8} {t['ack']:>10.6f}  {at(s, 'released'):<8} "
                 f"{t['released']:>10.6f} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f}  "
                 f"{s['peer_ack_delay_ms']:>10.1f}  {s['confidence']:.2f}"))
         return lines
     lines = [_Pre(_NARROW_HEAD)]
     for s in ev:
-        fr, t = s["frames"], s["times"]
+        t = s["times"]
         lines.append(_Pre(
-            f"    {s['sender']:<6}  #{fr['small']:<7} {t['small']:>10.6f}  #{fr['ack']:<7} "
-            f"#{fr['released']:<7} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f} "
-            f"{s['peer_ack_delay_ms']:>7.1f}  {s['confidence']:.2f}"))
+            f"    {s['sender']:<6}  {at(s, 'small'):<8} {t['small']:>10.6f}  "
+            f"{at(s, 'ack'):<8} {at(s, 'released'):<8} {s['held_bytes']:>5}B "
+            f"{s['delay_ms']:>8.1f} {s['peer_ack_delay_ms']:>7.1f}  {s['confidence']:.2f}"))
     return lines
 
 
@@ -750,6 +776,44 @@ def _seen(f: dict[str, Any]) -> str:
     if nagle:
         parts.append(f"Nagle {', '.join(nagle)}")
     return "; ".join(parts + ["no delayed-ACK stall" if f["nagle_holds"] else "no sender was held"])
+
+
+def name_files(r: Report, files: list[dict[str, Any]]) -> None:
+    """Turn a file set's report (frame numbers tagged with their file, see
+    `nagleprobe.fileset`) into one whose frame columns are Wireshark frame numbers in their
+    own file, each with a `*_file` column naming that file; list the files in
+    `capture["files"]`. Wireshark numbers conversations per file, so `tcp_stream` is NA."""
+    from .fileset import file_frames
+
+    names = np.asarray([f["path"] for f in files], dtype=object)
+    r.capture["files"] = files
+
+    def split(df: pd.DataFrame, frame_cols: list[str], before: str | None) -> pd.DataFrame:
+        add = {}
+        for c in frame_cols:
+            idx, local = file_frames(df[c].to_numpy(dtype=np.int64))
+            df[c] = local
+            add[c.removesuffix("_frame") + "_file"] = pd.array(names[idx], dtype=TEXT_DTYPE)
+        cols = list(df.columns)
+        at = cols.index(before) if before in cols else len(cols)
+        for j, (name, col) in enumerate(add.items()):
+            df.insert(at + j, name, col)
+        return df
+
+    r.stalls = split(r.stalls, [f"{k}_frame" for k in _STALL_POINTS], "confidence")
+    fl = r.flows
+    after_last = list(fl.columns).index("last_frame") + 1
+    nxt = fl.columns[after_last] if after_last < len(fl.columns) else None
+    r.flows = split(fl, ["first_frame", "last_frame"], nxt)
+    if "tcp_stream" in r.flows.columns:
+        r.flows["tcp_stream"] = pd.array([pd.NA] * len(r.flows), dtype="Int64")
+
+
+def file_numbers(capture: dict[str, Any]) -> dict[str, int] | None:
+    """A file set's files numbered 1.. as the text report names them (f1, f2, ...); None
+    for a single file."""
+    files = capture.get("files")
+    return {f["path"]: j + 1 for j, f in enumerate(files)} if files else None
 
 
 def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
@@ -771,6 +835,15 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines += [_Pre(head + ";"), f"  skipped: {rest}"]
     else:
         lines.append(head)
+    numbers = file_numbers(c)
+    if numbers:
+        lines.append(f"{len(c['files'])} files read as one capture (merged by time; frames "
+                     "below are fN#frame, the frame number in file N):")
+        for f in c["files"]:
+            what = (f"error: {printable(f['error'])}" if f["error"] and not f["packets"] else
+                    f"{f['format']}{' (gzip)' if f['compressed'] else ''}, "
+                    f"{human_count(f['packets'])} packets")
+            lines.append(_Pre(f"  f{numbers[f['path']]} {printable(f['path'])}: {what}"))
     if c["skipped"].get("duplicate"):
         lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
@@ -804,7 +877,7 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append(f"  FIX: {f['fix']['text']}")
         ev = r.stall_docs(f["id"])
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
-        lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width)
+        lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width, numbers)
         if len(ev) > TEXT_EVIDENCE_ROWS:
             lines.append(f"    ... {human_count(len(ev) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
                          f"lists them all)")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from .errors import printable
+
 if TYPE_CHECKING:
     from .report import Report
 
@@ -80,19 +82,26 @@ def frames_filter(frames: np.ndarray | list[int]) -> str | None:
 
 
 def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
-                ) -> list[dict[str, str | None]]:
+                ) -> list[dict[str, Any]]:
     """Per flow (all, or the given ids, in that order): {"flow_filter", "stall_frames_filter"
     (None without stalls)}, as the JSON document, the HTML report and the notebook give
-    them."""
+    them. For a file set, frame numbers belong to their file: the flow filter is the
+    endpoints' alone (good in every file), "stall_frames_filter" is None and
+    "stall_frames_filters" gives one filter per file ({path: filter})."""
     fl = report.flows if ids is None else report.flows.loc[list(ids)]
     sel = fl["id"].to_numpy()
     st = report.stalls
+    is_set = "small_file" in st.columns
+    set_paths = [f["path"] for f in report.capture.get("files") or []]  # in set order
     mine = st["flow"].isin(sel).to_numpy() if len(sel) < len(report.flows) else slice(None)
     flow = np.tile(st["flow"].to_numpy()[mine], 3)
     frames = np.concatenate([st[f"{k}_frame"].to_numpy()[mine]
                              for k in ("small", "ack", "released")])
+    files = (np.concatenate([st[f"{k}_file"].to_numpy(dtype=object)[mine]
+                             for k in ("small", "ack", "released")]) if is_set else None)
     order = np.lexsort((frames, flow))
     flow, frames = flow[order], frames[order]
+    files = files[order] if is_set else None
     bounds = np.searchsorted(flow, sel, side="left"), np.searchsorted(flow, sel, side="right")
     streams = (fl["tcp_stream"].to_numpy(dtype=np.int64, na_value=-1)
                if "tcp_stream" in fl.columns else np.full(len(fl), -1))
@@ -100,10 +109,25 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
     for j, (c, s, ff, lf) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
                                            fl["first_frame"].tolist(),
                                            fl["last_frame"].tolist())):
-        docs.append({"flow_filter": flow_filter(c, s, int(streams[j]), ff, lf),
-                     "stall_frames_filter": frames_filter(
-                         frames[bounds[0][j]:bounds[1][j]])})
+        mine_frames = frames[bounds[0][j]:bounds[1][j]]
+        if not is_set:
+            docs.append({"flow_filter": flow_filter(c, s, int(streams[j]), ff, lf),
+                         "stall_frames_filter": frames_filter(mine_frames)})
+            continue
+        mine_files = files[bounds[0][j]:bounds[1][j]]
+        present = set(mine_files.tolist())
+        per_file = {p: frames_filter(mine_frames[mine_files == p])
+                    for p in set_paths if p in present}
+        docs.append({"flow_filter": endpoints_filter(c, s), "stall_frames_filter": None,
+                     "stall_frames_filters": per_file})
     return docs
+
+
+def endpoints_filter(client: str, server: str) -> str:
+    """The display filter of a flow's two endpoints (no frame range)."""
+    fa, a, p = _endpoint(client)
+    fb, b, q = _endpoint(server)
+    return f"{fa}=={a} && tcp.port=={p} && {fb}=={b} && tcp.port=={q}"
 
 
 def render_filters(report: Report) -> str:
@@ -125,5 +149,9 @@ def render_filters(report: Report) -> str:
         lines.append(f"flow {f['id']}: client {f['client']} -> server {f['server']}: "
                      f"{f['stalls']} stalls, {f['stall_ms']:.1f} ms lost")
         lines.append(f"  flow:   {d['flow_filter']}")
-        lines.append(f"  stalls: {d['stall_frames_filter']}")
+        if "stall_frames_filters" in d:  # a file set: frame numbers per file
+            for path, filt in d["stall_frames_filters"].items():
+                lines.append(f"  stalls in {printable(path)}: {filt}")
+        else:
+            lines.append(f"  stalls: {d['stall_frames_filter']}")
     return "\n".join(lines) + "\n"

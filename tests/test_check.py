@@ -204,7 +204,8 @@ def test_directories_and_globs_expand_to_capture_files_and_empty_matches_are_err
     (tmp_path / "notes.txt").write_text("no captures here")
     problems = [t.problem for t in expand_targets([str(tmp_path), str(tmp_path / "*.pcap")])]
     assert problems == ["no capture files (.pcap, .pcapng, .cap, .pcap.gz, .pcapng.gz, "
-                        ".cap.gz) in this directory", "no file matches this pattern"]
+                        ".cap.gz, also numbered as tcpdump -C writes them) in this directory",
+                        "no file matches this pattern"]
 
 
 @pytest.mark.parametrize("captures, status", [
