@@ -96,7 +96,8 @@ def _slice(b: RecordBatch, a: int, z: int, file_index: int) -> RecordBatch:
     """Records a..z of a batch, their frame numbers tagged with their file."""
     return RecordBatch(data=b.data, offset=b.offset[a:z], caplen=b.caplen[a:z],
                        wirelen=b.wirelen[a:z], ts_ns=b.ts_ns[a:z], linktype=b.linktype[a:z],
-                       frame=b.frame[a:z] + (file_index << FILE_SHIFT), start=None)
+                       frame=b.frame[a:z] + (file_index << FILE_SHIFT), start=None,
+                       tunnels=b.tunnels)
 
 
 class _Member:
@@ -188,6 +189,7 @@ class SetReader:
             self._failed(m, e)
             return
         m.info = m.reader.info
+        m.info.tunnels = self.info.tunnels  # one numbering of tunnels for the whole set
         m.batches = iter(m.reader)
         self._advance(m)
         if not m.done:

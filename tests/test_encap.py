@@ -301,3 +301,22 @@ def test_compiled_peel_equals_the_reference_on_cut_and_damaged_records(which, cu
     got, want = encap.peel(*args), encap.peel_numpy(*args)
     for x, y in zip(got, want, strict=True):
         assert np.array_equal(x, y)
+
+
+def test_tunnels_keep_their_numbers_across_the_files_of_a_set(tmp_path, plain_doc):
+    """Synthetic: the real capture in VNI 8 in one file and in VNI 7 in another, read as one
+    set: two tunnels, two flows, each tunnel named once (the files number them as one)."""
+    pk = inner_packets()
+    paths = []
+    for vni in (8, 7):
+        path = tmp_path / f"vni{vni}.pcap"
+        with PcapWriter(str(path), linktype=1, nano=True) as w:
+            for eth, ip, t in pk:
+                p = mac() / outer(ip.src == CLIENT) / UDP(dport=4789) / VXLAN(vni=vni) / Ether(eth)
+                p.time = t
+                w.write(p)
+        paths.append(str(path))
+    doc = nagleprobe.analyze(paths).to_dict()
+    assert [t["layers"][0]["vni"] for t in doc["capture"]["tunnels"]] == [8, 7]
+    assert sorted(f["tunnel"]["layers"][0]["vni"] for f in doc["flows"]) == [7, 8]
+    assert [f["stalls"] for f in doc["flows"]] == [plain_doc["summary"]["stalls"]] * 2
