@@ -90,8 +90,9 @@ class FleetProgress:
     then `close()`. On a terminal the line is redrawn in place; elsewhere (a CI log, with
     `check --progress`) a line is written at most every `interval` seconds, and at the end."""
 
-    def __init__(self, total: int, out: TextIO = sys.stderr, interval: float | None = None,
+    def __init__(self, total: int, out: TextIO | None = None, interval: float | None = None,
                  in_place: bool | None = None) -> None:
+        out = sys.stderr if out is None else out  # the stderr of the moment (not import's)
         self.total, self.out = total, out
         if in_place is None:
             try:

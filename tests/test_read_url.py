@@ -6,16 +6,15 @@ servers are one-line errors naming the URL."""
 from __future__ import annotations
 
 import gzip
-import http.server
 import json
 import shutil
 import socket
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from httpserve import serve
 
 import nagleprobe
 from nagleprobe.check import Budget, expand_targets, run_check
@@ -32,37 +31,16 @@ PROXY = SAMPLES / "proxy_any.pcap"
 GZIP_CUT = HERE / "broken" / "pcap_gzip_cut.pcap.gz"
 
 
-class Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves the directory; remembers each request's method, path and Range header."""
-
-    requests: list[tuple[str, str, str | None]] = []
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def send_head(self):  # noqa: ANN201
-        Handler.requests.append((self.command, self.path, self.headers.get("Range")))
-        return super().send_head()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """(base URL, served directory): the sample captures, plain and gzip-compressed."""
+    """(base URL, served directory, requests seen): the sample captures, plain and gzip."""
     root = tmp_path_factory.mktemp("www")
     for src in (SPLIT, PROXY, GZIP_CUT):
         shutil.copy(src, root / src.name)
     for src in (SPLIT, PROXY):
         (root / (src.name + ".gz")).write_bytes(gzip.compress(src.read_bytes()))
-
-    def handler(*a, **kw):
-        return Handler(*a, directory=str(root), **kw)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", root
-    server.shutdown()
-    server.server_close()
+    with serve(root) as (base, seen):
+        yield base, root, seen
 
 
 def without_path(doc: dict) -> dict:
@@ -74,7 +52,7 @@ def without_path(doc: dict) -> dict:
 @pytest.mark.parametrize("name", ["echo_split_lo.pcap", "echo_split_lo.pcap.gz",
                                   "proxy_any.pcap", "proxy_any.pcap.gz"])
 def test_a_capture_by_http_url_gives_the_local_file_s_report(served, name):
-    base, root = served
+    base, root, _ = served
     remote = nagleprobe.analyze(f"{base}/{name}")
     local = nagleprobe.analyze(str(root / name))
     assert remote.capture["path"] == f"{base}/{name}"
@@ -84,15 +62,15 @@ def test_a_capture_by_http_url_gives_the_local_file_s_report(served, name):
 
 
 def test_http_is_read_as_one_streamed_response_not_ranges_or_a_download_first(served):
-    base, _ = served
-    Handler.requests.clear()
+    base, _, seen = served
+    seen.clear()
     nagleprobe.analyze(f"{base}/proxy_any.pcap.gz")
-    gets = [r for r in Handler.requests if r[0] == "GET"]
+    gets = [r for r in seen if r[0] == "GET"]
     assert gets == [("GET", "/proxy_any.pcap.gz", None)]  # fsspec may ask HEAD for the size
 
 
 def test_a_damaged_capture_by_url_is_analysed_up_to_its_damage_as_the_local_file(served):
-    base, root = served
+    base, root, _ = served
     remote = nagleprobe.analyze(f"{base}/{GZIP_CUT.name}")
     local = nagleprobe.analyze(str(root / GZIP_CUT.name))
     assert remote.capture["warnings"] == local.capture["warnings"]
@@ -102,7 +80,7 @@ def test_a_damaged_capture_by_url_is_analysed_up_to_its_damage_as_the_local_file
 
 
 def test_the_cli_analyses_a_url_and_prints_the_local_report_under_the_url(served):
-    base, root = served
+    base, root, _ = served
     url = f"{base}/echo_split_lo.pcap.gz"
     remote = CliRunner().invoke(main, ["analyze", url])
     local = CliRunner().invoke(main, ["analyze", str(root / "echo_split_lo.pcap.gz")])
@@ -115,7 +93,7 @@ def test_the_cli_analyses_a_url_and_prints_the_local_report_under_the_url(served
 
 
 def test_a_missing_object_is_no_such_file(served):
-    base, _ = served
+    base, _, _ = served
     with pytest.raises(CaptureError, match=r"/nope\.pcap: no such file$"):
         nagleprobe.analyze(f"{base}/nope.pcap")
     r = CliRunner().invoke(main, ["analyze", f"{base}/nope.pcap"])
@@ -135,7 +113,7 @@ def test_a_server_that_refuses_the_connection_is_a_one_line_error():
 
 
 def test_check_reads_urls_and_gives_the_verdicts_of_the_local_files(served):
-    base, root = served
+    base, root, _ = served
     names = ["echo_split_lo.pcap.gz", "proxy_any.pcap", "nope.pcap"]
     by_url = run_check([f"{base}/{n}" for n in names], Budget(), jobs=2)
     local = run_check([str(root / n) for n in names], Budget(), jobs=2)
