@@ -169,7 +169,8 @@ def main() -> None:
     st1, busy1, all1 = steal_and_busy()
     elapsed, ours = time.perf_counter() - wall0, our_cpu_s() - ours0
     others = (busy1 - busy0) / os.sysconf("SC_CLK_TCK") - ours
-    res["machine"] = {"others_cpu_pct_during": round(100 * others / (elapsed * (os.cpu_count() or 1)), 1),"load_avg_1min_before": round(load0[0], 2),
+    cpus = os.cpu_count() or 1
+    res["machine"] = {"others_cpu_pct_during": round(100 * others / (elapsed * cpus), 1),"load_avg_1min_before": round(load0[0], 2),
                       "load_avg_1min_after": round(os.getloadavg()[0], 2),
                       "cpu_busy_pct_during": round(100 * (busy1 - busy0) / (all1 - all0), 1),
                       "steal_pct_during": round(100 * (st1 - st0) / (all1 - all0), 1)}
