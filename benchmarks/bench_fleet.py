@@ -10,7 +10,8 @@ absolute time). Optionally gzip-compressed. Then times, each best of --repeat:
 * the local pool (`analyze_many(paths)`, one process per core),
 * a LocalCluster of --workers processes, 1 thread each (`analyze_many(paths, client)`;
   the cluster's start-up is timed apart),
-* one file analysed in this process (the work per file without any pool),
+* one file's task (analysis, verdict, tables) in this process: the work per file without
+  any pool; the pools' overhead per file is their time beyond that work divided evenly,
 * --files copies of a 107-packet sample on both, for the per-file overhead.
 
 Not a test: run it by hand (the data, about 2 GB by default, goes to benchmarks/out/,
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_analyze import DEFAULT_SOURCES, ROOT, build  # noqa: E402
 
 import nagleprobe  # noqa: E402
+from nagleprobe.check import Budget, check_capture  # noqa: E402
 from nagleprobe.fleet import analyze_many  # noqa: E402
 
 BYTES_PER_PACKET = 86  # about, for the generator's default sources (record header included)
@@ -131,8 +133,11 @@ def main() -> None:
     res: dict = {"files": args.files, "bytes_total": total, "gzip": args.gzip,
                  "packets_per_file": nagleprobe.analyze(paths[0]).capture["packets"],
                  "cpus": os.cpu_count(), "workers": args.workers, "rotate_s": round(made_s, 1)}
-    one, one_runs, _ = timed(lambda: nagleprobe.analyze(paths[0]), args.repeat)
-    res["one_file_in_process_s"] = round(one, 3)
+    one_analyze, _, _ = timed(lambda: nagleprobe.analyze(paths[0]), args.repeat)
+    res["one_file_analyze_s"] = round(one_analyze, 3)
+    # a task's work: the analysis, the verdict and the tables (what a pool worker does)
+    one, _, _ = timed(lambda: check_capture(paths[0], Budget(), with_tables=True), args.repeat)
+    res["one_file_task_in_process_s"] = round(one, 3)
 
     def fleet_fields(prefix: str, wall: float, runs: list[float], fleet) -> None:
         pk = sum(v.packets for v in fleet.verdicts)
