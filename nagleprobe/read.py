@@ -656,7 +656,14 @@ class CaptureReader:
         total, want = 0, len(mv)
         try:
             while total < want:
-                k = self._stream.readinto(mv[total:])
+                # released explicitly: a Python-level readinto (a URL's stream) leaves the
+                # view in its frame, and a sampling profiler (Dask workers run one) can keep
+                # that frame alive; the export would then forbid resizing the buffer
+                view = mv[total:]
+                try:
+                    k = self._stream.readinto(view)
+                finally:
+                    view.release()
                 if not k:
                     break
                 total += k
