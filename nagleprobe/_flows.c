@@ -245,19 +245,20 @@ static inline int64_t probe(const int64_t *slots, int64_t mask, const uint64_t *
 }
 
 /* tuple_ids(src_hi, src_lo, dst_hi, dst_lo, sport, dport, slots, words, count, tid,
- * from_low) -> count: each row's 4-tuple id, the tuples numbered by first appearance,
- * and whether the row travels from the tuple's lower endpoint. The ids live in a hash table
+ * from_low[, first]) -> count: each row's 4-tuple id, the tuples numbered by first
+ * appearance, and whether the row travels from the tuple's lower endpoint (and in `first`,
+ * int64, the row where each new tuple first appears, in id order). The ids live in a hash table
  * kept by the caller: `slots` (int64, -1 where empty, a power of two entries, at least
  * twice the tuples it will hold) over `words` (uint64, five per id, room for `count` and
  * every row). Tuples are compared by their words, so ids never mix two tuples. Returns the
  * number of tuples, new ones added. */
 static PyObject *tuple_ids(PyObject *self, PyObject *args)
 {
-    Py_buffer b[10];
+    Py_buffer b[11];
     Py_ssize_t count;
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*nw*w*", &b[0], &b[1], &b[2], &b[3], &b[4],
-                          &b[5], &b[6], &b[7], &count, &b[8], &b[9]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*nw*w*|w*", &b[0], &b[1], &b[2], &b[3], &b[4],
+                          &b[5], &b[6], &b[7], &count, &b[8], &b[9], &b[10]))
         return NULL;
     Py_ssize_t n = b[0].len / 8, nslots = b[6].len / 8;
     static const Py_ssize_t size[10] = {8, 8, 8, 8, 2, 2, 0, 0, 8, 1};
@@ -266,13 +267,16 @@ static PyObject *tuple_ids(PyObject *self, PyObject *args)
     for (int j = 0; j < 10; j++)
         if (size[j])
             ok &= b[j].len == n * size[j];
+    ok &= b[10].buf == NULL || b[10].len == n * 8;
     if (!ok)
-        return done(b, 10, 0, "tuple_ids: inconsistent columns or table");
+        return done(b, 11, 0, "tuple_ids: inconsistent columns or table");
     const uint64_t *shi = b[0].buf, *slo = b[1].buf, *dhi = b[2].buf, *dlo = b[3].buf;
     const uint16_t *sp = b[4].buf, *dp = b[5].buf;
     int64_t *slots = b[6].buf, *tid = b[8].buf;
     uint64_t *words = b[7].buf;
     uint8_t *from_low = b[9].buf;
+    int64_t *first = b[10].buf;
+    Py_ssize_t before = count;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t v[5];
@@ -280,12 +284,14 @@ static PyObject *tuple_ids(PyObject *self, PyObject *args)
         int64_t at = probe(slots, nslots - 1, words, v);
         if (slots[at] < 0) {
             memcpy(words + count * 5, v, sizeof v);
+            if (first)
+                first[count - before] = i;
             slots[at] = count++;
         }
         tid[i] = slots[at];
     }
     Py_END_ALLOW_THREADS
-    for (int j = 0; j < 10; j++)
+    for (int j = 0; j < 11; j++)
         PyBuffer_Release(&b[j]);
     return PyLong_FromSsize_t(count);
 }

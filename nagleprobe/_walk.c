@@ -29,20 +29,26 @@ static PyObject *done(Py_buffer *b, int n, PyObject *exc, const char *error, PyO
     return ok;
 }
 
-/* walk_headers(buf, big_endian, start, frac_mul, offset, ts_ns, caplen, wirelen[, frac_lim])
+/* walk_headers(buf, big_endian, start, frac_mul, offset, ts_ns, caplen, wirelen[, frac_lim,
+ *              caplim, anchor, has_anchor, window])
  * -> (count, end, first): walk's records from offset `start` (where a record header begins)
  * and their header fields, into four int64 buffers of equal size: where each header begins,
  * its time (seconds * 1e9 + fraction * frac_mul), captured and original length. Stops like
  * walk, or when the buffers are full; `end` is 8 bytes past the start of the next record;
- * `first` is the first walked record whose time fraction is frac_lim or more (-1: none). */
+ * `first` is the first walked record that is not plausible (-1: none): its time fraction is
+ * frac_lim or more; and, with caplim >= 0 (read.CaptureReader._pcap_first_bad), its captured
+ * length is over caplim or its original length, its original length is 0, or its time is
+ * more than `window` ns before or after the latest time before it (`anchor` if has_anchor,
+ * else the first record's, and the records' before it). */
 static PyObject *walk_headers(PyObject *self, PyObject *args)
 {
     Py_buffer b[5]; /* buf, then offset, ts_ns, caplen, wirelen */
     int big;
     Py_ssize_t start;
-    long long mul, frac_lim = -1;
-    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*|L", &b[0], &big, &start, &mul, &b[1], &b[2],
-                          &b[3], &b[4], &frac_lim))
+    long long mul, frac_lim = -1, caplim = -1, anchor = 0, window = 0;
+    int has_anchor = 0;
+    if (!PyArg_ParseTuple(args, "y*pnLw*w*w*w*|LLLpL", &b[0], &big, &start, &mul, &b[1], &b[2],
+                          &b[3], &b[4], &frac_lim, &caplim, &anchor, &has_anchor, &window))
         return NULL;
     const unsigned char *buf = (const unsigned char *)b[0].buf;
     int64_t *off = b[1].buf, *ts = b[2].buf, *cl = b[3].buf, *wl = b[4].buf;
@@ -50,16 +56,28 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
     int ok = start >= 0 && b[2].len == b[1].len && b[3].len == b[1].len && b[4].len == b[1].len;
     int64_t p = (int64_t)start + 8, lim = (int64_t)b[0].len - 8;
     Py_ssize_t first = -1;
+    int64_t prev = anchor; /* the latest time before the record */
     Py_BEGIN_ALLOW_THREADS
     while (ok && p <= lim && k < cap) {
         const unsigned char *q = buf + p;
-        uint32_t c = word(q, big), frac = word(q - 4, big);
-        if (first < 0 && frac_lim >= 0 && (long long)frac >= frac_lim)
-            first = k;
+        uint32_t c = word(q, big), frac = word(q - 4, big), w = word(q + 4, big);
+        int64_t t = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)frac * mul;
+        if (first < 0) {
+            int bad = frac_lim >= 0 && (long long)frac >= frac_lim;
+            if (caplim >= 0) {
+                if (k == 0 && !has_anchor)
+                    prev = t;
+                bad |= (long long)c > caplim || c > w || w == 0 || t < prev - window
+                       || t > prev + window;
+                prev = t > prev ? t : prev;
+            }
+            if (bad)
+                first = k;
+        }
         off[k] = p - 8;
-        ts[k] = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)frac * mul;
+        ts[k] = t;
         cl[k] = c;
-        wl[k] = word(q + 4, big);
+        wl[k] = w;
         k++;
         p += (int64_t)c + 16;
     }

@@ -57,7 +57,8 @@ REASONS = {
     "nagle_hold": "the path explains the ACK's delay: a one-round-trip Nagle hold",
     "delay_out_of_range": f"the ACK delay, less the path, exceeds {DELACK_MAX_MS:.0f} ms",
 }
-NAGLE_HOLD = list(REASONS).index("nagle_hold")
+NAGLE_OFF, NOT_CLASSIC, NAGLE_HOLD = (list(REASONS).index(r) for r in (
+    "nagle_off", "not_classic", "nagle_hold"))
 FLAVOURS = ("classic", "minshall", "off", "unknown")
 
 
@@ -117,21 +118,26 @@ def detect(f: Flows) -> Detection:
     late_reaction = reaction > usual + usual_slack
     corked = np.abs(ts[S2] - ts[S1] - CORK_MS * 1e6) <= CORK_TOLERANCE_MS * 1e6
 
-    def judge(off_proven: np.ndarray, not_classic_proven: np.ndarray) -> np.ndarray:
-        return np.select(
-            [~s["new_data"][S2], shut, off_proven[key], ~s1_small & not_classic_proven[key],
-             reaction < to_sender - slack, late_reaction & corked, late_reaction,
-             ack_delay < DELACK_MIN_MS * 1e6, ack_delay > DELACK_MAX_MS * 1e6],
-            np.arange(len(REASONS)), -1)
+    # why each candidate is not a stall (index in REASONS, the first that applies; -1: it is),
+    # first without the vetoes of a proven rule (nagle_off, not_classic), which come third
+    rules = [~s["new_data"][S2], shut, None, None, reaction < to_sender - slack,
+             late_reaction & corked, late_reaction, ack_delay < DELACK_MIN_MS * 1e6,
+             ack_delay > DELACK_MAX_MS * 1e6]
+    plain = np.select([r for r in rules if r is not None],
+                      [j for j, r in enumerate(rules) if r is not None], -1)
 
     # A proof of Nagle off (or of Minshall's rule) vetoes a sender's stalls (those behind a
     # full segment) when it is seen at least as often as they are: an ACK the capture lost
     # makes one false proof, and must not wipe out a sender's stalls.
-    would = judge(np.zeros(nflows * 2, bool), np.zeros(nflows * 2, bool)) == -1
+    would = plain == -1
     off_proven = (off > 0) & (off >= np.bincount(key[would], minlength=nflows * 2))
     not_classic_proven = (not_classic > 0) & (
         not_classic >= np.bincount(key[would & ~s1_small], minlength=nflows * 2))
-    reason = judge(off_proven, not_classic_proven)
+    reason = plain.copy()
+    vetoable = (plain < 0) | (plain > NOT_CLASSIC)
+    vetoed = vetoable & off_proven[key]
+    reason[vetoed] = NAGLE_OFF
+    reason[vetoable & ~vetoed & ~s1_small & not_classic_proven[key]] = NOT_CLASSIC
     stall, hold = reason == -1, reason == NAGLE_HOLD
 
     late_seen = ts[A] - ts[S1] >= DELACK_MIN_MS * 1e6  # the ACK looked late where captured
@@ -261,6 +267,8 @@ def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
     near_timer = np.zeros(m, dtype=bool)
     for t in KNOWN_TIMERS_MS:
         near_timer |= np.abs(delay - t) <= 0.15 * t
-    how = np.asarray(rtt_how, dtype=object)[st["flow"]]
-    conf = conf - RTT_UNKNOWN_PENALTY * (how == "none") - RTT_FROM_DATA_PENALTY * (how != "handshake")
+    how = np.asarray(rtt_how, dtype=object)  # per flow
+    penalty = (RTT_UNKNOWN_PENALTY * (how == "none")
+               + RTT_FROM_DATA_PENALTY * (how != "handshake")).astype(float)
+    conf = conf - penalty[st["flow"]]
     return np.round(np.minimum(conf + 0.05 * near_timer, 0.99), 2)

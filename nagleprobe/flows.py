@@ -191,12 +191,42 @@ def grouped_cummax(values: np.ndarray, group: np.ndarray, exclusive: bool = Fals
     return acc
 
 
+@dataclass(frozen=True)
+class TupleEnds:
+    """The two endpoints of each 4-tuple (indexed by tuple id): the IP version, and the
+    address words and port of its 'lower' endpoint (`_lower`) and of its higher one. With
+    each row's direction (`from_low`) they give the row's addresses and ports, so the
+    stream holds one byte per packet for them instead of 37."""
+
+    ipver: np.ndarray
+    lo_hi: np.ndarray
+    lo_lo: np.ndarray
+    lo_port: np.ndarray
+    hi_hi: np.ndarray
+    hi_lo: np.ndarray
+    hi_port: np.ndarray
+
+    def column(self, name: str, tup: np.ndarray, from_low: np.ndarray) -> np.ndarray:
+        """The decoded column `name` (ipver, src_hi, ..., dport) of rows of tuples `tup`
+        travelling from the lower endpoint where `from_low`."""
+        if name == "ipver":
+            return self.ipver[tup]
+        field = name[4:] if name.endswith(("_hi", "_lo")) else "port"
+        mine, peer = getattr(self, "lo_" + field)[tup], getattr(self, "hi_" + field)[tup]
+        src = name.startswith("src_") or name == "sport"
+        return np.where(from_low == src, mine, peer)
+
+
 class _Sorted:
     """Decoded columns seen through a row order: whole columns are gathered (once) only
-    when asked for; `at` gathers just a few rows (flow starts, SYNs)."""
+    when asked for; `at` gathers just a few rows (flow starts, SYNs). Addresses and ports
+    not held per row come from the tuples' endpoints (`ends`, with each row's tuple
+    `tup` and direction column `from_low`)."""
 
-    def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray) -> None:
+    def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray,
+                 ends: TupleEnds | None = None, tup: np.ndarray | None = None) -> None:
         self.cols, self.order, self.cache = cols, order, {}
+        self.ends, self.tup = ends, tup
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.cache:
@@ -204,7 +234,10 @@ class _Sorted:
         return self.cache[name]
 
     def at(self, name: str, rows: np.ndarray) -> np.ndarray:
-        return self.cols[name][self.order[rows]]
+        raw = self.order[rows]
+        if name in self.cols or self.ends is None:
+            return self.cols[name][raw]
+        return self.ends.column(name, self.tup[raw], self.cols["from_low"][raw])
 
 
 def _group_order(ids: np.ndarray) -> np.ndarray:
@@ -270,12 +303,15 @@ def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
     return ids
 
 
-def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -> Flows:
+def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
+                ends: TupleEnds | None = None) -> Flows:
     """Group decoded TCP packets into connections and classify every segment.
 
     `tuples`: each row's 4-tuple as an id 0..k-1, if the caller already knows them (the
     stream does); it saves finding them. Flows are numbered in the order of these ids (by
-    default: by first appearance in time order), unless a 4-tuple is reused.
+    default: by first appearance in time order), unless a 4-tuple is reused. `ends`: the
+    endpoints of each of those tuples; `cols` then holds each row's direction (`from_low`)
+    instead of its addresses and ports.
     """
     n = len(cols["frame"])
     ts = cols["ts_ns"]
@@ -287,7 +323,9 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
     if tuples is None:
         tup, from_low = _tuple_ids(cols)
     else:
-        tup, from_low = np.asarray(tuples, dtype=np.int64), _lower(*_endpoints(cols))
+        tup = np.asarray(tuples, dtype=np.int64)
+        from_low = cols["from_low"] if ends is not None else _lower(*_endpoints(cols))
+    raw_tup = tup
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     tup, from_low = tup[order], from_low[order]
     copies = _duplicates(cols, order, tup, from_low)
@@ -296,7 +334,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
         keep[copies] = False
         order, tup, from_low = order[keep], tup[keep], from_low[keep]
         n = len(order)
-    c = _Sorted(cols, order)
+    c = _Sorted(cols, order, ends, raw_tup)
     flags = c["flags"]
     syn_only = (flags & (SYN | ACK)) == SYN
 
@@ -318,7 +356,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None) -
         regroup = np.argsort(rank[fid], kind="stable")
         order, fid = order[regroup], rank[fid][regroup]
         from_low, flags, syn_only = from_low[regroup], flags[regroup], syn_only[regroup]
-        c = _Sorted(cols, order)
+        c = _Sorted(cols, order, ends, raw_tup)
         starts = _group_starts(fid)
     nflows = len(starts)
     ends = np.r_[starts[1:], n].astype(np.int64) if nflows else starts

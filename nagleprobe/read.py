@@ -487,26 +487,47 @@ def _walk_python(buf: bytearray, big: bool, start: int = 0) -> tuple[np.ndarray,
     return np.frombuffer(starts, dtype=np.int64), p
 
 
-def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int, frac_lim: int = -1
+def _walk_headers(buf: bytearray, big: bool, start: int, frac_mul: int, frac_lim: int = -1,
+                  limits: tuple[int, int | None, int] | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
     """`_walk_python` from `start` with each walked record's header read: (where each header
-    begins, ts_ns, caplen, wirelen, the walk's end, the first walked record whose time
-    fraction is `frac_lim` or more, -1 if none or no limit). One compiled pass when built."""
+    begins, ts_ns, caplen, wirelen, the walk's end, the first walked record that is not
+    plausible, -1 if none). Not plausible: a time fraction of `frac_lim` or more (if not
+    -1); and with `limits` = (the largest captured length, the latest time read before or
+    None, the time window in ns), what `CaptureReader._pcap_first_bad` describes. One
+    compiled pass when built."""
     if _walk is None:
         starts, end = _walk_python(buf, big, start)
         hdr = _u32_rows(np.frombuffer(buf, dtype=np.uint8), starts - 8, 4, big)
-        over = np.flatnonzero(hdr[:, 1] >= frac_lim) if frac_lim >= 0 else []
-        return (starts - 8, hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * frac_mul,
-                hdr[:, 2].copy(), hdr[:, 3].copy(), end, int(over[0]) if len(over) else -1)
+        ts = hdr[:, 0] * 1_000_000_000 + hdr[:, 1] * frac_mul
+        bad = hdr[:, 1] >= frac_lim if frac_lim >= 0 else np.zeros(len(ts), bool)
+        if limits is not None and len(ts):
+            caplim, anchor, window = limits
+            cl, wl = hdr[:, 2], hdr[:, 3]
+            prev = np.maximum.accumulate(ts)  # the latest time before each record
+            prev[1:] = prev[:-1]
+            prev[0] = ts[0] if anchor is None else anchor
+            if anchor is not None:
+                np.maximum(prev, anchor, out=prev)
+            bad |= ((cl > caplim) | (cl > wl) | (wl <= 0) | (ts < prev - window)
+                    | (ts > prev + window))
+        over = np.flatnonzero(bad)
+        return (starts - 8, ts, hdr[:, 2].copy(), hdr[:, 3].copy(), end,
+                int(over[0]) if len(over) else -1)
+    caplim, anchor, window = limits if limits is not None else (-1, None, 0)
     parts, first, done = [], -1, 0
     per = 48  # room for records of 48 bytes and more (any TCP/IP packet), then for any record
     while True:
         out = [np.empty(max(len(buf) - start, 0) // per + 1, dtype=np.int64) for _ in range(4)]
-        k, end, over = _walk.walk_headers(buf, big, start, frac_mul, *out, frac_lim)
+        k, end, over = _walk.walk_headers(buf, big, start, frac_mul, *out, frac_lim, caplim,
+                                          anchor or 0, anchor is not None, window)
         if first < 0 and over >= 0:
             first = done + over
         done += k
         parts.append([o[:k] for o in out])
+        if k:
+            top = int(out[1][:k].max())
+            anchor = top if anchor is None else max(anchor, top)
         if end > len(buf) - 8:
             break
         start, per = end - 8, 16
@@ -721,11 +742,12 @@ class CaptureReader:
                     t = int(self._pcap_plausible(data, np.array([p], np.int64))[2][0])
                     self._anchor = t if self._anchor is None else max(self._anchor, t)
                 # every record header from p on (whose caplen field is in the buffer)
-                st, ts, cl, wl, w, frac_over = _walk_headers(buf, big, p, self._ts_frac_mul,
-                                                             self._frac_lim)
+                st, ts, cl, wl, w, first = _walk_headers(
+                    buf, big, p, self._ts_frac_mul, self._frac_lim,
+                    (min(MAX_CAPLEN, self._snaplen), self._anchor, _NS_WINDOW))
                 k = len(st)
                 end = w - 8  # where the record after the walked ones starts
-                bad = self._pcap_first_bad(data, st, ts, cl, wl, frac_over) if k else None
+                bad = self._pcap_first_bad(data, st, ts, cl, wl, first) if first >= 0 else None
                 if bad is not None:
                     j = bad[0]
                     end = int(st[j])
@@ -754,32 +776,11 @@ class CaptureReader:
         self._finish(len(carry), resync)
 
     def _pcap_first_bad(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, cl: np.ndarray,
-                        wl: np.ndarray, frac_over: int) -> tuple[int, str, bool] | None:
-        """The first walked record whose header is not plausible: (index, problem, whether
-        the only problem is a time too far after the anchor, which may be a real gap), or
-        None (`frac_over`: the first whose time fraction is too large, -1 if none).  The
-        anchor is the latest time before each record; the records before the first
-        implausible one are all plausible, so only they move it."""
-        static = (cl > min(MAX_CAPLEN, self._snaplen)) | (cl > wl) | (wl <= 0)
-        if frac_over >= 0:
-            static[frac_over] = True
-        anchor = int(ts[0]) if self._anchor is None else self._anchor  # the file's first
-        step = np.diff(ts)
-        if (len(ts) and step.min(initial=0) >= 0 and ts[0] >= anchor
-                and ts[0] <= anchor + _NS_WINDOW and step.max(initial=0) <= _NS_WINDOW):
-            hit = np.flatnonzero(static)  # in time order and no jump: the usual case
-            early = late = prev = None
-        else:
-            prev = np.maximum.accumulate(ts)
-            prev[1:] = prev[:-1]
-            prev[0] = anchor
-            np.maximum(prev, anchor, out=prev)
-            early = ts < prev - _NS_WINDOW
-            late = ts > prev + _NS_WINDOW
-            hit = np.flatnonzero(static | early | late)
-        if not len(hit):
-            return None
-        j = int(hit[0])
+                        wl: np.ndarray, j: int) -> tuple[int, str, bool]:
+        """What is wrong with walked record `j`, the first one not plausible (as
+        `_walk_headers` judges): (j, problem, whether the only problem is a time too far after
+        the anchor, which may be a real gap). The anchor is the latest time before the
+        record; the records before it are all plausible, so only they move it."""
         c, w = int(cl[j]), int(wl[j])
         if c > MAX_CAPLEN:
             return j, f"captured length {c} exceeds the limit of {MAX_CAPLEN} bytes", False
@@ -789,11 +790,14 @@ class CaptureReader:
             return j, "original length 0", False
         if c > w:
             return j, f"captured length {c} exceeds the original length {w}", False
-        if j == frac_over:
-            frac = int(_u32_rows(data, st[j:j + 1] + 4, 1, self._big)[0, 0])
+        frac = int(_u32_rows(data, st[j:j + 1] + 4, 1, self._big)[0, 0])
+        if frac >= self._frac_lim:
             return j, f"time fraction {frac} is not below {self._frac_lim}", False
-        d = (int(ts[j]) - int(prev[j])) / 1e9
-        if early[j]:
+        prev = int(ts[0]) if self._anchor is None else self._anchor
+        if j:
+            prev = max(prev, int(ts[:j].max()))
+        d = (int(ts[j]) - prev) / 1e9
+        if d < 0:
             return j, f"time is {-d:.0f} s before the records read so far", False
         return j, f"time is {d:.0f} s after the records read so far", True
 

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Sequence
 
 from .errors import ExitStatus, printable
 
@@ -155,20 +155,7 @@ class Capture:
         cmd = self.command()
         fd, created = self._open_output()
         try:
-            try:
-                self._proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=fd,
-                    stderr=subprocess.PIPE, text=True, errors="replace",
-                    start_new_session=True,  # a Ctrl-C for the command must not stop it
-                    preexec_fn=_die_with_parent)
-            except OSError as e:
-                raise RecordError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
-            self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-            self._reader.start()
-            ready = self._ready.wait(timeout)
-            if self._proc.poll() is not None or not ready or not self._listening():
-                self._terminate()
-                raise RecordError(self._failure(ready))
+            self._launch(cmd, fd, timeout)
         except RecordError:
             if created:  # no empty file left behind
                 try:
@@ -179,6 +166,37 @@ class Capture:
             raise
         finally:
             os.close(fd)  # tcpdump has its own copy
+
+    def start_pipe(self, timeout: float = READY_TIMEOUT_S) -> BinaryIO:
+        """Start tcpdump writing to a pipe instead of the output file (`watch -i`): the
+        pipe's read end, once tcpdump is listening. RecordError as for `start`."""
+        cmd = self.command()
+        r, w = os.pipe()
+        try:
+            self._launch(cmd, w, timeout)
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)  # tcpdump has its own copy
+        return os.fdopen(r, "rb", buffering=0)
+
+    def _launch(self, cmd: list[str], fd: int, timeout: float) -> None:
+        """Run tcpdump writing to descriptor `fd`; return once it is listening."""
+        try:
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=fd,
+                stderr=subprocess.PIPE, text=True, errors="replace",
+                start_new_session=True,  # a Ctrl-C for the command must not stop it
+                preexec_fn=_die_with_parent)
+        except OSError as e:
+            raise RecordError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        ready = self._ready.wait(timeout)
+        if self._proc.poll() is not None or not ready or not self._listening():
+            self._terminate()
+            raise RecordError(self._failure(ready))
 
     def stop(self, linger: float = DEFAULT_LINGER_S) -> CaptureStats:
         """Let the last packets arrive, stop tcpdump with SIGINT and wait for the file."""

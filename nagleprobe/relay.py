@@ -119,17 +119,33 @@ def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
     and `s_host` name hosts) that can have fed it: within the window before S1, on another
     flow, received in the other role, of S1's or S1 + S2's bytes. Sets `match` (arrival
     row, -1 if none)."""
-    order = np.lexsort((arr["ts_ns"], a_host))
+    mine = np.flatnonzero(match < 0)
+    if not len(mine):
+        return
+    h, t = s_host[mine], s_ts[mine]
+    t0 = min(int(arr["ts_ns"].min()), int(t.min()))
+    span = max(int(arr["ts_ns"].max()), int(t.max())) - t0 + 1
+    hosts = int(max(a_host.max(), h.max())) + 1
+    if hosts * span < 1 << 62:  # (host, time) in one int64 key: a sort, then a search
+        a_key = a_host.astype(np.int64) * span + (arr["ts_ns"] - t0)
+        order = np.argsort(a_key, kind="stable")
+        a_key = a_key[order]
+        # the first arrival after S1 at the host (an arrival at S1's very time before it)
+        pos = np.searchsorted(a_key, h.astype(np.int64) * span + (t - t0), side="right")
+    else:  # arrivals and stalls merged by (host, time), counting the arrivals before each
+        order = np.lexsort((arr["ts_ns"], a_host))
+        merged = np.lexsort((np.r_[np.zeros(len(order), np.int8), np.ones(len(t), np.int8)],
+                             np.r_[arr["ts_ns"][order], t], np.r_[a_host[order], h]))
+        is_stall = merged >= len(order)
+        pos = np.empty(len(mine), dtype=np.int64)
+        pos[merged[is_stall] - len(order)] = np.cumsum(~is_stall)[is_stall]
     a_host, a_ts, a_flow = a_host[order], arr["ts_ns"][order], arr["flow"][order]
     a_side, a_pay = a_side[order], arr["payload"][order]
-    for h in np.unique(s_host[match < 0]).tolist():
-        mine = np.flatnonzero((s_host == h) & (match < 0))
-        lo, hi = np.searchsorted(a_host, [h, h + 1])
-        pos = lo + np.searchsorted(a_ts[lo:hi], s_ts[mine], side="right")  # first after S1
-        for back in range(1, LOOK_BACK + 1):
-            j = pos - back
-            jj = np.maximum(j, 0)
-            hit = ((match[mine] < 0) & (j >= lo) & (s_ts[mine] - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
-                   & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
-                   & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
-            match[mine[hit]] = order[jj[hit]]
+    lo = np.searchsorted(a_host, h)  # the host's first arrival
+    for back in range(1, LOOK_BACK + 1):
+        j = pos - back
+        jj = np.maximum(j, 0)
+        hit = ((match[mine] < 0) & (j >= lo) & (t - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
+               & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
+               & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
+        match[mine[hit]] = order[jj[hit]]

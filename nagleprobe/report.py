@@ -413,8 +413,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
         "roles": fl["roles"], "vantage": fl["vantage"],
         "vantage_basis": np.array([vantage_basis(h, c, s, b) for h, c, s, b in zip(
-            fl["rtt_how"], fl["rtt_client_ms"], fl["rtt_server_ms"], fl["both_near"])] or [],
-            dtype=object),
+            fl["rtt_how"].tolist(), fl["rtt_client_ms"].tolist(), fl["rtt_server_ms"].tolist(),
+            fl["both_near"].tolist())] or [], dtype=object),
         "rtt_ms": np.round(fl["rtt_ms"], 3), "rtt_client_ms": np.round(fl["rtt_client_ms"], 3),
         "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"],
         "retransmissions": retrans, "keepalives_or_probes": keepalive,
@@ -428,19 +428,23 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         "nagle_holds": hold_n, "nagle_hold_ms": np.round(hold_ms, 3),
         **{f"why_not_{r}": why_not[:, j] for j, r in enumerate(REASONS)},
     }
-    fixes = {k: np.full(nflows, None, dtype=object) for k in _FIX_FIELDS}
+    # the fix of each flow with stalls, for the side that lost more (numbers as Python's)
+    i = np.flatnonzero(stall_n.sum(axis=1))
+    k = (stall_ns[i, 0] < stall_ns[i, 1]).astype(np.int64)
+    notes = np.full(len(i), "", dtype=object)
+    noted = np.flatnonzero((hold_n[i] > 0) & (hold_ms[i] >= HOLD_SHARE * duration[i] * 1e3))
+    notes[noted] = [_hold_note(*a) for a in zip(hold_n[i[noted]].tolist(),
+                                                hold_ms[i[noted]].tolist(),
+                                                duration[i[noted]].tolist())]
     names = np.stack([fl["client"], fl["server"]], axis=1)
-    for i in np.flatnonzero(stall_n.sum(axis=1)).tolist():
-        k = 0 if stall_ns[i, 0] >= stall_ns[i, 1] else 1
-        timer = float(timers[i, 1 - k])
-        fix = _fix(k, names[i, k], None if np.isnan(timer) else timer,
-                   int(stall_n[i, k]), float(stall_ns[i, k]) / 1e6,
-                   bool(answered[i, k] * 2 >= stall_n[i, k]),
-                   _hold_note(int(hold_n[i]), float(hold_ms[i]), float(duration[i])))
-        for name, v in fix.items():
-            fixes[name][i] = v
-    for name, v in fixes.items():
-        flows[f"fix_{name}"] = v
+    rows = [_fix(side, name, None if timer != timer else timer, n, ms, one, note)
+            for side, name, timer, n, ms, one, note in zip(
+                k.tolist(), names[i, k].tolist(), timers[i, 1 - k].tolist(),
+                stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(),
+                (answered[i, k] * 2 >= stall_n[i, k]).tolist(), notes.tolist())]
+    for name in _FIX_FIELDS:
+        flows[f"fix_{name}"] = np.full(nflows, None, dtype=object)
+        flows[f"fix_{name}"][i] = [r[name] for r in rows]
     # Wireshark frame numbers of each flow's first and last packet
     frame = f.seg["frame"].astype(np.int64)
     flows["first_frame"] = np.minimum.reduceat(frame, f.starts) if nflows else frame[:0]

@@ -35,14 +35,19 @@ import pandas as pd
 
 from .decode import TCP_COLUMNS
 from .detect import detect
-from .flows import ACK, FIN, RST, SYN, _compiled, _mix, _ordered, build_flows
+from .flows import ACK, FIN, RST, SYN, TupleEnds, _compiled, _mix, _ordered, build_flows
 from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report, add_tcp_streams, capture_doc, report_columns, table
 
-# the decoded columns the analysis reads (SACK permission is not): held and gathered
+# the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
+# held and gathered per row: addresses and ports are held once per 4-tuple (flows.TupleEnds),
+# each row only says which way it travels
+ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")
+HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},
+        "from_low": np.dtype(bool)}
 DEFAULT_BATCH_ROWS = 1 << 18
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
@@ -76,6 +81,7 @@ class _Tuples:
 
     def __init__(self) -> None:
         self.count = 0
+        self._ver = np.zeros(0, dtype=np.uint8)  # IP version of each tuple
         self._compiled = _compiled  # as built, or as a test switched it
         if _compiled is not None:
             self._slots = np.full(1 << 10, -1, dtype=np.int64)
@@ -86,6 +92,26 @@ class _Tuples:
 
     def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
+        before = self.count
+        tid, from_low, first = self._ids(c)
+        if self.count > before:  # the IP version of the new tuples, from their first rows
+            if self.count > len(self._ver):
+                self._ver = np.concatenate([self._ver, np.zeros(
+                    max(self.count - len(self._ver), len(self._ver)), dtype=np.uint8)])
+            self._ver[before:self.count] = c["ipver"][first[:self.count - before]]
+        return tid, from_low
+
+    def ends(self, ids: np.ndarray) -> TupleEnds:
+        """The endpoints of the tuples `ids`."""
+        if self._compiled is None:
+            w = [x[ids] for x in self._words]
+        else:
+            words = self._table[:5 * self.count].reshape(-1, 5)[ids]
+            w = [words[:, j] for j in range(5)]
+        return TupleEnds(self._ver[ids], w[0], w[1], w[4] >> np.uint64(16), w[2], w[3],
+                         w[4] & np.uint64(0xFFFF))
+
+    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._compiled is None:
             return self._ids_numpy(c)
         n = len(c["sport"])
@@ -99,19 +125,21 @@ class _Tuples:
             self._compiled.reslot(self._slots, self._table, self.count)
         tid = np.empty(n, dtype=np.int64)
         from_low = np.empty(n, dtype=bool)
+        first = np.empty(n, dtype=np.int64)
         self.count = self._compiled.tuple_ids(
             *(np.ascontiguousarray(c[k], np.uint64) for k in ("src_hi", "src_lo", "dst_hi",
                                                                "dst_lo")),
             np.ascontiguousarray(c["sport"], np.uint16),
             np.ascontiguousarray(c["dport"], np.uint16),
-            self._slots, self._table, self.count, tid, from_low.view(np.uint8))
-        return tid, from_low
+            self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
+        return tid, from_low, first
 
-    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         words, from_low = _tuple_words(c)
         codes, uniq = pd.factorize(_mix(words))
         pos = self._index.get_indexer(uniq)
         new = np.flatnonzero(pos < 0)
+        first = np.zeros(0, dtype=np.int64)  # the first row of each new tuple
         if len(new):
             pos[new] = len(self._index) + np.arange(len(new))
             where = np.full(len(uniq), -1, dtype=np.int64)
@@ -119,12 +147,13 @@ class _Tuples:
             where[codes[rows]] = rows  # first row of each code
             self._index = self._index.append(pd.Index(np.asarray(uniq[new], dtype=np.uint64)))
             self._words = [np.concatenate([s, w[where[new]]]) for s, w in zip(self._words, words)]
+            first = where[new]
         tid = pos[codes].astype(np.int64)
         for w, stored in zip(words, self._words):
             if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
                 raise RuntimeError("4-tuple hash collision while streaming")
         self.count = len(self._index)
-        return tid, from_low
+        return tid, from_low, first
 
 
 def _libc_trim():
@@ -136,6 +165,7 @@ def _libc_trim():
 
 _malloc_trim = _libc_trim()
 TRIM_EVERY = 16
+TRIM_ROWS = 1 << 20  # joined result columns this long give their copies back at once
 
 
 def release_free_memory() -> None:
@@ -175,7 +205,7 @@ def _gather(picks: Picks, local: np.ndarray) -> tuple[dict[str, np.ndarray], np.
     """One table of the given rows of several chunks, and each row's 4-tuple as numbered
     within the batch (`local`: that number of each tuple id)."""
     n = sum(len(rows) for _, _, rows in picks)
-    batch = {k: np.empty(n, dtype=t) for k, t in ANALYSED.items()}
+    batch = {k: np.empty(n, dtype=t) for k, t in HELD.items()}
     tuples = np.empty(n, dtype=np.int64)
     at = 0
     for cols, tid, rows in picks:
@@ -209,11 +239,11 @@ class _Held:
         return _Held({c: v[keep] for c, v in self.cols.items()}, self.tid[keep])
 
 
-def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, origin_ns: int,
-             relays: bool = True) -> _Part:
+def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: TupleEnds | None,
+             origin_ns: int, relays: bool = True) -> _Part:
     """build_flows -> detect -> report columns for one batch of whole connections, and its
     data arrivals for linking relays (unless `relays` is off: too many kept already)."""
-    flows = build_flows(cols, tuples)
+    flows = build_flows(cols, tuples, ends)
     out = report_columns(flows, detect(flows), origin_ns)
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
@@ -324,7 +354,8 @@ class StreamAnalyzer:
             np.bitwise_or.at(self._closed, tid[fin_rows], bits.astype(np.uint8))
         np.maximum.at(self._last_ts, tid, ts)
         self._rows += np.bincount(tid, minlength=len(self._rows))
-        self._pending.append(_Held({k: cols[k] for k in ANALYSED}, tid))
+        self._pending.append(_Held({**{k: cols[k] for k in HELD if k != "from_low"},
+                                    "from_low": from_low}, tid))
         self.peak_pending_rows = max(self.peak_pending_rows, int(self._rows.sum()))
         self._tick(int(ts.max()))
 
@@ -417,12 +448,13 @@ class StreamAnalyzer:
         local[ids] = np.arange(len(ids)) - np.searchsorted(label[ids], label[ids])
         picks, pending = [], []  # picks: (part, its rows of each batch)
         for part in self._pending:
-            lab = label[part.tid]
-            take = lab >= 0 if part.live is None else (lab >= 0) & part.live
+            take = done[part.tid]  # (a gather of bytes: the labels only for the rows taken)
+            if part.live is not None:
+                take &= part.live
             out = np.flatnonzero(take)
             if len(out):
                 if nbatch > 1:
-                    lab = lab[out]
+                    lab = label[part.tid[out]]
                     # a stable sort of small numbers: 16-bit ones sort by radix (linear time)
                     key = lab.astype(np.uint16) if nbatch <= 1 << 16 else lab
                     out = out[np.argsort(key, kind="stable")]
@@ -436,23 +468,26 @@ class StreamAnalyzer:
         self._pending = pending
         self._handed_on |= done
         self._rows[done] = 0
+        bounds = np.searchsorted(label[ids], np.arange(nbatch + 1))  # each batch's ids
         for j in range(nbatch):
             batch = [(cols, tid, rows[j]) for cols, tid, rows in picks if len(rows[j])]
             if batch:
-                self._analyse(batch, local)
+                self._analyse(batch, local, self._tuples.ends(ids[bounds[j]:bounds[j + 1]]))
         self._hand_ons += 1
         if self._hand_ons % TRIM_EVERY == 0:
             release_free_memory()
 
-    def _analyse(self, picks: Picks, local: np.ndarray) -> None:
-        """Analyse one batch: the rows `picks` names of held chunks (gathered and analysed in a
-        worker thread when there are workers)."""
+    def _analyse(self, picks: Picks, local: np.ndarray, ends: TupleEnds) -> None:
+        """Analyse one batch: the rows `picks` names of held chunks, of the tuples whose
+        endpoints are `ends` (gathered and analysed in a worker thread when there are
+        workers)."""
         self.batches += 1
         relays = self._parts.arrivals is not None
         if self._pool is None:
-            self._add(_analyse(*_gather(picks, local), self.origin_ns, relays))
+            self._add(_analyse(*_gather(picks, local), ends, self.origin_ns, relays))
             return
-        job = self._pool.submit(lambda: _analyse(*_gather(picks, local), self.origin_ns, relays))
+        job = self._pool.submit(
+            lambda: _analyse(*_gather(picks, local), ends, self.origin_ns, relays))
         self._running.append(job)
         self._take_results(wait=len(self._running) > self._max_running)
 
@@ -493,7 +528,7 @@ class StreamAnalyzer:
         p = self._parts
         if not p.flows:
             self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in ANALYSED.items()},
-                               None, self.origin_ns))
+                               None, None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
@@ -572,6 +607,7 @@ def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]
         col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
         columns[name] = col[order]
         del col
-        release_free_memory()
+        if len(order) > TRIM_ROWS:  # a trim costs milliseconds: only for big columns
+            release_free_memory()
     parts.clear()
     return columns

@@ -145,12 +145,12 @@ def test_html_file_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):
 def test_help_lists_each_command_with_a_whole_short_summary():
     out = run(["--help"]).output
     commands = out.split("Commands:", 1)[1].split("\n\n", 1)[0].strip().splitlines()
-    assert [c.split()[0] for c in commands] == ["analyze", "annotate", "check", "record"]
+    assert [c.split()[0] for c in commands] == ["analyze", "annotate", "check", "record", "watch"]
     for line in commands:
         assert not line.endswith("...") and line.endswith("."), line
 
 
-@pytest.mark.parametrize("command", ["analyze", "check"])
+@pytest.mark.parametrize("command", ["analyze", "check", "watch"])
 def test_analyze_and_check_help_have_examples_that_parse(command):
     import shlex
 

@@ -141,13 +141,21 @@ def tuple_ids_both_ways(chunks: list[dict[str, np.ndarray]]) -> list[np.ndarray]
         assert np.array_equal(tid, want_tid) and np.array_equal(low, want_low)
         assert compiled.count == reference.count
         out.append(tid)
+    for c, tid in zip(chunks, out):  # each row's addresses and ports come back from its tuple
+        _, low = compiled.ids(c)
+        for tuples in (compiled, reference):
+            ends = tuples.ends(np.arange(tuples.count))
+            for k in c:
+                assert np.array_equal(ends.column(k, tid, low), c[k]), k
     return out
 
 
 def endpoint_columns(rows: list[tuple]) -> dict[str, np.ndarray]:
-    return {k: np.array([r[j] for r in rows], dtype=t) for j, (k, t) in enumerate(
+    cols = {k: np.array([r[j] for r in rows], dtype=t) for j, (k, t) in enumerate(
         [("src_hi", np.uint64), ("src_lo", np.uint64), ("dst_hi", np.uint64),
          ("dst_lo", np.uint64), ("sport", np.uint16), ("dport", np.uint16)])}
+    cols["ipver"] = np.where((cols["src_hi"] | cols["dst_hi"]) != 0, 6, 4).astype(np.uint8)
+    return cols
 
 
 @settings(max_examples=200, deadline=None)

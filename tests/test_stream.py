@@ -104,7 +104,7 @@ def test_batches_analysed_in_worker_threads_give_the_same_report(tmp_path):
 
 
 def test_an_error_in_a_worker_thread_is_raised_to_the_caller(monkeypatch):
-    def broken(cols, tuples=None):
+    def broken(cols, tuples=None, ends=None):
         raise ValueError("flows broke")
     monkeypatch.setattr(nagleprobe.stream, "build_flows", broken)
     with pytest.raises(ValueError, match="flows broke"):

@@ -17,18 +17,26 @@ compiled = pytest.mark.skipif(read._walk is None,
                               reason="nagleprobe._walk not built (no C compiler at install)")
 
 
+# plausibility limits as the reader passes them: largest captured length, latest time read
+# before (None: the first record's), window
+LIMITS = [None, (262144, None, 86_400 * 10**9), (1514, None, 10**9),
+          (262144, 1_700_000_000 * 10**9, 86_400 * 10**9), (65535, 5 * 10**9, 10**9)]
+
+
 def headers_both_ways(buf: bytearray, big: bool, start: int = 0) -> list:
-    """read._walk_headers compiled, and with the pure-Python walk and numpy gathers."""
-    got = read._walk_headers(buf, big, start, 1000, 1_000_000)
-    kept, read._walk = read._walk, None
-    try:
-        want = read._walk_headers(buf, big, start, 1000, 1_000_000)
-    finally:
-        read._walk = kept
-    for a, b in zip(got[:4], want[:4], strict=True):
-        assert a.dtype == b.dtype == np.int64
-        assert np.array_equal(a, b)
-    assert got[4:] == want[4:]  # the end, and the first time fraction of a second or more
+    """read._walk_headers compiled, and with the pure-Python walk and numpy gathers: the same
+    headers, end and first implausible record, with any limits."""
+    for limits in LIMITS:
+        got = read._walk_headers(buf, big, start, 1000, 1_000_000, limits)
+        kept, read._walk = read._walk, None
+        try:
+            want = read._walk_headers(buf, big, start, 1000, 1_000_000, limits)
+        finally:
+            read._walk = kept
+        for a, b in zip(got[:4], want[:4], strict=True):
+            assert a.dtype == b.dtype == np.int64
+            assert np.array_equal(a, b)
+        assert got[4:] == want[4:], limits  # the end, and the first implausible record
     return [x.tolist() for x in got[:4]] + [got[4]]
 
 

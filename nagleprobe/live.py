@@ -1,0 +1,498 @@
+"""Live analysis: each stall reported as soon as it is proven, in bounded memory per connection.
+
+`nagleprobe watch` reads a capture that is still being written (a pipe from tcpdump, a
+growing file, or tcpdump run on an interface) and cannot wait for connections to close: a
+connection pool or a gRPC channel lives for days. So every open connection is analysed
+again and again on a sliding window of its packets:
+
+* per 4-tuple the analyser holds its handshake (the first HANDSHAKE_ROWS packets without
+  payload: SYN, SYN/ACK, the ACK; they carry the MSS, the window scale, the roles and the
+  handshake's round trips) and the last `window_rows` packets after it (the tail). Nothing
+  else: what is held per connection is at most `window_rows + HANDSHAKE_ROWS` packets of
+  `ANALYSED` columns (about 70 bytes each), whatever the connection's length;
+* each analysis runs the batch pipeline (`build_flows` -> `detect`) on the handshake and
+  the tail of the connections that received packets. Once the tail no longer follows the
+  handshake, the handshake's sequence and acknowledgement numbers are moved to just before
+  the tail (`_rebased`), so the sequence space of a connection that sent gigabytes since its
+  SYN is still read right;
+* a stall is reported once: the released segment's (S2's) frame number is remembered per
+  connection while it is held, and a stall found again in a later window is not reported
+  again.
+
+What a window cannot know: facts of the packets before the tail (a lower round trip, a
+Nagle-off proof, the stalls that set a confidence) count only while they are held. A
+connection shorter than the window is analysed whole, so its live verdicts equal the
+whole-connection analysis up to what it had sent when the stall was reported (see
+tests/test_live.py, which compares them on every sample).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+
+from .decode import decode
+from .detect import detect
+from .flows import ACK, FIN, RST, SYN, build_flows
+from .read import CaptureReader
+from .report import human_count, human_ms
+from .stream import ANALYSED, _Tuples
+
+DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed
+HANDSHAKE_ROWS = 4  # the first packets without payload of a connection, held for its life
+DEFAULT_SUMMARY_S = 10.0
+DEFAULT_IDLE_S = 3600.0  # a connection silent this long (capture time) is let go of
+CLOSED_GRACE_S = 2.0  # a closed connection's packets are let go of this long after its last
+LIVE_CHUNK_BYTES = 1 << 20
+# rows fed without an analysis (input coming faster than the analyses): then analyse anyway,
+# so what is held stays bounded when a file or a burst is read at full speed
+MAX_UNANALYSED_ROWS = 1 << 14
+_HELD = {**ANALYSED, "tid": np.int64, "from_low": np.bool_, "hs": np.bool_}
+_LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
+
+
+def _utc(ns: int) -> str:
+    """ISO 8601 UTC time with microseconds, e.g. 2026-11-23T21:04:53.123456Z."""
+    s, us = divmod(int(ns) // 1000, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s)) + f".{us:06d}Z"
+
+
+@dataclass
+class _FlowTotals:
+    """What was reported of one 4-tuple: its names, and its stalls in all and in the period."""
+
+    client: str
+    server: str
+    stalls: int = 0
+    lost_ms: float = 0.0
+    period_stalls: int = 0
+    period_lost_ms: float = 0.0
+    period_max_ms: float = 0.0
+
+
+@dataclass
+class LiveAnalyzer:
+    """Feed decoded TCP columns in capture order (`feed`); get the stalls proven so far as
+    event dicts (`"event": "stall"`); `summary` and `final` give the other events.
+
+    `window_rows`: tail of each connection held and analysed (the memory bound).
+    `summary_s`: capture time between summaries (`summary` returns [] before that).
+    """
+
+    window_rows: int = DEFAULT_WINDOW_ROWS
+    summary_s: float = DEFAULT_SUMMARY_S
+    idle_s: float = DEFAULT_IDLE_S
+    packets: int = 0  # TCP packets fed
+    now: int | None = None  # capture clock: latest timestamp fed (ns)
+    peak_held_rows: int = 0
+    _tuples: _Tuples = field(default_factory=_Tuples)
+    _held: dict[str, np.ndarray] = field(
+        default_factory=lambda: {k: np.zeros(0, t) for k, t in _HELD.items()})
+    _new_rows: int = 0  # rows fed since the last analysis
+    _seen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows per tuple
+    _trimmed: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # tail cut
+    _closed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    _last_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _touched: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # (tuple id << 40 | S2 frame) of the stalls reported whose S2 is still held, sorted
+    _reported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _flows: dict[int, _FlowTotals] = field(default_factory=dict)
+    _period_end: int | None = None
+
+    # ------------------------------------------------------------------ input
+    def feed(self, cols: dict[str, np.ndarray], analyse: bool = True) -> list[dict]:
+        """Take decoded TCP rows; with `analyse` (or once MAX_UNANALYSED_ROWS rows wait),
+        run the analysis and return the new stalls and the summaries due (else they wait
+        for the next call that analyses)."""
+        n = len(cols["frame"])
+        if n:
+            self._take(cols)
+        if not self._new_rows or not (analyse or self._new_rows >= MAX_UNANALYSED_ROWS):
+            return []
+        return self.analyse()
+
+    def _take(self, cols: dict[str, np.ndarray]) -> None:
+        n = len(cols["frame"])
+        tid, from_low = self._tuples.ids(cols)
+        grow = self._tuples.count - len(self._seen)
+        if grow > 0:
+            self._seen = np.r_[self._seen, np.zeros(grow, np.int64)]
+            self._trimmed = np.r_[self._trimmed, np.zeros(grow, bool)]
+            self._closed = np.r_[self._closed, np.zeros(grow, np.uint8)]
+            self._last_ts = np.r_[self._last_ts, np.full(grow, np.iinfo(np.int64).min)]
+            self._touched = np.r_[self._touched, np.zeros(grow, bool)]
+        # each row's rank among the rows of its tuple so far: the first few control packets
+        # (the handshake) are held for the connection's life
+        order = np.argsort(tid, kind="stable")
+        st = tid[order]
+        first = np.r_[True, st[1:] != st[:-1]]
+        rank_sorted = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
+        rank = np.empty(n, np.int64)
+        rank[order] = rank_sorted
+        rank += self._seen[tid]
+        flags = cols["flags"]
+        hs = (rank < HANDSHAKE_ROWS) & (cols["payload"] == 0) & ((flags & (FIN | RST)) == 0)
+        self._seen += np.bincount(tid, minlength=len(self._seen))
+        # a SYN opens the 4-tuple again; FIN from both ends or RST closes it
+        syn = (flags & (SYN | ACK)) == SYN
+        self._closed[tid[syn]] = 0
+        end = (flags & (FIN | RST)) != 0
+        bits = np.where((flags & RST) != 0, _RST, np.where(from_low, _LOW_FIN, _HIGH_FIN))
+        np.bitwise_or.at(self._closed, tid[end], bits[end].astype(np.uint8))
+        np.maximum.at(self._last_ts, tid, cols["ts_ns"])
+        self._touched[tid] = True
+        ts_max = int(cols["ts_ns"].max())
+        self.now = ts_max if self.now is None else max(self.now, ts_max)
+        self.start_clock(int(cols["ts_ns"].min()))
+        new = {k: np.asarray(cols[k], dtype=t) for k, t in ANALYSED.items()}
+        new.update(tid=tid, from_low=from_low, hs=hs)
+        self._held = {k: np.concatenate([self._held[k], new[k]]) for k in _HELD}
+        self.packets += n
+        self._new_rows += n
+        self.peak_held_rows = max(self.peak_held_rows, len(self._held["tid"]))
+
+    # ------------------------------------------------------------------ analysis
+    def analyse(self) -> list[dict]:
+        """Analyse the connections that received packets since the last call on their
+        window; return the stalls not reported before; let go of what is no longer needed."""
+        self._new_rows = 0
+        h = self._held
+        touched = self._touched[h["tid"]]
+        self._touched[:] = False
+        found: list[tuple[int, dict]] = []
+        if touched.any():
+            window = {k: v[touched] for k, v in h.items()}
+            found = self._stalls(self._rebased(window))
+        self._trim()
+        return self._in_periods(found)
+
+    def _in_periods(self, found: list[tuple[int, dict]]) -> list[dict]:
+        """The stalls found (S2's time, event), each counted in the summary period of its
+        S2 (or the current one, if that period's summary is out already), with the
+        summaries of the periods that ended before each, in time order."""
+        out = []
+        for ns, event in sorted(found, key=lambda x: x[0]):
+            out += self.summary(at=ns)
+            tot = self._flows[event["flow"]]
+            tot.period_stalls += 1
+            tot.period_lost_ms += event["delay_ms"]
+            tot.period_max_ms = max(tot.period_max_ms, event["delay_ms"])
+            out.append(event)
+        return out + self.summary()
+
+    def _rebased(self, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The window with the handshake of each connection whose tail was cut moved in
+        sequence space to just before the tail: per direction, its sequence numbers (and
+        the peer's acknowledgements of them) shifted so the handshake ends where the
+        tail's first packet of that direction starts."""
+        tid, hs, fl = w["tid"], w["hs"], w["from_low"]
+        cut = self._trimmed[tid]
+        if not (cut & hs).any():
+            return w
+        seq, ack = w["seq"].astype(np.int64), w["ack"].astype(np.int64)
+        k = tid * 2 + fl  # (tuple, direction) of each row's sender
+        size = 2 * len(self._trimmed)
+        tail = np.flatnonzero(cut & ~hs)
+        first_tail = np.full(size, -1, np.int64)
+        first_tail[k[tail[::-1]]] = seq[tail[::-1]]  # the first tail row of each direction
+        hrows = np.flatnonzero(cut & hs)
+        hs_end = np.full(size, -1, np.int64)
+        syn = ((w["flags"][hrows] & SYN) != 0).astype(np.int64)
+        hs_end[k[hrows]] = (seq[hrows] + syn) % (1 << 32)  # the last handshake row wins
+        shift = np.where((first_tail >= 0) & (hs_end >= 0), (first_tail - hs_end) % (1 << 32), 0)
+        out = dict(w)
+        s, a = seq.copy(), ack.copy()
+        s[hrows] = (seq[hrows] + shift[k[hrows]]) % (1 << 32)
+        acked = hrows[(w["flags"][hrows] & ACK) != 0]
+        a[acked] = (ack[acked] + shift[k[acked] ^ 1]) % (1 << 32)
+        out["seq"], out["ack"] = s.astype(w["seq"].dtype), a.astype(w["ack"].dtype)
+        return out
+
+    def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
+        """Run flows and detection on the window; the stalls not reported yet, as (S2's
+        time, event)."""
+        _, local = np.unique(w["tid"], return_inverse=True)
+        f = build_flows({k: w[k] for k in ANALYSED}, local)
+        st = detect(f).stalls
+        if not len(st["flow"]):
+            return []
+        by_frame = np.argsort(w["frame"])
+        first_row = np.searchsorted(w["frame"], f.seg["frame"][f.starts], sorter=by_frame)
+        flow_tid = w["tid"][by_frame[first_row]]
+        order = np.lexsort((st["released_frame"], st["released_ns"]))
+        flow = st["flow"][order]
+        tid = flow_tid[flow]
+        key = (tid << 40) | st["released_frame"][order].astype(np.int64)
+        done = self._reported
+        pos = np.minimum(np.searchsorted(done, key), max(len(done) - 1, 0))
+        seen = done[pos] == key if len(done) else np.zeros(len(key), bool)
+        new, tid, flow = order[~seen], tid[~seen], flow[~seen]
+        if not len(new):
+            return []
+        self._reported = np.union1d(self._reported, key[~seen])
+        fl = f.flow
+        client = fl["client"][flow].tolist()
+        server = fl["server"][flow].tolist()
+        col = {k: st[k][new].tolist() for k in ("dir", "released_ns", "stall_ns", "ack_delay_ns",
+                                                "small_frame", "ack_frame", "released_frame",
+                                                "held_bytes", "confidence")}
+        events = []
+        for j, t in enumerate(tid.tolist()):
+            sender = "client" if col["dir"][j] == 0 else "server"
+            delay = col["stall_ns"][j] / 1e6
+            totals = self._flows.setdefault(t, _FlowTotals(client[j], server[j]))
+            totals.stalls += 1
+            totals.lost_ms += delay
+            events.append((col["released_ns"][j], {
+                "event": "stall", "time": _utc(col["released_ns"][j]), "flow": t,
+                "client": client[j], "server": server[j], "sender": sender,
+                "endpoint": client[j] if sender == "client" else server[j],
+                "delay_ms": round(delay, 3),
+                "peer_ack_delay_ms": round(col["ack_delay_ns"][j] / 1e6, 3),
+                "frames": [col["small_frame"][j], col["ack_frame"][j], col["released_frame"][j]],
+                "held_bytes": col["held_bytes"][j], "confidence": col["confidence"][j]}))
+        return events
+
+    def _trim(self) -> None:
+        """Keep per 4-tuple its handshake and its last window_rows other rows; let go of
+        connections closed (or silent) long enough, and of remembered S2 frames no longer
+        held."""
+        h = self._held
+        tid = h["tid"]
+        if not len(tid):
+            return
+        closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
+        now = self.now if self.now is not None else 0
+        gone = (closed & (self._last_ts + int(CLOSED_GRACE_S * 1e9) <= now)) | (
+            self._last_ts + int(self.idle_s * 1e9) <= now)
+        # rank of each tail row counted from its tuple's newest
+        tail = ~h["hs"]
+        rows = np.flatnonzero(tail)
+        t = tid[rows]
+        order = np.argsort(t, kind="stable")
+        ts_ = t[order]
+        last = np.r_[ts_[1:] != ts_[:-1], True] if len(ts_) else np.zeros(0, bool)
+        idx = np.arange(len(ts_))
+        group_end = np.minimum.accumulate(np.where(last, idx, len(ts_))[::-1])[::-1]
+        from_end = np.empty(len(rows), np.int64)
+        from_end[order] = group_end - idx
+        keep = ~gone[tid]
+        drop_tail = np.zeros(len(tid), bool)
+        drop_tail[rows] = from_end >= self.window_rows
+        if drop_tail.any():
+            self._trimmed[np.unique(tid[drop_tail])] = True
+        keep &= ~drop_tail
+        if not keep.all():
+            self._held = {k: v[keep] for k, v in h.items()}
+            self._seen[gone] = 0  # a later packet starts over: its first rows are a handshake
+            self._trimmed[gone] = False
+            self._closed[gone] = 0
+            if len(self._reported):  # forget the S2 frames no longer held (in the tails)
+                oldest = np.full(len(self._seen), np.iinfo(np.int64).max)
+                tail = ~self._held["hs"]
+                np.minimum.at(oldest, self._held["tid"][tail],
+                              self._held["frame"][tail].astype(np.int64))
+                r = self._reported
+                self._reported = r[(r & ((1 << 40) - 1)) >= oldest[r >> 40]]
+
+    @property
+    def remembered_stalls(self) -> int:
+        """Stalls remembered as reported (those whose S2 is still held)."""
+        return len(self._reported)
+
+    # ------------------------------------------------------------------ summaries
+    def start_clock(self, ts_ns: int) -> None:
+        """The first summary period starts at `ts_ns` (the first packet's time), unless
+        started already."""
+        if self._period_end is None:
+            self._period_end = ts_ns + int(self.summary_s * 1e9)
+
+    @property
+    def period_end(self) -> int | None:
+        """Capture time (ns) the current summary period ends at (None before any packet)."""
+        return self._period_end
+
+    def summary(self, final: bool = False, at: int | None = None) -> list[dict]:
+        """Once `summary_s` of capture time has passed since the last summary (the clock is
+        at `at` if given, else the latest packet's time), or with `final`: one event per
+        connection with stalls reported in the period."""
+        clock = at if at is not None else (self.now or 0)
+        if self._period_end is None or (not final and clock < self._period_end):
+            return []
+        end = self.now if final else self._period_end
+        step = int(self.summary_s * 1e9)
+        # the final summary's period is the part of a period up to the last packet
+        span = round(max(end - self._period_end + step, 0) / 1e9, 6) if final else self.summary_s
+        out = []
+        for t, tot in self._flows.items():
+            if tot.period_stalls:
+                out.append({"event": "summary", "time": _utc(end), "period_s": span,
+                            "flow": t, "client": tot.client, "server": tot.server,
+                            "stalls": tot.period_stalls,
+                            "lost_ms": round(tot.period_lost_ms, 3),
+                            "max_delay_ms": round(tot.period_max_ms, 3)})
+                tot.period_stalls, tot.period_lost_ms, tot.period_max_ms = 0, 0.0, 0.0
+        if not final:  # the next period ends after the clock
+            self._period_end += step * ((clock - self._period_end) // step + 1)
+        return out
+
+    def final(self, capture: dict) -> dict:
+        """The final report: totals of everything reported, per connection with stalls.
+        `capture`: what the reader says (packets read, skipped by reason, warnings)."""
+        flows = [{"flow": t, "client": tot.client, "server": tot.server, "stalls": tot.stalls,
+                  "lost_ms": round(tot.lost_ms, 3)}
+                 for t, tot in sorted(self._flows.items())]
+        return {"event": "final", **capture, "tcp_packets": self.packets,
+                "connections": self._tuples.count,
+                "stalls": sum(f["stalls"] for f in flows),
+                "lost_ms": round(sum(tot.lost_ms for tot in self._flows.values()), 3),
+                "flows": flows}
+
+
+# ---------------------------------------------------------------------- input streams
+class LiveStream:
+    """A binary stream for `CaptureReader` over input that is still being written: a pipe
+    (or terminal, socket) or a growing file (`follow`). A large read (a chunk) waits for
+    some input and then returns what is there without waiting for more: the reader hands
+    on every record it has, and carries a record cut at the end over to the next chunk. A
+    small read (the file header) waits for all of it. A pipe ends at its end of input; a
+    followed file only when `stop()` is called (or Ctrl-C)."""
+
+    SMALL = 4096
+    POLL_S = 0.1
+
+    def __init__(self, raw: BinaryIO, follow: bool = False, name: str = "-") -> None:
+        self.raw, self.follow, self.name = raw, follow, name
+        self._fd = raw.fileno()
+        self._got = False  # data returned since the last 'nothing more now'
+        self._stopped = False
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    @property
+    def drained(self) -> bool:
+        """The last chunk read took everything there was: nothing more right now."""
+        return not self._got
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        buf = bytearray(n if n >= 0 else self.SMALL)
+        k = self.readinto(memoryview(buf))
+        return bytes(buf[:k])
+
+    def readinto(self, b) -> int:
+        mv = memoryview(b).cast("B")
+        if len(mv) < self.SMALL:  # the file header: all of it, or the end of input
+            total = 0
+            while total < len(mv):
+                k = self._read_some(mv[total:], wait=True)
+                if not k:
+                    break
+                total += k
+            return total
+        k = self._read_some(mv, wait=not self._got)
+        self._got = k > 0
+        return k
+
+    def _read_some(self, mv: memoryview, wait: bool) -> int:
+        """Read what is there (at most len(mv)); if nothing and `wait`, wait for input.
+        0: end of input, or nothing now when not waiting."""
+        while True:
+            if not self.follow and not wait:
+                ready, _, _ = select.select([self._fd], [], [], 0)
+                if not ready:
+                    return 0
+            k = os.readv(self._fd, [mv])
+            if k or not self.follow:
+                return k
+            if not wait or self._stopped:
+                return 0
+            time.sleep(self.POLL_S)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def events(reader: CaptureReader, live: LiveAnalyzer, skipped: Counter,
+           stream: LiveStream | None = None, min_interval_s: float = 0.05) -> Iterator[dict]:
+    """Stall and summary events as the reader's records come in. The records of chunks
+    that come faster than `min_interval_s` apart are analysed together (each analysis
+    covers the whole window of the connections that got packets), unless the input
+    `stream` the reader reads has nothing more right now."""
+    last = 0.0
+    for batch in reader:
+        cols = decode(batch, skipped)
+        del batch
+        quick = time.monotonic() - last < min_interval_s and live.packets > 0
+        waits = stream is not None and stream.drained
+        yield from live.feed(cols, analyse=not quick or waits)
+        last = time.monotonic()
+    yield from live.feed({k: np.zeros(0, t) for k, t in ANALYSED.items()})
+
+
+def line(event: dict, fmt: str) -> str:
+    """One output line for an event: JSON, or text for people (counts and times written
+    as in the text report: thousands separated, seconds from 10 s on)."""
+    if fmt == "jsonl":
+        return json.dumps(event, separators=(",", ":"))
+    kind = event["event"]
+    flow = f"flow {event.get('flow')} {event.get('client')} -> {event.get('server')}"
+    if kind == "stall":
+        s1, a, s2 = event["frames"]
+        peer = "server" if event["sender"] == "client" else "client"
+        return (f"{event['time']} stall {flow}: {event['sender']} {event['endpoint']} held "
+                f"{human_count(event['held_bytes'])} B for {human_ms(event['delay_ms'])} "
+                f"behind the {peer}'s delayed ACK ({human_ms(event['peer_ack_delay_ms'])}); "
+                f"frames #{s1} #{a} #{s2}; confidence {event['confidence']:.2f}")
+    if kind == "summary":
+        return (f"{event['time']} summary {flow}: {human_count(event['stalls'])} stalls, "
+                f"{human_ms(event['lost_ms'])} lost in the last {event['period_s']:g} s "
+                f"(longest {human_ms(event['max_delay_ms'])})")
+    n = event["connections"]
+    out = [f"watch ended: {human_count(event['packets'])} packets read, "
+           f"{human_count(event['tcp_packets'])} TCP in {human_count(n)} "
+           f"connection{'' if n == 1 else 's'}; {human_count(event['stalls'])} stalls "
+           f"costing {human_ms(event['lost_ms'])}"]
+    skipped = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(event["skipped"].items())
+                        if v)
+    out.append(f"  skipped: {skipped or 'none'}")
+    out += [f"  warning: {w}" for w in event["warnings"]]
+    out += [f"  flow {f['flow']} {f['client']} -> {f['server']}: {human_count(f['stalls'])} "
+            f"stalls, {human_ms(f['lost_ms'])} lost" for f in event["flows"]]
+    return "\n".join(out)
+
+
+def watch(reader: CaptureReader, emit: Callable[[str], None], fmt: str = "text",
+          summary_s: float = DEFAULT_SUMMARY_S, window_rows: int = DEFAULT_WINDOW_ROWS,
+          idle_s: float = DEFAULT_IDLE_S, stream: LiveStream | None = None) -> dict:
+    """Report the stalls of `reader`'s records as they come in, a summary every `summary_s`
+    of capture time, and at the end of input or on Ctrl-C (KeyboardInterrupt) the final
+    report; each through `emit` (one line or, for the text final report, a few). `stream`:
+    the LiveStream the reader reads, if any (its pauses start an analysis at once).
+    Returns the final event."""
+    live = LiveAnalyzer(window_rows=window_rows, summary_s=summary_s, idle_s=idle_s)
+    skipped: Counter = Counter()
+    try:
+        for event in events(reader, live, skipped, stream):
+            emit(line(event, fmt))
+    except KeyboardInterrupt:
+        pass
+    for event in live.summary(final=True):
+        emit(line(event, fmt))
+    info = reader.info
+    skipped.update(info.skipped)
+    final = live.final({"packets": info.packets, "skipped": dict(skipped),
+                        "warnings": list(info.warnings)})
+    emit(line(final, fmt))
+    return final
