@@ -4,13 +4,14 @@
     >>> report = nagleprobe.analyze("capture.pcap")
     >>> print(report)            # the text report the CLI prints
     >>> report.stalls            # pandas DataFrame, one row per stall
+    >>> fleet = nagleprobe.analyze_many(["a.pcap", "s3://bucket/b.pcap.gz"], client=None)
 """
 
 from typing import Any
 
 from .errors import CaptureError, ExitStatus
 
-__all__ = ["analyze", "Report", "CaptureError", "ExitStatus"]
+__all__ = ["analyze", "analyze_many", "Report", "CaptureError", "ExitStatus"]
 __version__ = "0.1.0"
 
 
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from .pipeline import analyze
 
         return analyze
+    if name == "analyze_many":
+        from .fleet import analyze_many
+
+        return analyze_many
     if name == "Report":
         from .report import Report
 

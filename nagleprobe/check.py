@@ -14,15 +14,16 @@ import json
 import os
 import time
 import tomllib
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from xml.etree import ElementTree as ET
 
 from .errors import CaptureError, ExitStatus, printable, utf8_safe
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
+from .read import url_scheme
 from .report import human_count, human_ms
 from .selection import confident, flow_mask
 
@@ -260,6 +261,9 @@ class CaptureVerdict:
     seconds: float = 0.0
     document: dict[str, Any] | None = None  # the analyze JSON document, when asked for
     warnings: list[str] = field(default_factory=list)  # the capture's damage, as read
+    packets: int = 0  # packets read (for the progress display's rate)
+    # the report's flows, stalls and endpoints tables, when asked for (`analyze_many`)
+    tables: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -303,7 +307,7 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
         share = round(100 * ms / 1e3 / d["duration_s"], 2) if d["duration_s"] > 0 else 0.0
         fv = FlowVerdict(id=i, client=d["client"], server=d["server"], stalls=len(rows),
                          stall_ms=ms, lost_share_pct=share, duration_s=d["duration_s"],
-                         fix=d["fix"], evidence=_evidence(rows.head(EVIDENCE_ROWS)))
+                         fix=d["fix"], evidence=_evidence(rows, EVIDENCE_ROWS))
         if budget.max_lost_share is not None and share > budget.max_lost_share:
             fv.passed = False
             fv.reasons.append(f"{_num(share)}% of the flow lost to stalls, budget "
@@ -345,19 +349,28 @@ def _selection(budget: Budget) -> str:
     return " and ".join(parts)
 
 
-def _evidence(rows: Any) -> list[dict[str, Any]]:
-    """Stall rows of the report's stalls table as the JSON shape of `analyze`'s stalls."""
-    return [{"sender": r["sender"], "delay_ms": float(r["delay_ms"]),
-             "frames": {k: int(r[f"{k}_frame"]) for k in ("small", "ack", "released")},
-             "times": {k: float(r[f"{k}_s"]) for k in ("small", "ack", "released")},
-             "confidence": float(r["confidence"])} for r in rows.to_dict("records")]
+def _evidence(rows: Any, limit: int) -> list[dict[str, Any]]:
+    """The first `limit` stall rows of the report's stalls table as the JSON shape of
+    `analyze`'s stalls. Read column by column: pandas' row access (`to_dict`, `head` on
+    each flow's rows) cost 4 ms a flow, most of a fleet's time on captures with many
+    flows with stalls."""
+    kinds = ("small", "ack", "released")
+    c = {k: rows[k].to_numpy()[:limit] for k in ("sender", "delay_ms", "confidence",
+                                                  *(f"{k}_frame" for k in kinds),
+                                                  *(f"{k}_s" for k in kinds))}
+    return [{"sender": str(c["sender"][i]), "delay_ms": float(c["delay_ms"][i]),
+             "frames": {k: int(c[f"{k}_frame"][i]) for k in kinds},
+             "times": {k: float(c[f"{k}_s"][i]) for k in kinds},
+             "confidence": float(c["confidence"][i])} for i in range(len(c["sender"]))]
 
 
 def check_capture(path: str | list[str], budget: Budget, with_document: bool = False,
-                  strict: bool = False) -> CaptureVerdict:
+                  strict: bool = False, with_tables: bool = False) -> CaptureVerdict:
     """Analyse one capture (or a list of files: a set judged as one capture) and evaluate
     it; never raises for a bad file (see `status`). `strict`: a damaged capture (a warning
-    while reading) is unreadable, as `analyze --strict` has it."""
+    while reading) is unreadable, as `analyze --strict` has it. `with_tables`: keep the
+    report's flows, stalls and endpoints tables (small next to its segments, which never
+    leave the process that read them)."""
     from .pipeline import analyze  # the worker's import, kept out of `import nagleprobe.check`
 
     t0 = time.perf_counter()
@@ -367,8 +380,12 @@ def check_capture(path: str | list[str], budget: Budget, with_document: bool = F
     try:
         report = analyze(files, strict=strict)
         v = evaluate(report, budget, path)
+        v.packets = int(report.capture.get("packets", 0))
         if with_document:
             v.document = json.loads(report.to_json())
+        if with_tables:
+            v.tables = {"flows": report.flows, "stalls": report.stalls,
+                        "endpoints": report.endpoints}
     except CaptureError as e:
         v = CaptureVerdict(path=path, status=ExitStatus.BAD_CAPTURE, error=str(e))
     except MemoryError:
@@ -421,46 +438,99 @@ class CheckRun:
 
 def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None = None,
               with_documents: bool = False, config: str | None = None,
-              strict: bool = False, merge: bool = False) -> CheckRun:
-    """Check every target, in parallel processes (at most `jobs`, default one per core);
-    with `merge`, the readable targets are one file set with one verdict (arguments that
-    named no file keep their own)."""
+              strict: bool = False, merge: bool = False, *, client: Any = None,
+              progress: Callable[[CaptureVerdict], None] | None = None,
+              with_tables: bool = False) -> CheckRun:
+    """Check every target: on the workers of a Dask `client` (a `distributed.Client`) when
+    given, else in local processes (at most `jobs`, default one per core). Each worker reads
+    its capture itself and sends back only the verdict (and, `with_tables`, the report's
+    small tables). `progress` is called with each verdict as it arrives. With `merge`, the
+    readable targets are one file set with one verdict (arguments that named no file keep
+    their own)."""
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     good = [t.path for t in targets if not t.problem]
     if merge and len(good) > 1:
         bad = [CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
                               error=f"{t.path}: {t.problem}") for t in targets if t.problem]
-        return CheckRun(budget, bad + [check_capture(good, budget, with_documents, strict)],
+        return CheckRun(budget, bad + [check_capture(good, budget, with_documents, strict,
+                                                     with_tables)],
                         config)
     results: list[CaptureVerdict | None] = [None] * len(targets)
+
+    def done(i: int, v: CaptureVerdict) -> None:
+        results[i] = v
+        if progress is not None:
+            progress(v)
+
     todo = []
     for i, t in enumerate(targets):
         if t.problem:
-            results[i] = CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
-                                        error=f"{t.path}: {t.problem}")
+            done(i, CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
+                                   error=f"{t.path}: {t.problem}"))
         else:
             todo.append(i)
-    workers = max(1, min(jobs or os.cpu_count() or 1, os.cpu_count() or 1, len(todo)))
+    args = (budget, with_documents, strict, with_tables)
     local = [i for i in todo if targets[i].path == "-"]  # stdin belongs to this process
     remote = [i for i in todo if i not in local]
-    if workers == 1 or len(remote) < 2:
-        local += remote
-        remote = []
-    if remote:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {i: pool.submit(check_capture, targets[i].path, budget, with_documents,
-                                      strict)
-                       for i in remote}
-            for i, fut in futures.items():
-                try:
-                    results[i] = fut.result()
-                except BrokenProcessPool:
-                    results[i] = CaptureVerdict(
-                        path=targets[i].path, status=ExitStatus.INTERNAL,
-                        error=f"{targets[i].path}: the analysing process died (out of memory?)")
+    if client is not None:
+        from distributed import as_completed as dask_completed
+
+        futures = {client.submit(_check_as, _absolute(targets[i].path), targets[i].path,
+                                 *args, pure=False): i
+                   for i in remote}
+        _collect(futures, dask_completed(list(futures), loop=client.loop), targets, done,
+                 lambda e: f"the Dask task failed: {type(e).__name__}: "
+                 f"{' '.join(str(e).split())}")
+    else:
+        workers = max(1, min(jobs or os.cpu_count() or 1, os.cpu_count() or 1, len(todo)))
+        if workers == 1 or len(remote) < 2:
+            local += remote
+            remote = []
+        if remote:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(check_capture, targets[i].path, *args): i
+                           for i in remote}
+                _collect(futures, as_completed(futures), targets, done,
+                         lambda e: "the analysing process died (out of memory?)"
+                         if isinstance(e, BrokenProcessPool) else f"{type(e).__name__}: {e}")
     for i in local:
-        results[i] = check_capture(targets[i].path, budget, with_documents, strict)
+        done(i, check_capture(targets[i].path, *args))
     return CheckRun(budget, [r for r in results if r is not None], config)
+
+
+def _absolute(path: str) -> str:
+    """`path` as a worker started in another directory can find it (URLs as they are)."""
+    return path if url_scheme(path) else os.path.abspath(path)
+
+
+def _check_as(path: str, shown: str, *args: Any) -> CaptureVerdict:
+    """`check_capture` of `path` with the capture named `shown` (the relative path the user
+    gave) in the verdict, as a local run names it."""
+    v = check_capture(path, *args)
+    if path != shown:
+        v.path = shown
+        for real in (printable(path), path):
+            if v.error and v.error.startswith(real):
+                v.error = printable(shown) + v.error[len(real):]
+                break
+        if v.document:
+            v.document["capture"]["path"] = utf8_safe(shown)
+    return v
+
+
+def _collect(futures: Mapping[Any, int], finished: Iterable[Any], targets: Sequence[Target],
+             done: Callable[[int, CaptureVerdict], None],
+             why: Callable[[BaseException], str]) -> None:
+    """Each future's verdict as it finishes; a future that failed (a worker that died or
+    could not run the task) becomes that capture's internal-error verdict."""
+    for fut in finished:
+        i = futures[fut]
+        try:
+            v = fut.result()
+        except Exception as e:
+            v = CaptureVerdict(path=targets[i].path, status=ExitStatus.INTERNAL,
+                               error=f"{targets[i].path}: {why(e)}")
+        done(i, v)
 
 
 # ------------------------------------------------------------------------------- rendering

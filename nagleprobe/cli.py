@@ -315,8 +315,10 @@ def _gate_options(f):  # type: ignore[no-untyped-def]
 
 
 def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None,
-              merge: bool = False) -> ExitStatus:
-    """Load the budget, check the captures, write every requested output; the exit status."""
+              merge: bool = False, dask: str | None = None,
+              progress: bool | None = None) -> ExitStatus:
+    """Load the budget, check the captures (on the Dask scheduler at `dask` if given), write
+    every requested output; the exit status. `progress`: show it (None: on a terminal)."""
     from .check import (Budget, BudgetError, expand_targets, load_budget, render_github,
                         render_junit, render_text, run_check)
 
@@ -331,10 +333,30 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     except BudgetError as e:
         click.echo(f"nagleprobe: error: {e}", err=True)
         return ExitStatus.USAGE
-    run = run_check(expand_targets(captures), budget, jobs=jobs,
-                    with_documents=opts["fmt"] == "json",
-                    config=str(source) if source else None, strict=bool(opts["strict"]),
-                    merge=merge)
+    targets = expand_targets(captures)
+    client = None
+    if dask is not None:
+        from .fleet import SchedulerError, connect
+
+        try:
+            client = connect(dask)
+        except SchedulerError as e:
+            click.echo(f"nagleprobe: error: {printable(str(e))}", err=True)
+            return ExitStatus.USAGE
+    bar = None
+    if progress or (progress is None and len(targets) > 1 and sys.stderr.isatty()):
+        from .progress import FleetProgress
+
+        bar = FleetProgress(len(targets))
+    try:
+        run = run_check(targets, budget, jobs=jobs, with_documents=opts["fmt"] == "json",
+                        config=str(source) if source else None, strict=bool(opts["strict"]),
+                        merge=merge, client=client, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        if client is not None:
+            client.close()
     if opts["debug"]:
         for v in run.verdicts:
             if v.error:
@@ -371,8 +393,15 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
 @click.option("--merge", is_flag=True,
               help="Judge all the files given as one capture (a file set, e.g. rotated by "
                    "tcpdump -G/-C: connections crossing files are one flow), one verdict.")
-def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None, merge: bool,
-          **opts: object) -> None:
+@click.option("--dask", metavar="ADDRESS",
+              help="Analyse the captures on the workers of this Dask scheduler (e.g. "
+                   "tcp://10.0.0.5:8786; needs nagleprobe[dask]); the workers read the "
+                   "files, so give paths or URLs they can reach.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show captures done, packets/s and failures on standard error "
+                   "[default: on a terminal, with several captures].")
+def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
+          merge: bool, dask: str | None, progress: bool | None, **opts: object) -> None:
     """Fail when CAPTURE... (files, directories, glob patterns) show too many stalls.
 
     Each file gets its own verdict; --merge judges them all as one capture (a file set).
@@ -387,9 +416,10 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None, m
       nagleprobe check captures/ 'more/**/*.pcap.gz'   # directories, glob patterns
       nagleprobe check --max-stalls 3 --port 8000 traffic.pcap
       nagleprobe check --junit nagle.xml --github --strict traffic.pcap
+      nagleprobe check --dask tcp://10.0.0.5:8786 /shared/caps/ 's3://bucket/caps/*.pcap.gz'
     """
     try:
-        status = _run_gate(list(captures), ports, opts, jobs, merge)
+        status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress)
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(status)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import CaptureError, printable
-from .read import CaptureInfo, CaptureReader, RecordBatch
+from .read import CaptureInfo, CaptureReader, RecordBatch, url_scheme
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
 FRAME_MASK = (1 << FILE_SHIFT) - 1
@@ -48,8 +48,9 @@ class Target:
 
 
 def expand_targets(args: Iterable[str]) -> list[Target]:
-    """Files, directories (searched recursively for capture files) and glob patterns (expanded
-    here too: Windows shells and quoted patterns leave them to us), each file once.
+    """Files, directories (searched recursively for capture files), glob patterns (expanded
+    here too: Windows shells and quoted patterns leave them to us) and URLs (object-store
+    patterns listed with fsspec), each file once.
 
     An argument that matches nothing stays a target with its problem, so the caller reports
     it instead of silently reading less.
@@ -73,6 +74,15 @@ def expand_targets(args: Iterable[str]) -> list[Target]:
                                 "numbered as tcpdump -C writes them) in this directory"))
             for p in found:
                 add(Target(p))
+        elif url_scheme(arg):  # read by whoever analyses it; a pattern listed by fsspec here
+            if glob.has_magic(arg) and url_scheme(arg) not in ("http", "https"):
+                found, problem = _url_glob(arg)
+                if not found:
+                    add(Target(arg, problem or "no object matches this pattern"))
+                for p in found:
+                    add(Target(p))
+            else:
+                add(Target(arg))
         elif glob.has_magic(arg):
             found = sorted(p for p in glob.glob(arg, recursive=True) if os.path.isfile(p))
             if not found and not ("*" in arg or "?" in arg):
@@ -84,6 +94,21 @@ def expand_targets(args: Iterable[str]) -> list[Target]:
         else:
             add(Target(arg))  # missing file: the reader says so
     return out
+
+
+def _url_glob(pattern: str) -> tuple[list[str], str | None]:
+    """The URLs an object-store pattern (s3://bucket/2024-*/*.pcap.gz) matches, or the
+    problem listing them."""
+    try:
+        from fsspec.core import url_to_fs
+
+        fs, path = url_to_fs(pattern)
+        return sorted(fs.unstrip_protocol(p) for p in fs.glob(path)
+                      if is_capture_name(p)), None
+    except ImportError as e:
+        return [], f"listing needs fsspec and its backend: pip install 'nagleprobe[remote]' ({e})"
+    except Exception as e:
+        return [], f"cannot list: {type(e).__name__}: {e}"
 
 
 def file_frames(frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,6 +24,14 @@ def _duration(s: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def _columns(out: TextIO) -> int:
+    """The columns of the terminal `out` is (80 if it cannot be asked)."""
+    try:
+        return os.get_terminal_size(out.fileno()).columns or 80
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return 80
+
+
 class ProgressBar:
     """Packets and bytes read, rate, and the ETA when the input's size is known; redrawn in
     place at most every `interval` seconds. Call it after each chunk (`pipeline.analyze`'s
@@ -67,13 +75,69 @@ class ProgressBar:
         """The columns of the terminal the line is drawn on (80 if it cannot be asked)."""
         if self.fixed_width is not None:
             return self.fixed_width
-        try:
-            return os.get_terminal_size(self.out.fileno()).columns or 80
-        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-            return 80
+        return _columns(self.out)
 
     def close(self) -> None:
         """Erase the line (the report follows on standard output)."""
         if self.shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+
+
+class FleetProgress:
+    """Captures done of the total, packets/s over all of them, and failures so far, for
+    `check` / `analyze_many` over many captures: call it with each verdict as it arrives,
+    then `close()`. On a terminal the line is redrawn in place; elsewhere (a CI log, with
+    `check --progress`) a line is written at most every `interval` seconds, and at the end."""
+
+    def __init__(self, total: int, out: TextIO | None = None, interval: float | None = None,
+                 in_place: bool | None = None) -> None:
+        out = sys.stderr if out is None else out  # the stderr of the moment (not import's)
+        self.total, self.out = total, out
+        if in_place is None:
+            try:
+                in_place = out.isatty()
+            except (AttributeError, ValueError):
+                in_place = False
+        self.in_place = in_place
+        self.interval = interval if interval is not None else (0.2 if in_place else 10.0)
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.done = self.failed = self.packets = 0
+        self.shown = False
+
+    def __call__(self, verdict: object) -> None:
+        self.done += 1
+        self.packets += int(getattr(verdict, "packets", 0) or 0)
+        self.failed += bool(getattr(verdict, "error", None))
+        now = time.monotonic()
+        if now - self.last >= self.interval or (self.done == self.total
+                                                 and not self.in_place):
+            self.last = now
+            self._draw(now)
+
+    def line(self, elapsed: float) -> str:
+        """e.g. '37 of 200 captures, 1.52 M packets/s, 2 failed, ETA 1:05' (failed: could
+        not be analysed; captures over budget are not failures here)."""
+        rate = self.packets / elapsed if elapsed > 0 else 0.0
+        speed = f"{rate / 1e6:.2f} M" if rate >= 1e6 else f"{rate:,.0f}"
+        text = (f"{self.done:,} of {self.total:,} captures, {speed} packets/s, "
+                f"{self.failed:,} failed")
+        if 0 < self.done < self.total:
+            text += f", ETA {_duration(elapsed / self.done * (self.total - self.done))}"
+        return text
+
+    def _draw(self, now: float) -> None:
+        text = self.line(now - self.start)
+        if self.in_place:
+            self.out.write("\r" + text[:max(_columns(self.out) - 1, 1)] + "\x1b[K")
+        else:
+            self.out.write(f"nagleprobe: {text}\n")
+        self.out.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        """Erase the line on a terminal (the verdicts follow)."""
+        if self.shown and self.in_place:
             self.out.write("\r\x1b[K")
             self.out.flush()

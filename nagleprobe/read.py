@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
 import struct
 import sys
@@ -132,9 +133,10 @@ class CaptureInfo:
 class _Prefixed(io.RawIOBase):
     """A non-seekable stream with already-consumed leading bytes put back in front."""
 
-    def __init__(self, prefix: bytes, raw: BinaryIO) -> None:
+    def __init__(self, prefix: bytes, raw: BinaryIO, owned: bool = False) -> None:
         self._prefix = prefix
         self._raw = raw
+        self._owned = owned  # close `raw` too (a URL's stream; not stdin or a caller's file)
 
     def readable(self) -> bool:
         return True
@@ -155,6 +157,101 @@ class _Prefixed(io.RawIOBase):
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+    def close(self) -> None:
+        if self._owned:
+            self._raw.close()
+        super().close()
+
+
+# ------------------------------------------------------------------ captures by URL
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+# the fsspec backend each common scheme needs, for the message when it is missing
+URL_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
+                "abfs": "adlfs", "abfss": "adlfs", "http": "aiohttp", "https": "aiohttp"}
+URL_BLOCK = 8 << 20  # bytes fetched per request from an object store (read ahead)
+
+
+def url_scheme(path: str) -> str | None:
+    """The scheme of a capture named by URL ("s3" for s3://bucket/cap.pcap), None for a
+    local path."""
+    m = _URL.match(path)
+    return m.group(1).lower() if m else None
+
+
+def _install_hint(scheme: str) -> str:
+    extra = URL_PACKAGES.get(scheme)
+    more = f" {extra}" if extra and extra != "aiohttp" else ""
+    return f"pip install 'nagleprobe[remote]'{more}"
+
+
+def open_url(url: str) -> BinaryIO:
+    """The object at `url` (s3://, gs://, http(s)://, any fsspec protocol) as a binary
+    stream read front to back: http(s) as one streamed response (no range requests, nothing
+    downloaded first), object stores in read-ahead blocks of URL_BLOCK bytes. Credentials
+    come from the environment, as fsspec finds them. A missing fsspec or backend, a missing
+    object or a refused connection is a `CaptureError` naming the URL."""
+    scheme = url_scheme(url) or "?"
+    try:
+        import fsspec
+    except ImportError:
+        raise CaptureError(url, f"reading {scheme}:// URLs needs fsspec: "
+                           f"{_install_hint(scheme)}") from None
+    kw = {"block_size": 0} if scheme in ("http", "https") else {"block_size": URL_BLOCK}
+    try:
+        f = fsspec.open(url, "rb", **kw).open()
+    except ImportError as e:  # fsspec knows the protocol, its backend is not installed
+        backend = URL_PACKAGES.get(scheme, "its fsspec backend")
+        raise CaptureError(url, f"reading {scheme}:// URLs needs {backend}: "
+                           f"{_install_hint(scheme)} ({e})") from None
+    except ValueError as e:
+        raise CaptureError(url, f"cannot open this URL: {e}") from None
+    except FileNotFoundError as e:  # fsspec's http says so for any failure: say which
+        cause = e.__cause__
+        status = getattr(cause, "status", None)
+        if cause is None or isinstance(cause, FileNotFoundError) or status == 404:
+            raise CaptureError(url, "no such file") from None
+        problem = (f"HTTP {status} {getattr(cause, 'message', '')}".rstrip() if status
+                   else _reason(cause))
+        raise CaptureError(url, f"cannot read: {problem}") from None
+    except PermissionError:
+        raise CaptureError(url, "permission denied") from None
+    except Exception as e:  # a refused connection, a bad status, credentials: one line
+        raise CaptureError(url, f"cannot read: {_reason(e)}") from None
+    return _UrlStream(f)
+
+
+def _reason(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class _UrlStream(io.RawIOBase):
+    """An fsspec file as a raw stream whose read errors are all OSError (the reader turns
+    those into a truncation warning or a `CaptureError`)."""
+
+    def __init__(self, f) -> None:  # noqa: ANN001 - an fsspec file
+        self._f = f
+        self.size = getattr(f, "size", None)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        try:
+            data = self._f.read(len(b))
+        except OSError:
+            raise
+        except Exception as e:  # aiohttp's payload errors, botocore's, ...
+            raise OSError(_reason(e)) from e
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            super().close()
 
 
 class _Gunzip(io.RawIOBase):
@@ -513,6 +610,10 @@ class CaptureReader:
                 raw = sys.stdin.buffer if self._given is None else self._given
                 magic = raw.read(2)
                 raw = _Prefixed(magic, raw)
+            elif url_scheme(path):
+                raw = open_url(path)
+                magic = raw.read(2)
+                raw = _Prefixed(magic, raw, owned=True)
             else:
                 raw = open(path, "rb")
                 magic = raw.read(2)
@@ -583,7 +684,14 @@ class CaptureReader:
         total, want = 0, len(mv)
         try:
             while total < want:
-                k = self._stream.readinto(mv[total:])
+                # released explicitly: a Python-level readinto (a URL's stream) leaves the
+                # view in its frame, and a sampling profiler (Dask workers run one) can keep
+                # that frame alive; the export would then forbid resizing the buffer
+                view = mv[total:]
+                try:
+                    k = self._stream.readinto(view)
+                finally:
+                    view.release()
                 if not k:
                     break
                 total += k

@@ -49,3 +49,20 @@ def test_the_package_is_marked_typed_and_ships_the_marker():
     assert (ROOT / "nagleprobe" / "py.typed").is_file()
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "py.typed" in data["package-data"]["nagleprobe"]
+
+
+def test_fleets_and_urls_are_extras_and_the_base_install_does_not_load_them():
+    extras = PROJECT["optional-dependencies"]
+    assert {"distributed", "dask"} <= {name(r) for r in extras["dask"]}
+    assert {"fsspec", "aiohttp"} <= {name(r) for r in extras["remote"]}
+    assert not {"dask", "distributed", "fsspec", "aiohttp"} & {
+        name(r) for r in PROJECT["dependencies"]}
+    # .ci/run installs the test extra: it must hold what the fleet and URL tests need
+    assert {"distributed", "fsspec", "aiohttp"} <= {name(r) for r in extras["test"]}
+    import subprocess
+
+    code = ("import sys, nagleprobe.cli, nagleprobe.check, nagleprobe.fleet, nagleprobe.read;"
+            "print(sorted({'distributed', 'dask', 'fsspec', 'aiohttp'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
