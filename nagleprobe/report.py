@@ -490,9 +490,11 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
 def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """A DataFrame of `report_columns` columns (used as they are, not copied): times as UTC
-    datetimes, an unknown window scale as NA, text in TEXT_DTYPE."""
+    datetimes, an unknown window scale as NA, text in TEXT_DTYPE. `columns` is emptied, so
+    that each column the table converts is let go of at once, not held twice meanwhile."""
     out = {}
-    for name, col in columns.items():
+    for name in list(columns):
+        col = columns.pop(name)
         if name in _TABLE_ONLY:
             col = _utc(col)
         elif name in ("window_scale", "tcp_stream", "relay_upstream_flow"):
@@ -500,7 +502,9 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
         out[name] = col
-    return settle_dtypes(pd.DataFrame(out, copy=False))
+    df = pd.DataFrame(out, copy=False)
+    del out, col
+    return settle_dtypes(df)
 
 
 def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
