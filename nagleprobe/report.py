@@ -21,6 +21,7 @@ SIDES = ("client", "server")
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
 TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
 TEXT_LISTED_FLOWS = 50  # further flows listed one per line
+FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (json_pieces): 35 MB of objects
 TEXT_WIDTH = 100  # the text report's width when not on a terminal (print(report), pipes)
 SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
 
@@ -166,10 +167,11 @@ class Report:
         assert head.endswith('"flows":[]}')
         # the flows a slice at a time too (the first slice in the first piece, the last one
         # ending it): a million flows (a port scan) as Python objects at once took gigabytes
-        ids = self.flows["id"].tolist()
+        # (at most FLOWS_PER_PIECE: a flow's object is ten times a stall's row)
+        ids, per = self.flows["id"].tolist(), min(rows_per_piece, FLOWS_PER_PIECE)
         piece = head[:-2]
-        for a in range(0, max(len(ids), 1), rows_per_piece):
-            part = json.dumps(self.flow_docs(ids[a:a + rows_per_piece]) if ids else [],
+        for a in range(0, max(len(ids), 1), per):
+            part = json.dumps(self.flow_docs(ids[a:a + per]) if ids else [],
                               separators=(",", ":"), allow_nan=False)
             if a:
                 yield piece
