@@ -495,10 +495,17 @@ class StreamAnalyzer:
         self._handed_on |= done
         self._rows[done] = 0
         bounds = np.searchsorted(label[ids], np.arange(nbatch + 1))  # each batch's ids
+        last = [max(j for j, r in enumerate(rows) if len(r)) for _, _, rows in picks]
         for j in range(nbatch):
             batch = [(cols, tid, rows[j]) for cols, tid, rows in picks if len(rows[j])]
+            # a chunk no later batch takes rows from is held by its batches alone: let go of
+            # it here, and it is freed as they are analysed (a SYN flood's chunks otherwise
+            # stay until its last batch is)
+            picks = [p for p, k in zip(picks, last) if k > j]
+            last = [k for k in last if k > j]
             if batch:
                 self._analyse(batch, local, self._tuples.ends(ids[bounds[j]:bounds[j + 1]]))
+            del batch
         self._hand_ons += 1
         if self._hand_ons % TRIM_EVERY == 0:
             release_free_memory()
