@@ -21,6 +21,7 @@ SIDES = ("client", "server")
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
 TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
 TEXT_LISTED_FLOWS = 50  # further flows listed one per line
+TEXT_WARNINGS = 20  # capture warnings printed in the text report (JSON has all)
 FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (json_pieces): 35 MB of objects
 TEXT_WIDTH = 100  # the text report's width when not on a terminal (print(report), pipes)
 SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
@@ -853,8 +854,12 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     if c["skipped"].get("duplicate"):
         lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
-    for w in c["warnings"]:
+    for w in c["warnings"][:TEXT_WARNINGS]:
         lines.append(f"warning: {w}")
+    if len(c["warnings"]) > TEXT_WARNINGS:
+        more = len(c["warnings"]) - TEXT_WARNINGS
+        lines.append(f"... {human_count(more)} more warning{'' if more == 1 else 's'} "
+                     "(--format json lists them all)")
     if r.selection is not None:
         from .selection import selection_line
 
