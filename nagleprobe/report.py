@@ -169,10 +169,11 @@ class Report:
         # the flows a slice at a time too (the first slice in the first piece, the last one
         # ending it): a million flows (a port scan) as Python objects at once took gigabytes
         # (at most FLOWS_PER_PIECE: a flow's object is ten times a stall's row)
-        ids, per = self.flows["id"].tolist(), min(rows_per_piece, FLOWS_PER_PIECE)
+        # (ids a slice at a time as Python ints: a list of a million took 36 MB more)
+        ids, per = self.flows["id"].to_numpy(), min(rows_per_piece, FLOWS_PER_PIECE)
         piece = head[:-2]
         for a in range(0, max(len(ids), 1), per):
-            part = json.dumps(self.flow_docs(ids[a:a + per]) if ids else [],
+            part = json.dumps(self.flow_docs(ids[a:a + per].tolist()) if len(ids) else [],
                               separators=(",", ":"), allow_nan=False)
             if a:
                 yield piece
@@ -901,11 +902,11 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
                          f"{human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])}; fix: {f['fix_action']} on the {f['fix_side']}")
         if len(rest) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
-    clean_ids = r.flows.index[r.flows["stalls"] == 0].tolist()
-    if clean_ids:
+    clean_ids = r.flows.index[r.flows["stalls"] == 0]  # (no list of a million Python ints)
+    if len(clean_ids):
         lines.append("")
         lines.append(f"Flows without stalls ({human_count(len(clean_ids))}):")
-        for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS]):
+        for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS].tolist()):
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
                          f"{human_count(f['packets'])} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")
