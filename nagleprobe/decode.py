@@ -552,6 +552,22 @@ def _tcp_options_rows(data: np.ndarray, at: np.ndarray, length: np.ndarray
     return mss, ws, sack, tsval, has_ts
 
 
+def _without_empty(batch: RecordBatch, skipped: collections.Counter) -> RecordBatch:
+    """The batch less its records of no captured bytes (caplen 0, a plausible header
+    otherwise: zeroed pages, broken writers), counted as `empty-record` rather than lumped
+    with packets cut by the snap length."""
+    empty = batch.caplen == 0
+    if not empty.any():
+        return batch
+    skipped["empty-record"] += int(empty.sum())
+    keep = np.flatnonzero(~empty)
+    return RecordBatch(data=batch.data, offset=batch.offset[keep], caplen=batch.caplen[keep],
+                       wirelen=batch.wirelen[keep], ts_ns=batch.ts_ns[keep],
+                       linktype=batch.linktype[keep], frame=batch.frame[keep],
+                       start=None if batch.start is None else batch.start[keep],
+                       tunnels=batch.tunnels)
+
+
 def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
     """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`.
 
@@ -559,6 +575,7 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
     it is built; the rest, and everything without it, by the numpy decoder below; records
     carrying a tunnel are peeled (encap.py) and their inner packets decoded, the tunnel's
     number (in the capture's `batch.tunnels`) in the `tunnel` column."""
+    batch = _without_empty(batch, skipped)
     if _compiled is None or len(batch.offset) == 0:
         return _decode_rest(batch, skipped, compiled=False)
     n = len(batch.offset)
@@ -659,7 +676,7 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
 def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
     """`decode` without compiled code: every record shape, and the reference for the
     compiled loops."""
-    return _decode_rest(batch, skipped, compiled=False)
+    return _decode_rest(_without_empty(batch, skipped), skipped, compiled=False)
 
 
 def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:

@@ -21,6 +21,8 @@ SIDES = ("client", "server")
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
 TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
 TEXT_LISTED_FLOWS = 50  # further flows listed one per line
+TEXT_WARNINGS = 20  # capture warnings printed in the text report (JSON has all)
+FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (json_pieces): 35 MB of objects
 TEXT_WIDTH = 100  # the text report's width when not on a terminal (print(report), pipes)
 SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
 
@@ -166,10 +168,12 @@ class Report:
         assert head.endswith('"flows":[]}')
         # the flows a slice at a time too (the first slice in the first piece, the last one
         # ending it): a million flows (a port scan) as Python objects at once took gigabytes
-        ids = self.flows["id"].tolist()
+        # (at most FLOWS_PER_PIECE: a flow's object is ten times a stall's row)
+        # (ids a slice at a time as Python ints: a list of a million took 36 MB more)
+        ids, per = self.flows["id"].to_numpy(), min(rows_per_piece, FLOWS_PER_PIECE)
         piece = head[:-2]
-        for a in range(0, max(len(ids), 1), rows_per_piece):
-            part = json.dumps(self.flow_docs(ids[a:a + rows_per_piece]) if ids else [],
+        for a in range(0, max(len(ids), 1), per):
+            part = json.dumps(self.flow_docs(ids[a:a + per].tolist()) if len(ids) else [],
                               separators=(",", ":"), allow_nan=False)
             if a:
                 yield piece
@@ -490,9 +494,11 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
 def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """A DataFrame of `report_columns` columns (used as they are, not copied): times as UTC
-    datetimes, an unknown window scale as NA, text in TEXT_DTYPE."""
+    datetimes, an unknown window scale as NA, text in TEXT_DTYPE. `columns` is emptied, so
+    that each column the table converts is let go of at once, not held twice meanwhile."""
     out = {}
-    for name, col in columns.items():
+    for name in list(columns):
+        col = columns.pop(name)
         if name in _TABLE_ONLY:
             col = _utc(col)
         elif name in ("window_scale", "tcp_stream", "relay_upstream_flow"):
@@ -500,7 +506,9 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
         out[name] = col
-    return settle_dtypes(pd.DataFrame(out, copy=False))
+    df = pd.DataFrame(out, copy=False)
+    del out, col
+    return settle_dtypes(df)
 
 
 def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
@@ -847,8 +855,12 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     if c["skipped"].get("duplicate"):
         lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
                      "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
-    for w in c["warnings"]:
+    for w in c["warnings"][:TEXT_WARNINGS]:
         lines.append(f"warning: {w}")
+    if len(c["warnings"]) > TEXT_WARNINGS:
+        more = len(c["warnings"]) - TEXT_WARNINGS
+        lines.append(f"... {human_count(more)} more warning{'' if more == 1 else 's'} "
+                     "(--format json lists them all)")
     if r.selection is not None:
         from .selection import selection_line
 
@@ -890,11 +902,11 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
                          f"{human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])}; fix: {f['fix_action']} on the {f['fix_side']}")
         if len(rest) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
-    clean_ids = r.flows.index[r.flows["stalls"] == 0].tolist()
-    if clean_ids:
+    clean_ids = r.flows.index[r.flows["stalls"] == 0]  # (no list of a million Python ints)
+    if len(clean_ids):
         lines.append("")
         lines.append(f"Flows without stalls ({human_count(len(clean_ids))}):")
-        for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS]):
+        for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS].tolist()):
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
                          f"{human_count(f['packets'])} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")

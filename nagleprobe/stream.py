@@ -49,12 +49,15 @@ ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport", 
 HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},
         "from_low": np.dtype(bool)}
 DEFAULT_BATCH_ROWS = 1 << 18
+# and at most this many connections per batch: a batch's working memory and its result
+# grow with its connections, and a SYN flood hands on a million one-packet ones at once
+BATCH_FLOWS = 1 << 14
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
 # text columns of the results with a handful of values: each row refers to one shared str
 # (a million flows held "handshake" a million times, 60 bytes each)
 _FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis", "nagle", "side",
-                         "sender", "fix_side", "fix_action", "fix_alternative"})
+                         "sender", "fix_side", "fix_action", "fix_alternative", "nagle_flavour"})
 
 
 def _interned(col: np.ndarray) -> np.ndarray:
@@ -175,6 +178,9 @@ def _libc_trim():
 _malloc_trim = _libc_trim()
 TRIM_EVERY = 16
 TRIM_ROWS = 1 << 20  # joined result columns this long give their copies back at once
+# the flows' and endpoints' columns from this long on (a trim costs milliseconds; a
+# million flows' parts kept by the heap took 0.5 GB more at the peak)
+TRIM_JOIN_ROWS = 1 << 18
 
 
 def release_free_memory() -> None:
@@ -381,6 +387,15 @@ class StreamAnalyzer:
             self.idle_flushed += int((done & ~closed).sum())
             self._hand_on(done)
 
+    def _free_tuples(self) -> None:
+        """Let go of the per-4-tuple state once everything is analysed (a SYN flood's million
+        tuples hold 150 MB of it, which the joining of the results can use)."""
+        self._tuples = _Tuples()
+        self._last_ts = self._last_syn = self._rows = np.zeros(0, dtype=np.int64)
+        self._closed = np.zeros(0, dtype=np.uint8)
+        self._handed_on = np.zeros(0, dtype=bool)
+        release_free_memory()
+
     def _grow(self, k: int) -> None:
         """State for `k` new tuples."""
         self._last_ts = np.concatenate([self._last_ts, np.full(k, np.iinfo(np.int64).min)])
@@ -449,7 +464,9 @@ class StreamAnalyzer:
         """Analyse the rows of the finished tuples `done` (bool per tuple) in batches of about
         batch_rows rows (whole tuples each), and let go of them."""
         sizes = np.where(done, self._rows, 0)
-        label = np.where(done, (np.cumsum(sizes) - sizes) // self.batch_rows, -1)
+        before = np.cumsum(done) - done  # finished tuples before each
+        label = np.where(done, np.maximum((np.cumsum(sizes) - sizes) // self.batch_rows,
+                                          before // BATCH_FLOWS), -1)
         nbatch = int(label.max()) + 1
         # the tuples of each batch numbered 0.. (labels do not decrease along tuple ids)
         ids = np.flatnonzero(done)
@@ -478,10 +495,17 @@ class StreamAnalyzer:
         self._handed_on |= done
         self._rows[done] = 0
         bounds = np.searchsorted(label[ids], np.arange(nbatch + 1))  # each batch's ids
+        last = [max(j for j, r in enumerate(rows) if len(r)) for _, _, rows in picks]
         for j in range(nbatch):
             batch = [(cols, tid, rows[j]) for cols, tid, rows in picks if len(rows[j])]
+            # a chunk no later batch takes rows from is held by its batches alone: let go of
+            # it here, and it is freed as they are analysed (a SYN flood's chunks otherwise
+            # stay until its last batch is)
+            picks = [p for p, k in zip(picks, last) if k > j]
+            last = [k for k in last if k > j]
             if batch:
                 self._analyse(batch, local, self._tuples.ends(ids[bounds[j]:bounds[j + 1]]))
+            del batch
         self._hand_ons += 1
         if self._hand_ons % TRIM_EVERY == 0:
             release_free_memory()
@@ -521,6 +545,10 @@ class StreamAnalyzer:
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
         p.duplicates += part.duplicates
+        if len(part.first_ns) >= BATCH_FLOWS // 2:
+            # a batch of many small connections (a scan): its working memory was about as
+            # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
+            release_free_memory()
         if p.arrivals is not None:  # kept for relay linking while there are not too many
             p.arrival_count += len(part.arrivals["flow"])
             p.arrivals.append(part.arrivals)
@@ -534,6 +562,7 @@ class StreamAnalyzer:
             self._hand_on(self._rows > 0)
         self._take_results(all=True)
         self.close()
+        self._free_tuples()
         p = self._parts
         if not p.flows:
             self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in ANALYSED.items()},
@@ -594,11 +623,15 @@ def _join(p: _Parts, capture: dict) -> Report:
 
 
 def _take(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
-    """The parts joined, rows in `order`; the parts let go of."""
+    """The parts joined, rows in `order`; the parts let go of (and, for a large column, their
+    memory given back at once: the heap otherwise keeps every column's parts, 0.5 GB more
+    at the peak for a million flows)."""
     col = np.concatenate(parts)
     parts.clear()
     out = col[order]
     del col
+    if len(out) >= TRIM_JOIN_ROWS:
+        release_free_memory()
     return out
 
 

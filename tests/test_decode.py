@@ -253,3 +253,26 @@ def test_options_cut_by_the_snap_length_keep_the_packet_and_its_header_fields(sn
     for k in ("seq", "ack", "flags", "window", "payload", "sport", "dport"):
         assert np.array_equal(cols[k], ref[k]), k
     assert (cols["mss"] == -1).all() or snaplen == 68
+
+
+def test_records_of_no_captured_bytes_are_counted_as_empty_records(tmp_path):
+    """Issue 18: a record with caplen 0 and an otherwise plausible header (original length
+    60, the time of its neighbours) is a frame, but no packet to decode: it is counted under
+    `empty-record`, not as a packet cut by the snap length, and the real packets around it
+    decode as in the intact capture (frame numbers after it one higher per empty record)."""
+    data = (SAMPLES / "echo_split_lo.pcap").read_bytes()
+    offs, off = [], 24
+    while off + 16 <= len(data):
+        offs.append(off)
+        off += 16 + struct.unpack_from("<I", data, off + 8)[0]
+    sec, usec = struct.unpack_from("<II", data, offs[10])
+    at = offs[11]  # three empty records after record 11 (frame 11), one more at the end
+    empty = struct.pack("<IIII", sec, usec, 0, 60)
+    path = write(tmp_path / "empty.pcap", data[:at] + empty * 3 + data[at:] + empty)
+    intact, intact_skipped, _ = run(SAMPLES / "echo_split_lo.pcap")
+    cols, skipped, info = run(path)
+    assert skipped == intact_skipped + Counter({"empty-record": 4})
+    assert info.packets == len(offs) + 4 and not info.warnings
+    assert np.array_equal(cols["frame"], np.where(intact["frame"] > 11, intact["frame"] + 3,
+                                                  intact["frame"]))
+    assert all(np.array_equal(cols[k], intact[k]) for k in TCP_COLUMNS if k != "frame")

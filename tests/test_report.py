@@ -208,3 +208,39 @@ def test_jupyter_view_has_verdict_highlighted_stalled_flow_and_its_fix(proxy_any
     assert len(highlighted) == 1 and ">127.0.0.1:40014<" in highlighted[0]
     assert len(rows) == 2
     assert proxy_any.flows.loc[1, "fix_text"] in html
+
+
+def damaged_25_times(tmp_path: Path) -> Path:
+    """A real capture with one byte inserted before every 4th record, 25 times: 25 damaged
+    stretches, each a warning of the reader (which lists 20 and sums up the rest in one)."""
+    data = (SAMPLES / "echo_split_lo.pcap").read_bytes()
+    offs, off = [], 24
+    while off + 16 <= len(data):
+        offs.append(off)
+        off += 16 + int.from_bytes(data[off + 8:off + 12], "little")
+    out, last = b"", 0
+    for at in offs[4:4 * 26:4]:
+        out += data[last:at] + b"\r"
+        last = at
+    p = tmp_path / "damaged.pcap"
+    p.write_bytes(out + data[last:])
+    return p
+
+
+def test_text_report_prints_at_most_20_warnings_then_a_count_and_json_keeps_all(tmp_path):
+    rep = nagleprobe.analyze(str(damaged_25_times(tmp_path)))
+    warnings = rep.capture["warnings"]
+    assert len(warnings) == 21 and warnings[-1] == "5 more warnings like these were not listed"
+    lines = rep.to_text(width=1000).splitlines()
+    shown = [line.removeprefix("warning: ") for line in lines if line.startswith("warning: ")]
+    assert shown == warnings[:report_module.TEXT_WARNINGS] == warnings[:20]
+    after = lines.index(f"warning: {warnings[19]}") + 1
+    assert lines[after] == "... 1 more warning (--format json lists them all)"
+    assert rep.to_dict()["capture"]["warnings"] == warnings
+
+
+def test_text_report_prints_every_warning_up_to_20(tmp_path):
+    rep = nagleprobe.analyze(str(damaged_25_times(tmp_path)))
+    rep.capture["warnings"] = rep.capture["warnings"][:20]
+    text = rep.to_text(width=1000)
+    assert text.count("\nwarning: ") == 20 and "more warning" not in text
