@@ -265,6 +265,8 @@ RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (n
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
                  ) -> tuple[str, ...]:
+    if not value:  # (no import: check imports pandas, which analyze loads while it reads)
+        return value
     from .check import BudgetError, parse_host
 
     try:

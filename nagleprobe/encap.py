@@ -20,7 +20,6 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
-import pandas as pd
 
 MAX_DEPTH = 8  # encapsulation layers before a record is skipped as a loop
 MAX_MPLS_LABELS = 8
@@ -342,6 +341,8 @@ class Tunnels:
         if len(keys) and keys[0] == keys[-1] and (keys == keys[0]).all():  # one tunnel
             codes, uniq = np.zeros(len(keys), np.int64), keys[:1]
         else:
+            import pandas as pd  # (here: reading and decoding load without pandas)
+
             codes, uniq = pd.factorize(keys)
         # factorize numbers by first appearance: a key's first row is where a new code starts
         first = np.flatnonzero(codes > np.maximum.accumulate(np.r_[-1, codes[:-1]]))

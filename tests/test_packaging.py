@@ -66,3 +66,19 @@ def test_fleets_and_urls_are_extras_and_the_base_install_does_not_load_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_analyze_parses_its_options_and_reads_before_pandas_is_imported():
+    """pandas takes about 0.4 s to import: `analyze` loads it in a thread while it reads and
+    decodes the first chunks, so nothing on the way there may import it (a --host callback
+    importing the gate's module once cost every run that overlap)."""
+    import subprocess
+
+    code = ("import sys; from nagleprobe.cli import main; "
+            "ctx = main.make_context('nagleprobe', ['analyze', '--port', '80', 'x.pcap']); "
+            "ctx.command.commands['analyze'].make_context('analyze', ['--port', '80', 'x.pcap']); "
+            "import nagleprobe.pipeline, nagleprobe.read, nagleprobe.decode, nagleprobe.encap, "
+            "nagleprobe.fileset; print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
