@@ -113,6 +113,10 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
     order = np.lexsort((frames, flow))
     flow, frames = flow[order], frames[order]
     files = files[order] if is_set else None
+    if not is_set:  # each frame once per flow, here for all flows (frames_filter's unique)
+        once = np.r_[True, (flow[1:] != flow[:-1]) | (frames[1:] != frames[:-1])] \
+            if len(flow) else np.zeros(0, bool)
+        flow, frames = flow[once], frames[once]
     bounds = np.searchsorted(flow, sel, side="left"), np.searchsorted(flow, sel, side="right")
     streams = (fl["tcp_stream"].to_numpy(dtype=np.int64, na_value=-1)
                if "tcp_stream" in fl.columns else np.full(len(fl), -1))
@@ -123,7 +127,8 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
         mine_frames = frames[bounds[0][j]:bounds[1][j]]
         if not is_set:
             docs.append({"flow_filter": flow_filter(c, s, int(streams[j]), ff, lf),
-                         "stall_frames_filter": frames_filter(mine_frames)})
+                         "stall_frames_filter": "frame.number in {" + ",".join(
+                             map(str, mine_frames.tolist())) + "}" if len(mine_frames) else None})
             continue
         mine_files = files[bounds[0][j]:bounds[1][j]]
         present = set(mine_files.tolist())
