@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from . import encap
+from .encap import MAX_VLAN_TAGS, VLAN_TPIDS
 from .read import RecordBatch
 
 try:
@@ -53,8 +54,6 @@ TCP_COLUMNS: dict[str, np.dtype] = {
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
 
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
-VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
-MAX_VLAN_TAGS = 4
 V6_EXT = (0, 43, 60, 44, 51)
 V4_MAPPED = 0x0000FFFF00000000
 # An IP length of 0 (TSO/GSO super-frames, IPv6 jumbograms) is taken from the record's wire
@@ -146,7 +145,7 @@ def _link_en10mb(data, off, cap, drops):
     et = np.where(ok, _be16(data, at), 0)
     hdr = np.full(len(off), 14, dtype=np.int64)
     for _ in range(MAX_VLAN_TAGS):
-        tagged = ok & ((et == 0x8100) | (et == 0x88A8) | (et == 0x9100))
+        tagged = ok & np.isin(et, VLAN_TPIDS)
         if not tagged.any():
             break
         t = np.nonzero(tagged)[0]

@@ -22,6 +22,8 @@ import ipaddress
 import numpy as np
 
 MAX_DEPTH = 8  # encapsulation layers before a record is skipped as a loop
+VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)  # 802.1Q, 802.1ad and the older QinQ tag types
+MAX_VLAN_TAGS = 4
 MAX_MPLS_LABELS = 8
 
 # status of a peeled record
@@ -51,6 +53,19 @@ def _mix_words(h: int, words: tuple[int, ...]) -> int:
 
 def _be16(b: bytes, i: int) -> int:
     return (b[i] << 8) | b[i + 1]
+
+
+def _skip_vlan_tags(b: bytes, p: int, et: int) -> tuple[int, int]:
+    """The EtherType after the VLAN tags (up to MAX_VLAN_TAGS) at `p`, and where it leaves
+    off; p -1 if a tag runs past the record."""
+    for _ in range(MAX_VLAN_TAGS):
+        if et not in VLAN_TPIDS:
+            break
+        if p + 4 > len(b):
+            return et, -1
+        et = _be16(b, p + 2)
+        p += 4
+    return et, p
 
 
 def _link(b: bytes, lt: int) -> tuple[str, int, int] | None:
@@ -104,13 +119,9 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
         return (status, 0, 0, 0, []) if layers else (NOT_TUNNEL, 0, 0, 0, [])
 
     if what == "eth":  # skip VLAN tags
-        for _ in range(4):
-            if et not in (0x8100, 0x88A8, 0x9100):
-                break
-            if p + 4 > n:
-                return fail(TRUNCATED)
-            et = _be16(b, p + 2)
-            p += 4
+        et, p = _skip_vlan_tags(b, p, et)
+        if p < 0:
+            return fail(TRUNCATED)
         what = "et"
     while True:
         if len(layers) > MAX_DEPTH:
@@ -119,15 +130,9 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             frame = p
             if p + 14 > n:
                 return fail(TRUNCATED)
-            et = _be16(b, p + 12)
-            p += 14
-            for _ in range(4):
-                if et not in (0x8100, 0x88A8, 0x9100):
-                    break
-                if p + 4 > n:
-                    return fail(TRUNCATED)
-                et = _be16(b, p + 2)
-                p += 4
+            et, p = _skip_vlan_tags(b, p + 14, _be16(b, p + 12))
+            if p < 0:
+                return fail(TRUNCATED)
             if et not in (0x8847, 0x8848, 0x8864):
                 if et in (0x0800, 0x86DD) and not _ip_tunnel(b, p, et):
                     return done(frame, INNER_ETHERNET)
