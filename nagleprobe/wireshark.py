@@ -86,10 +86,14 @@ def flow_filter(client: str, server: str, tcp_stream: int | None, first_frame: i
 
 def frames_filter(frames: np.ndarray | list[int]) -> str | None:
     """`frame.number in {...}` of the given frames (sorted, each once); None for none."""
-    u = np.unique(np.asarray(frames, dtype=np.int64))
-    if not len(u):
+    return _frames_in(np.unique(np.asarray(frames, dtype=np.int64)))
+
+
+def _frames_in(frames: np.ndarray) -> str | None:
+    """`frame.number in {...}` of frames already sorted and unique; None for none."""
+    if not len(frames):
         return None
-    return "frame.number in {" + ",".join(map(str, u.tolist())) + "}"
+    return "frame.number in {" + ",".join(map(str, frames.tolist())) + "}"
 
 
 def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
@@ -127,8 +131,7 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
         mine_frames = frames[bounds[0][j]:bounds[1][j]]
         if not is_set:
             docs.append({"flow_filter": flow_filter(c, s, int(streams[j]), ff, lf),
-                         "stall_frames_filter": "frame.number in {" + ",".join(
-                             map(str, mine_frames.tolist())) + "}" if len(mine_frames) else None})
+                         "stall_frames_filter": _frames_in(mine_frames)})
             continue
         mine_files = files[bounds[0][j]:bounds[1][j]]
         present = set(mine_files.tolist())
