@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import struct
 import sys
 import tempfile
 import time
@@ -30,17 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import nagleprobe  # noqa: E402
+from nagleprobe.read import _walk_python  # noqa: E402
 
 SAMPLES = sorted([*(ROOT / "samples").glob("*.pcap"), *(ROOT / "samples/formats").glob("*.pcap")])
 
 
 def boundaries(data: bytes) -> list[int]:
     big = data[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
-    offs, off = [], 24
-    while off + 16 <= len(data):
-        offs.append(off)
-        off += 16 + struct.unpack_from(">I" if big else "<I", data, off + 8)[0]
-    return offs
+    starts, _ = _walk_python(bytearray(data[24:]), big)  # (each header's offset + 8)
+    return (starts + 16).tolist()
 
 
 def keys(doc: dict, protected: set[int], near: list[int]) -> set:

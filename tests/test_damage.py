@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import nagleprobe
-from nagleprobe.read import CaptureReader
+from nagleprobe.read import CaptureReader, _walk_python
 from replicate import replicate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,8 @@ def boundaries(data: bytes) -> list[int]:
     """File offset of each record header (the sample's records are all intact; either byte
     order)."""
     big = data[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
-    offs, off = [], 24
-    while off + 16 <= len(data):
-        offs.append(off)
-        off += 16 + struct.unpack_from(">I" if big else "<I", data, off + 8)[0]
-    return offs
+    starts, _ = _walk_python(bytearray(data[24:]), big)  # (each header's offset + 8)
+    return (starts + 16).tolist()
 
 
 def some(offs: list[int], most: int = 60) -> list[tuple[int, int]]:
