@@ -31,6 +31,35 @@ MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the sta
              "(record). Details: COMMAND --help.")
 
 
+def run() -> None:
+    """The console entry point: `main`, then out without tearing the interpreter down.
+
+    Freeing a finished analysis object by object at exit takes about 0.08 s, 8 % of a
+    1 M-packet run. Skipped only when nothing is left to finish: output flushed, no other
+    thread that exit would wait for, no child process."""
+    try:
+        main()  # standalone mode: always ends in SystemExit
+    except SystemExit as e:
+        code = e.code
+        if not (code is None or isinstance(code, int)) or not _nothing_left():
+            raise
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            raise e from None
+        os._exit(code or 0)
+
+
+def _nothing_left() -> bool:
+    import threading
+
+    if any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
+        return False
+    mp = sys.modules.get("multiprocessing")
+    return mp is None or not mp.active_children()
+
+
 @click.group(epilog=MAIN_HELP)
 @click.version_option(__version__, prog_name="nagleprobe")
 def main() -> None:

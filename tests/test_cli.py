@@ -161,3 +161,29 @@ def test_analyze_and_check_help_have_examples_that_parse(command):
         words = shlex.split(line.split("#", 1)[0].split("|")[-1].split(">")[0])
         assert words[:2] == ["nagleprobe", command], line
         main.commands[command].make_context(command, words[2:])  # raises on a bad option
+
+
+def test_the_console_entry_point_flushes_everything_before_its_quick_exit():
+    sample = str(Path(__file__).parent.parent / "samples" / "echo_split_lo.pcap")
+    proc = subprocess.run([sys.executable, "-m", "nagleprobe", "analyze", "--format", "json",
+                           sample], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == json.loads(run(["analyze", "--format", "json",
+                                                      sample]).output)
+
+
+def test_the_quick_exit_waits_for_threads_and_children_exit_would_wait_for():
+    import threading
+
+    from nagleprobe.cli import _nothing_left
+
+    assert _nothing_left()
+    go = threading.Event()
+    worker = threading.Thread(target=go.wait)
+    worker.start()
+    try:
+        assert not _nothing_left()
+    finally:
+        go.set()
+        worker.join()
+    assert _nothing_left()
