@@ -571,4 +571,23 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__decode(void) { return PyModule_Create(&module); }
+/* The constants nagleprobe/decode.py and encap.py write too, exported for
+ * tests/test_constants.py to pin them equal. */
+PyMODINIT_FUNC PyInit__decode(void)
+{
+    PyObject *m = PyModule_Create(&module), *mapped;
+    if (m == NULL)
+        return NULL;
+    mapped = PyLong_FromUnsignedLongLong(V4_MAPPED);
+    if (PyModule_AddIntConstant(m, "SYN", SYN) < 0
+        || PyModule_AddIntConstant(m, "MAX_VLAN_TAGS", MAX_VLAN_TAGS) < 0
+        || PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0
+        || PyModule_AddIntConstant(m, "MAX_MPLS_LABELS", MAX_MPLS_LABELS) < 0
+        || PyModule_AddObjectRef(m, "V4_MAPPED", mapped) < 0) {
+        Py_XDECREF(mapped);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(mapped);
+    return m;
+}

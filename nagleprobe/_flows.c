@@ -25,6 +25,8 @@
 #define SYN 0x02
 #define RST 0x04
 #define ACK 0x10
+#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the 4-tuple hash (flows.mix) */
+#define MIX_SHIFT 29
 
 #define NIN 7
 #define NOUT 7
@@ -209,7 +211,7 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
 
 /* The five uint64 words naming a row's unordered 4-tuple (the lower endpoint's address
  * hi, lo, the higher's hi, lo, then tunnel << 32 | lower port << 16 | higher port;
- * endpoints compared as (hi, lo, port)), as stream._tuple_words makes them; returns whether
+ * endpoints compared as (hi, lo, port)), as flows.tuple_words makes them; returns whether
  * the row travels from the lower endpoint. */
 static inline int tuple_words(uint64_t shi, uint64_t slo, uint64_t dhi, uint64_t dlo,
                               uint16_t sp, uint16_t dp, uint32_t tun, uint64_t v[5])
@@ -228,8 +230,8 @@ static inline uint64_t mix(const uint64_t v[5])
     uint64_t h = 0;
     for (int j = 0; j < 5; j++) {
         h ^= v[j];
-        h *= 0x9E3779B97F4A7C15ULL;
-        h ^= h >> 29;
+        h *= MIX_MULTIPLIER;
+        h ^= h >> MIX_SHIFT;
     }
     return h;
 }
@@ -450,4 +452,22 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_flows", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__flows(void) { return PyModule_Create(&module); }
+/* The constants nagleprobe/flows.py writes too, exported for tests/test_constants.py to pin
+ * them equal. */
+PyMODINIT_FUNC PyInit__flows(void)
+{
+    PyObject *m = PyModule_Create(&module), *mul;
+    if (m == NULL)
+        return NULL;
+    mul = PyLong_FromUnsignedLongLong(MIX_MULTIPLIER);
+    if (PyModule_AddIntConstant(m, "FIN", FIN) < 0 || PyModule_AddIntConstant(m, "SYN", SYN) < 0
+        || PyModule_AddIntConstant(m, "RST", RST) < 0 || PyModule_AddIntConstant(m, "ACK", ACK) < 0
+        || PyModule_AddIntConstant(m, "MIX_SHIFT", MIX_SHIFT) < 0
+        || PyModule_AddObjectRef(m, "MIX_MULTIPLIER", mul) < 0) {
+        Py_XDECREF(mul);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(mul);
+    return m;
+}

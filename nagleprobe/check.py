@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from xml.etree import ElementTree as ET
 
-from .errors import CaptureError, ExitStatus, printable, utf8_safe
+from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
 from .read import url_scheme
-from .report import human_count, human_ms
-from .selection import confident, flow_mask
+from .words import human_count, human_ms
+from .selection import confident, flow_mask, parse_host
 
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
@@ -42,10 +42,6 @@ STATUS_NAMES = {ExitStatus.OK: "pass", ExitStatus.STALLS_FOUND: "fail",
 # that checked nothing (empty) or could not read a file must not look like a budget failure
 SEVERITY = (ExitStatus.OK, ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus.BAD_CAPTURE,
             ExitStatus.INTERNAL)
-
-
-class BudgetError(ValueError):
-    """A budget setting that makes no sense; the message names where it came from."""
 
 
 # ------------------------------------------------------------------------------- budget
@@ -124,18 +120,6 @@ CONFIG_KEYS = {"max-stalls": "max_stalls", "max-stall-ms": "max_stall_ms",
                "max-lost-share": "max_lost_share", "min-confidence": "min_confidence",
                "port": "ports", "ports": "ports", "host": "hosts", "hosts": "hosts",
                "allow-empty": "allow_empty"}
-
-
-def parse_host(text: str) -> str:
-    """A host selector (IPv4/IPv6 address or network, brackets allowed), normalised."""
-    t = text.strip()
-    if t.startswith("[") and t.endswith("]"):
-        t = t[1:-1]
-    try:
-        net = ipaddress.ip_network(t, strict=False)
-    except ValueError:
-        raise BudgetError(f"not an IP address or network: {text!r}") from None
-    return str(net.network_address) if net.num_addresses == 1 else str(net)
 
 
 def _validate(b: Budget) -> None:

@@ -14,7 +14,8 @@ import click
 
 from . import __version__
 from .errors import CaptureError, ExitStatus, printable
-from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S, analyze as run_analysis
+from . import pipeline
+from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def main() -> None:
                    "ones 0.9-0.95): they leave the report and its counts.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
-@click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_GRACE_S,
+@click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_REORDER_WINDOW_S,
               show_default=True, metavar="SECONDS",
               help="Capture time a closed connection waits for late or out-of-order packets "
                    "before it is analysed and its packets are freed.")
@@ -125,9 +126,9 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
              HtmlWriteError: str}
     with _one_line_errors(debug, "analysing", capture, usage):
         try:
-            report = run_analysis(paths if len(paths) > 1 else paths[0], strict=strict,
-                                  grace_s=reorder_window,
-                                  idle_s=idle_timeout, progress=bar)
+            report = pipeline.analyze(paths if len(paths) > 1 else paths[0], strict=strict,
+                                      reorder_window_s=reorder_window,
+                                      idle_s=idle_timeout, progress=bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -180,7 +181,7 @@ def _one_line_errors(debug: bool, doing: str, capture: str,
         click.echo(f"nagleprobe: error: {e}", err=True)
         sys.exit(ExitStatus.BAD_CAPTURE)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
     except Exception as e:
         message = next((m for kind, m in usage.items() if isinstance(e, kind)), None)
         if message is not None:
@@ -294,9 +295,10 @@ RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (n
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
                  ) -> tuple[str, ...]:
-    if not value:  # (no import: check imports pandas, which analyze loads while it reads)
+    if not value:  # (no import: selection imports pandas, which analyze loads while it reads)
         return value
-    from .check import BudgetError, parse_host
+    from .errors import BudgetError
+    from .selection import parse_host
 
     try:
         return tuple(parse_host(v) for v in value)
@@ -452,7 +454,7 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
     try:
         status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
     sys.exit(status)
 
 
@@ -492,7 +494,7 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
         click.echo(f"nagleprobe: error: {e}", err=True)
         sys.exit(e.status)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
     s = result.stats
     click.echo(f"nagleprobe: recorded {s.captured if s.captured is not None else '?'} packets "
                f"on {interface} to {output}"

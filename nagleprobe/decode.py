@@ -52,6 +52,8 @@ TCP_COLUMNS: dict[str, np.dtype] = {
 }
 
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
+# as Wireshark names the bits, lowest first (NS is AE, AccECN, today)
+TCP_FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR", "AE")
 
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 V6_EXT = (0, 43, 60, 44, 51)

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .flows import ACK, FIN, RST, SYN, Flows
+from .decode import ACK, FIN, RST, SYN
+from .flows import Flows
 from .flows import grouped_median as _grouped_median
 
 try:
@@ -38,7 +39,12 @@ REACTION_SLACK_MS = 2.0  # the sender's stack reacting to the ACK, beyond the pa
 REACTION_SLACK_SHARE = 0.25  # ... plus this share of the round trip to the sender (jitter)
 ANSWER_MS = 10.0  # the peer's data within this (beyond the path) answers the released segment
 QUICK_ACK_MS = 5.0  # an ACK of a lone segment within this (beyond the path) is immediate
-KNOWN_TIMERS_MS = (40.0, 100.0, 200.0)  # Linux minimum, macOS/FreeBSD, Windows
+# The delayed-ACK timers of known stacks: (name, nominal ms, band low, band high). A delay in
+# a band is named after the stack in every output and raises a stall's confidence.
+TIMER_BANDS = (("Linux-like", 40.0, 30.0, 60.0),  # 40 ms minimum; grows with the ACK timeout
+               ("macOS/BSD-like", 100.0, 85.0, 120.0),
+               ("Windows-like", 200.0, 170.0, 230.0))
+KNOWN_TIMERS_MS = tuple(nominal for _, nominal, _, _ in TIMER_BANDS)
 CORK_MS, CORK_TOLERANCE_MS = 200.0, 15.0  # Linux releases corked data after 200 ms
 RTT_UNKNOWN_PENALTY = 0.2  # confidence lost when no round trip to either side is known
 RTT_FROM_DATA_PENALTY = 0.05  # ... when the round trips come from data/ACK pairs only
@@ -254,6 +260,16 @@ def _chain_numpy(f: Flows, mss: np.ndarray) -> tuple:
     return rows, A, S1, YA, answer, off, not_classic, ar[lone], D[lone]
 
 
+def timer_name(ms: float | None) -> str:
+    """The stack whose delayed-ACK timer a delay matches ("Linux-like"), or ""."""
+    if ms is None:
+        return ""
+    for name, _, low, high in TIMER_BANDS:
+        if low <= ms <= high:
+            return name
+    return ""
+
+
 def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
     """Repetition with a stable delay, and a delay at a known timer, raise confidence; round
     trips known only from data, or not at all, lower it."""
@@ -265,8 +281,8 @@ def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
     med, count = med[group], count[group]
     conf = np.where((count >= 3) & (np.abs(delay - med) <= 0.25 * med), 0.9, 0.6)
     near_timer = np.zeros(m, dtype=bool)
-    for t in KNOWN_TIMERS_MS:
-        near_timer |= np.abs(delay - t) <= 0.15 * t
+    for _, _, low, high in TIMER_BANDS:
+        near_timer |= (delay >= low) & (delay <= high)
     how = np.asarray(rtt_how, dtype=object)  # per flow
     penalty = (RTT_UNKNOWN_PENALTY * (how == "none")
                + RTT_FROM_DATA_PENALTY * (how != "handshake")).astype(float)

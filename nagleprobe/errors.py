@@ -17,9 +17,15 @@ class ExitStatus(enum.IntEnum):
     CANNOT_CAPTURE = 5  # `record`: not permitted (not root), no tcpdump, interface, output file
     EMPTY = 6  # `check`: a capture with no TCP flow to check (after selection); --allow-empty
     COMMAND_NOT_FOUND = 127  # `record`: the command to run does not exist (the shell's status)
+    INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports it
 
 
 _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+class BudgetError(ValueError):
+    """A budget or selection setting that makes no sense; the message names where it came
+    from."""
 
 
 def printable(text: str) -> str:

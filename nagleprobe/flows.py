@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .decode import format_address
+from .decode import ACK, FIN, RST, SYN, format_address
 
 try:
     from . import _flows as _compiled
 except ImportError:  # built without a C compiler
     _compiled = None
 
-FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+# the 4-tuple hash: xor a word in, multiply, fold the high bits down (as _flows.c mixes)
+MIX_MULTIPLIER, MIX_SHIFT = 0x9E3779B97F4A7C15, 29
 DEFAULT_MSS_FLOOR = 536  # RFC 1122 default: an MSS inferred from traffic is never below it
 GUESSED_MSS = 1460  # without a SYN or a repeated largest segment: Ethernet's usual MSS
 UNDELAYED_MS = 25.0  # a data -> pure ACK turnaround below this cannot include a delayed ACK
@@ -302,8 +303,8 @@ def _mix(words: list[np.ndarray]) -> np.ndarray:
     with np.errstate(over="ignore"):
         for w in words:
             h ^= w
-            h *= np.uint64(0x9E3779B97F4A7C15)
-            h ^= h >> np.uint64(29)
+            h *= np.uint64(MIX_MULTIPLIER)
+            h ^= h >> np.uint64(MIX_SHIFT)
     return h
 
 
@@ -829,3 +830,103 @@ def _next_in_direction(seg: dict[str, np.ndarray], rows: np.ndarray, data: bool,
     first = hit.argmax(axis=1)
     pick = np.arange(len(rows))
     return np.where(hit[pick, first], near[pick, first], -1)
+
+
+def tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint's address
+    hi, lo, the higher's, then the tunnel number << 32 | both ports), as nagleprobe/_flows.c
+    makes them, and whether the row travels from the lower endpoint."""
+    lo, hi, a_low = _ordered([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
+                             [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
+    return [lo[0], lo[1], hi[0], hi[1],
+            (tunnel_numbers(c) << np.uint64(32)) | (lo[2] << np.uint64(16)) | hi[2]], a_low
+
+
+def tunnel_numbers(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The rows' tunnel numbers as uint64 (0 where the columns have none)."""
+    t = c.get("tunnel")
+    return np.zeros(len(c["sport"]), np.uint64) if t is None else t.astype(np.uint64)
+
+
+class TupleTable:
+    """Ids of unordered 4-tuples, numbered by first appearance over all the chunks fed: a
+    compiled hash table over the tuples' words when built (nagleprobe/_flows.c), else their
+    64-bit mix in a pandas index, checked against the words."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._ver = np.zeros(0, dtype=np.uint8)  # IP version of each tuple
+        self._compiled = _compiled  # as built, or as a test switched it (flows._compiled)
+        if _compiled is not None:
+            self._slots = np.full(1 << 10, -1, dtype=np.int64)
+            self._table = np.zeros(5 << 9, dtype=np.uint64)  # five words per id
+        else:
+            self._index = pd.Index(np.zeros(0, dtype=np.uint64))
+            self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
+
+    def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
+        before = self.count
+        tid, from_low, first = self._ids(c)
+        if self.count > before:  # the IP version of the new tuples, from their first rows
+            if self.count > len(self._ver):
+                self._ver = np.concatenate([self._ver, np.zeros(
+                    max(self.count - len(self._ver), len(self._ver)), dtype=np.uint8)])
+            self._ver[before:self.count] = c["ipver"][first[:self.count - before]]
+        return tid, from_low
+
+    def ends(self, ids: np.ndarray) -> TupleEnds:
+        """The endpoints of the tuples `ids`."""
+        if self._compiled is None:
+            w = [x[ids] for x in self._words]
+        else:
+            words = self._table[:5 * self.count].reshape(-1, 5)[ids]
+            w = [words[:, j] for j in range(5)]
+        return TupleEnds(self._ver[ids], w[0], w[1], (w[4] >> np.uint64(16)) & np.uint64(0xFFFF),
+                         w[2], w[3], w[4] & np.uint64(0xFFFF),
+                         (w[4] >> np.uint64(32)).astype(np.uint32))
+
+    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._compiled is None:
+            return self._ids_numpy(c)
+        n = len(c["sport"])
+        need = self.count + n  # every row could bring a new tuple
+        if len(self._table) < 5 * need:
+            table = np.zeros(5 * max(need, 2 * (len(self._table) // 5)), dtype=np.uint64)
+            table[:5 * self.count] = self._table[:5 * self.count]
+            self._table = table
+        if len(self._slots) < 2 * need:
+            self._slots = np.full(1 << (2 * need - 1).bit_length(), -1, dtype=np.int64)
+            self._compiled.reslot(self._slots, self._table, self.count)
+        tid = np.empty(n, dtype=np.int64)
+        from_low = np.empty(n, dtype=bool)
+        first = np.empty(n, dtype=np.int64)
+        self.count = self._compiled.tuple_ids(
+            *(np.ascontiguousarray(c[k], np.uint64) for k in ("src_hi", "src_lo", "dst_hi",
+                                                               "dst_lo")),
+            np.ascontiguousarray(c["sport"], np.uint16),
+            np.ascontiguousarray(c["dport"], np.uint16),
+            np.ascontiguousarray(tunnel_numbers(c).astype(np.uint32)),
+            self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
+        return tid, from_low, first
+
+    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        words, from_low = tuple_words(c)
+        codes, uniq = pd.factorize(_mix(words))
+        pos = self._index.get_indexer(uniq)
+        new = np.flatnonzero(pos < 0)
+        first = np.zeros(0, dtype=np.int64)  # the first row of each new tuple
+        if len(new):
+            pos[new] = len(self._index) + np.arange(len(new))
+            where = np.full(len(uniq), -1, dtype=np.int64)
+            rows = np.arange(len(codes))[::-1]
+            where[codes[rows]] = rows  # first row of each code
+            self._index = self._index.append(pd.Index(np.asarray(uniq[new], dtype=np.uint64)))
+            self._words = [np.concatenate([s, w[where[new]]]) for s, w in zip(self._words, words)]
+            first = where[new]
+        tid = pos[codes].astype(np.int64)
+        for w, stored in zip(words, self._words):
+            if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
+                raise RuntimeError("4-tuple hash collision while streaming")
+        self.count = len(self._index)
+        return tid, from_low, first

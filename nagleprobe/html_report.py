@@ -19,11 +19,14 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from . import __version__, wireshark
+from .detect import timer_name
 from .errors import printable
-from .report import SIDES, Report, timer_name
+from .words import SIDES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from .report import Report  # the report renders itself through this module (to_html)
 
 HTML_DETAILED_FLOWS = 10  # stalled flows given their own section, worst first
 HTML_PICTURED_FLOWS = 5  # ...of which this many get time-sequence graphs

@@ -39,17 +39,17 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .decode import decode
+from .decode import ACK, FIN, RST, SYN, decode
 from .detect import detect
-from .flows import ACK, FIN, RST, SYN, build_flows
+from .flows import TupleTable, build_flows
+from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
-from .report import human_count, human_ms
-from .stream import ANALYSED, _Tuples
+from .stream import ANALYSED
+from .words import human_count, human_ms
 
 DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed
 HANDSHAKE_ROWS = 4  # the first packets without payload of a connection, held for its life
 DEFAULT_SUMMARY_S = 10.0
-DEFAULT_IDLE_S = 3600.0  # a connection silent this long (capture time) is let go of
 CLOSED_GRACE_S = 2.0  # a closed connection's packets are let go of this long after its last
 LIVE_CHUNK_BYTES = 1 << 20
 # rows fed without an analysis (input coming faster than the analyses): then analyse anyway,
@@ -93,7 +93,7 @@ class LiveAnalyzer:
     packets: int = 0  # TCP packets fed
     now: int | None = None  # capture clock: latest timestamp fed (ns)
     peak_held_rows: int = 0
-    _tuples: _Tuples = field(default_factory=_Tuples)
+    _tuples: TupleTable = field(default_factory=TupleTable)
     _held: dict[str, np.ndarray] = field(
         default_factory=lambda: {k: np.zeros(0, t) for k, t in _HELD.items()})
     _new_rows: int = 0  # rows fed since the last analysis

@@ -22,13 +22,18 @@ from .fileset import SetReader, merge_columns
 from .read import CaptureReader
 
 if TYPE_CHECKING:
+    from .flows import Flows
     from .report import Report
 
 Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
+# How long the stream holds a connection's packets (nagleprobe.stream), defined here, where the
+# CLI and the library read them before pandas and the analysis modules load:
 # a connection silent this long (capture time) is analysed and freed as if closed: a port
 # scan or SYN flood leaves a million connections half open
 DEFAULT_IDLE_S = 3600.0
-DEFAULT_GRACE_S = 2.0  # the last ACK, RST after FIN and a few FIN retransmissions fit in this
+# a closed connection waits this long for stragglers: the last ACK, RST after FIN and a few
+# FIN retransmissions fit in it
+DEFAULT_REORDER_WINDOW_S = 2.0
 EARLY_CHUNKS = 8  # at most this many decoded chunks wait for the analysis modules to load
 
 
@@ -38,7 +43,7 @@ def _load_analysis() -> None:
 
 def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str]],
             chunk_bytes: int = 32 << 20, *,
-            strict: bool = False, whole_file: bool = False, grace_s: float = DEFAULT_GRACE_S,
+            strict: bool = False, whole_file: bool = False, reorder_window_s: float = DEFAULT_REORDER_WINDOW_S,
             batch_rows: int | None = None, progress: Progress | None = None,
             idle_s: float = DEFAULT_IDLE_S) -> Report:
     """Analyse one capture (pcap/pcapng, optionally gzip): a path, "-" for stdin, or a binary
@@ -46,7 +51,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     stands and left open; the report names it by its `name` ("<stream>" without one).
 
     Streams by default: memory is bounded by the connections open at a time (see
-    `nagleprobe.stream`; `grace_s` is its reorder window). `whole_file` decodes everything
+    `nagleprobe.stream`; `reorder_window_s` is its reorder window). `whole_file` decodes everything
     first and analyses it at once (the reference the streamed result must equal).
     Raises `nagleprobe.CaptureError` for input that cannot be read at all. A damaged capture
     (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
@@ -85,7 +90,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
                and (chunk := next(chunks, None)) is not None):
             early.append(chunk)
         loader.join()
-        return _with_files(reader, _analyze_stream(reader, skipped, early, chunks, grace_s,
+        return _with_files(reader, _analyze_stream(reader, skipped, early, chunks, reorder_window_s,
                                                    batch_rows, idle_s))
     finally:
         loader.join()
@@ -117,7 +122,7 @@ def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Prog
 
 def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: deque,
                     chunks: Iterator[tuple[int | None, dict[str, np.ndarray]]],
-                    grace_s: float, batch_rows: int | None,
+                    reorder_window_s: float, batch_rows: int | None,
                     idle_s: float = DEFAULT_IDLE_S) -> Report:
     from .stream import StreamAnalyzer
 
@@ -128,17 +133,18 @@ def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: 
             chunk = None
             if stream is None and first_ns is not None:
                 kw = {} if batch_rows is None else {"batch_rows": batch_rows}
-                stream = StreamAnalyzer(first_ns, grace_s=grace_s, idle_s=idle_s, **kw)
+                stream = StreamAnalyzer(first_ns, reorder_window_s, idle_s, **kw)
             if stream is not None:
                 stream.feed(cols)
                 if reader.strict and stream.late_packets:
                     raise CaptureError(reader.path, "a TCP packet arrived more than "
-                                       f"{grace_s:g} s (capture time) after its connection "
-                                       "closed (raise --reorder-window)",
+                                       f"{reorder_window_s:g} s (capture time) after its "
+                                       "connection closed (raise --reorder-window)",
                                        f"frame {stream.first_late_frame}")
             del cols
         skipped.update(reader.info.skipped)
-        return (stream or StreamAnalyzer(workers=0)).finish(reader.info, dict(skipped))
+        stream = stream or StreamAnalyzer(0, reorder_window_s, idle_s, workers=0)
+        return stream.finish(reader.info, dict(skipped))
     finally:
         if stream is not None:
             stream.close()
@@ -169,11 +175,34 @@ def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Repor
 
 
 def _with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
-    """A file set's report with each frame number back in its own file (see
-    `nagleprobe.report.name_files`); a single file's as it is."""
+    """The report, told how to read its capture again (for `segments`), and for a file set
+    each frame number back in its own file (see `nagleprobe.report.name_files`)."""
+    report.reread = reread
     if not isinstance(reader, SetReader):
         return report
     from .report import name_files
 
     name_files(report, reader.files)
     return report
+
+
+def reread(report: Report) -> Flows:
+    """The reassembled flows of a streamed analysis, which freed each connection's packets
+    once analysed: read the file (or the files of a set) again, whole, and check it gives the
+    same flows."""
+    files, flows = report.capture.get("files"), report.flows
+    path = [f["path"] for f in files if f["packets"]] if files else report.capture["path"]
+    if isinstance(path, list):
+        if not all(os.path.isfile(p) for p in path):
+            raise ValueError(f"{path[0]}: a file of the set is gone: its segments cannot be "
+                             "read again")
+    elif path == "-" or not os.path.isfile(path):
+        raise ValueError(f"{path}: the segments of a streamed analysis come from reading the "
+                         "capture again, and it cannot be re-read (use nagleprobe.analyze(path, "
+                         "whole_file=True) to keep them)")
+    whole = analyze(path, whole_file=True)
+    ids = flows["id"].to_numpy()
+    if not (ids < len(whole.flows)).all() or not np.array_equal(
+            whole.flows["client"].to_numpy()[ids], flows["client"].to_numpy()):
+        raise ValueError(f"{path}: the file changed since it was analysed")
+    return whole.source

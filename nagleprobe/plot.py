@@ -28,8 +28,7 @@ except ImportError as e:  # ModuleNotFoundError for a missing matplotlib, or Non
                       "pip install 'nagleprobe[plot]' (or pip install matplotlib)",
                       name=e.name) from None
 
-from .detect import KNOWN_TIMERS_MS
-from .report import timer_name
+from .detect import KNOWN_TIMERS_MS, timer_name
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -6,18 +6,20 @@ import json
 import os
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
 
-from . import encap, relay, wireshark
-from .detect import REASONS, Detection
+from . import advice, encap, relay, wireshark
+from .advice import FIX_FIELDS, HOLD_SHARE, HOLD_TEXT_MS
+from .decode import SYN, TCP_FLAG_NAMES
+from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
 from .errors import printable, utf8_safe
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
+from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-exported)
 
-SIDES = ("client", "server")
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
 TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
 TEXT_LISTED_FLOWS = 50  # further flows listed one per line
@@ -42,35 +44,6 @@ def json_schema() -> dict[str, Any]:
     return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
 
 
-LONG_MS = 10_000.0  # durations from this long on are written in seconds in the text outputs
-
-
-def human_count(n: int | float) -> str:
-    """A count for people: thousands separated ("12,345")."""
-    return f"{int(n):,}"
-
-
-def human_ms(ms: float) -> str:
-    """A duration given in ms, for people: "832.0 ms" under LONG_MS, else seconds with
-    thousands separated ("3,712.8 s"). The JSON keeps its numbers."""
-    if abs(ms) < LONG_MS:
-        return f"{ms:.1f} ms"
-    return f"{ms / 1e3:,.1f} s"
-
-
-def timer_name(ms: float | None) -> str:
-    """A human label for an observed delayed-ACK timer."""
-    if ms is None:
-        return ""
-    if 30 <= ms <= 60:
-        return "Linux-like"
-    if 85 <= ms <= 120:
-        return "macOS/BSD-like"
-    if 170 <= ms <= 230:
-        return "Windows-like"
-    return ""
-
-
 @dataclass
 class Report:
     """Everything nagleprobe found in one capture.
@@ -87,6 +60,9 @@ class Report:
     stalls: pd.DataFrame
     endpoints: pd.DataFrame
     source: Flows | None = field(default=None, repr=False, compare=False)
+    # how to read the capture's reassembled flows again when `source` was not kept (a
+    # streamed analysis): set by the pipeline, called with the report
+    reread: Callable[[Report], Flows] | None = field(default=None, repr=False, compare=False)
     _segments: pd.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
     # what `select` chose (the JSON's "selection"); None for the whole capture
     selection: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -122,7 +98,7 @@ class Report:
         docs = []
         for j, rec in enumerate(_records(fl)):
             rec["tunnel"] = tunnels[rec["tunnel"] - 1] if rec.get("tunnel") else None
-            fix = {k: rec.pop(f"fix_{k}") for k in _FIX_FIELDS}
+            fix = {k: rec.pop(f"fix_{k}") for k in FIX_FIELDS}
             why = {r: rec.pop(f"why_not_{r}") for r in REASONS}
             rec["why_not"] = {r: n for r, n in why.items() if n}
             up = {k.removeprefix("relay_"): rec.pop(k) for k in relay.RELAY_COLUMNS}
@@ -213,8 +189,10 @@ class Report:
         if self._segments is None:
             files = self.capture.get("files")
             if self.source is None:
-                self.source = _reread([f["path"] for f in files if f["packets"]] if files
-                                      else self.capture["path"], self.flows)
+                if self.reread is None:
+                    raise ValueError(f"{self.capture['path']}: no segments: the report keeps "
+                                     "neither its packets nor a way to read them again")
+                self.source = self.reread(self)
             self._segments = segment_table(self.source, self.capture["time_origin_ns"],
                                            self.flows["id"].to_numpy())
             if files:  # a file set: the frame in its file, and the file
@@ -297,7 +275,7 @@ class Report:
             chosen = chosen[chosen["stalls"] > 0].sort_values(["stall_ms", "id"],
                                                               ascending=[False, True])
             ids = chosen["id"].head(int(top)).tolist()
-        base = Report(self.capture, flows, stalls, self.endpoints, self.source)
+        base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread)
         base._segments = self._segments
         sub = base._subset(ids)
         prev = self.selection
@@ -320,7 +298,7 @@ class Report:
         ids = [int(i) for i in ids]
         stalls = self.stalls[self.stalls["flow"].isin(ids)]
         ep = self.endpoints.loc[[2 * i + k for i in ids for k in (0, 1)]]
-        sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source)
+        sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread)
         if self._segments is not None:
             sub._segments = self._segments[self._segments["flow"].isin(ids)]
         return sub
@@ -338,13 +316,11 @@ class Report:
         return render_html(self, plots=plots)
 
 
-_FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
 # datetime columns of the tables: for notebooks only, the JSON keeps its seconds
 _TABLE_ONLY = ("start_time", "small_time", "ack_time", "released_time")
 # the dtype pandas gives text (str from pandas 3, object before): every text column has it,
 # also when a table is empty or a column holds only missing values
 TEXT_DTYPE = pd.Series(["x"]).dtype
-TCP_FLAG_NAMES = ("FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR", "AE")
 _STALL_POINTS = ("small", "ack", "released")
 # flat stall columns -> the nested "frames" and "times" objects of the JSON contract
 _STALL_SPLICE = [('"small_frame":', '"frames":{"small":'), (',"ack_frame":', ',"ack":'),
@@ -450,23 +426,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         "nagle_holds": hold_n, "nagle_hold_ms": np.round(hold_ms, 3),
         **{f"why_not_{r}": why_not[:, j] for j, r in enumerate(REASONS)},
     }
-    # the fix of each flow with stalls, for the side that lost more (numbers as Python's)
-    i = np.flatnonzero(stall_n.sum(axis=1))
-    k = (stall_ns[i, 0] < stall_ns[i, 1]).astype(np.int64)
-    notes = np.full(len(i), "", dtype=object)
-    noted = np.flatnonzero((hold_n[i] > 0) & (hold_ms[i] >= HOLD_SHARE * duration[i] * 1e3))
-    notes[noted] = [_hold_note(*a) for a in zip(hold_n[i[noted]].tolist(),
-                                                hold_ms[i[noted]].tolist(),
-                                                duration[i[noted]].tolist())]
-    names = np.stack([fl["client"], fl["server"]], axis=1)
-    rows = [_fix(side, name, None if timer != timer else timer, n, ms, one, note)
-            for side, name, timer, n, ms, one, note in zip(
-                k.tolist(), names[i, k].tolist(), timers[i, 1 - k].tolist(),
-                stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(),
-                (answered[i, k] * 2 >= stall_n[i, k]).tolist(), notes.tolist())]
-    for name in _FIX_FIELDS:
-        flows[f"fix_{name}"] = np.full(nflows, None, dtype=object)
-        flows[f"fix_{name}"][i] = [r[name] for r in rows]
+    flows.update(advice.fix_columns(np.stack([fl["client"], fl["server"]], axis=1), stall_n,
+                                    stall_ns, timers, answered, hold_n, hold_ms, duration))
     # Wireshark frame numbers of each flow's first and last packet
     frame = f.seg["frame"].astype(np.int64)
     flows["first_frame"] = np.minimum.reduceat(frame, f.starts) if nflows else frame[:0]
@@ -518,28 +479,6 @@ def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> No
                                                 flows["server"], capture)
 
 
-def _reread(path: str | list[str], flows: pd.DataFrame) -> Flows:
-    """The reassembled flows of a streamed analysis, which freed each connection's packets
-    once analysed: read the file (or the files of a set) again, whole, and check it gives the
-    same flows."""
-    if isinstance(path, list):
-        if not all(os.path.isfile(p) for p in path):
-            raise ValueError(f"{path[0]}: a file of the set is gone: its segments cannot be "
-                             "read again")
-    elif path == "-" or not os.path.isfile(path):
-        raise ValueError(f"{path}: the segments of a streamed analysis come from reading the "
-                         "capture again, and it cannot be re-read (use nagleprobe.analyze(path, "
-                         "whole_file=True) to keep them)")
-    from .pipeline import analyze  # a cycle at import time otherwise
-
-    whole = analyze(path, whole_file=True)
-    ids = flows["id"].to_numpy()
-    if not (ids < len(whole.flows)).all() or not np.array_equal(
-            whole.flows["client"].to_numpy()[ids], flows["client"].to_numpy()):
-        raise ValueError(f"{path}: the file changed since it was analysed")
-    return whole.source
-
-
 def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
     """Epoch nanoseconds as UTC pandas datetimes."""
     return pd.to_datetime(np.asarray(ns, dtype=np.int64), unit="ns", utc=True)
@@ -574,7 +513,7 @@ def segment_table(f: Flows, origin_ns: int, ids: np.ndarray | None = None) -> pd
     ack[s["ack"][rows] < 0] = pd.NA
     window = s["window"][rows].astype(np.int64)
     wscale = f.flow["wscale"].reshape(-1, 2)[fid, d] if len(rows) else np.zeros(0, np.int64)
-    syn = (flags & 0x02) != 0
+    syn = (flags & SYN) != 0
     window_bytes = pd.array(np.where(syn, window, window << np.maximum(wscale, 0)), dtype="Int64")
     window_bytes[(wscale < 0) & ~syn] = pd.NA
     return settle_dtypes(pd.DataFrame({
@@ -604,7 +543,7 @@ def _flag_names(flags: np.ndarray) -> np.ndarray:
 
 def _parse_hosts(hosts: tuple[Any, ...]) -> list[str]:
     """Host selectors normalised as check has them (ValueError for one that is not)."""
-    from .check import parse_host
+    from .selection import parse_host
 
     return [parse_host(str(h)) for h in hosts]
 
@@ -624,50 +563,6 @@ def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, or
             "time_origin_ns": int(origin_ns),
             "tunnels": [{"id": i + 1, "layers": layers, "text": encap.describe_text(layers)}
                         for i, layers in enumerate(info.tunnels.layers)]}
-
-
-HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are worth a mention
-HOLD_TEXT_MS = 1.0  # ... and holds costing less than this in all are left out of the text
-
-
-def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
-    """A sentence on the Nagle holds without a delayed ACK of a flow, if they cost a
-    noticeable share of it; else ""."""
-    if not count or hold_ms < HOLD_SHARE * duration_s * 1e3:
-        return ""
-    share = 100 * hold_ms / (duration_s * 1e3)
-    return (f"Nagle also held {count} write{'s' if count != 1 else ''} for one round trip "
-            f"each without a delayed ACK (up to {hold_ms:.1f} ms, {share:.0f}% of the flow), "
-            f"which the same change saves.")
-
-
-def _fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-         one_message: bool, hold_note: str = "") -> dict[str, str]:
-    """Who must change what, in one readable sentence."""
-    side, peer = SIDES[k], SIDES[1 - k]
-    timer_txt = f"~{timer:.0f} ms" if timer is not None else "its timer"
-    label = timer_name(timer)
-    if label:
-        timer_txt += f", {label}"
-    cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
-            f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
-    quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
-                f"TcpAckFrequency=1 on Windows) only mitigates it")
-    if one_message:
-        action, alternative = "coalesce-writes", "set-tcp-nodelay"
-        text = (f"The {side} {endpoint} should send each message in one write (build it in one "
-                f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
-                f"independent small messages, set TCP_NODELAY on its socket instead; "
-                f"{quickack}.")
-    else:
-        action, alternative = "set-tcp-nodelay", "coalesce-writes"
-        text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
-                f"small messages that must go at once: {cost}. Batching its small writes into "
-                f"full segments also avoids the wait; {quickack}.")
-    if hold_note:
-        text += " " + hold_note
-    return {"side": side, "endpoint": endpoint, "action": action, "alternative": alternative,
-            "text": text}
 
 
 def _nagle_text(e: dict[str, Any]) -> str:

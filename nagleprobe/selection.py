@@ -11,12 +11,16 @@ counts. `top` keeps the N flows (with stalls) that lost the most time, worst fir
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
-import pandas as pd
 
-SIDES = ("client", "server")
+from .advice import FIX_FIELDS
+from .errors import BudgetError
+from .words import SIDES
+
+if TYPE_CHECKING:
+    import pandas as pd  # loaded by the functions that take tables (the CLI parses --host early)
 
 
 def as_tuple(value: Any) -> tuple[Any, ...]:
@@ -28,15 +32,27 @@ def as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def networks(hosts: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    """Host selectors (addresses or networks, brackets allowed; see `check.parse_host`)."""
-    from .check import parse_host  # check imports this module
+def parse_host(text: str) -> str:
+    """A host selector (IPv4/IPv6 address or network, brackets allowed), normalised."""
+    t = text.strip()
+    if t.startswith("[") and t.endswith("]"):
+        t = t[1:-1]
+    try:
+        net = ipaddress.ip_network(t, strict=False)
+    except ValueError:
+        raise BudgetError(f"not an IP address or network: {text!r}") from None
+    return str(net.network_address) if net.num_addresses == 1 else str(net)
 
+
+def networks(hosts: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Host selectors (addresses or networks, brackets allowed; see `parse_host`)."""
     return [ipaddress.ip_network(parse_host(h), strict=False) for h in hosts]
 
 
 def split_endpoints(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Address (IPv6 without brackets) and port of "ip:port" / "[ipv6]:port" strings."""
+    import pandas as pd
+
     parts = col.astype(object).str.rsplit(":", n=1)
     addr = parts.str[0].str.strip("[]").to_numpy(dtype=object)
     port = pd.to_numeric(parts.str[1]).to_numpy(dtype=np.int64) if len(col) else np.zeros(0, int)
@@ -83,7 +99,6 @@ def confident(stalls: pd.DataFrame, min_confidence: float | None) -> np.ndarray:
 def recount(flows: pd.DataFrame, stalls: pd.DataFrame) -> pd.DataFrame:
     """The flows table with its stall counts, time lost and shares recomputed from `stalls`
     (after stalls were ignored); a flow left without stalls loses its fix."""
-    from .report import _FIX_FIELDS  # report imports this module
 
     fl = flows.copy()
     by = stalls.groupby("flow")["delay_ms"]
@@ -94,7 +109,7 @@ def recount(flows: pd.DataFrame, stalls: pd.DataFrame) -> pd.DataFrame:
     fl["stall_ms"] = np.round(ms, 3)
     fl["lost_share"] = np.round(np.divide(ms / 1e3, dur, out=np.zeros(len(fl)), where=dur > 0), 4)
     fl["duration_without_stalls_s"] = np.round(np.maximum(dur - ms / 1e3, 0.0), 6)
-    for k in _FIX_FIELDS:
+    for k in FIX_FIELDS:
         fl[f"fix_{k}"] = fl[f"fix_{k}"].where(n > 0, None)
     return fl
 
@@ -123,7 +138,7 @@ def describe(sel: dict[str, Any]) -> str:
 
 def selection_line(sel: dict[str, Any]) -> str:
     """The text report's line on a selection: "selected: 2 of 40 flows (port 8000)"."""
-    from .report import human_count
+    from .words import human_count
 
     total = sel["flows_total"]
     line = (f"selected: {human_count(sel['flows_selected'])} of {human_count(total)} "

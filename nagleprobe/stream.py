@@ -13,10 +13,10 @@ worker threads while the calling thread reads and decodes on (numpy lets go of t
 its array work, so the threads really run at once).
 
 A 4-tuple is finished once its connection closed (FIN seen from both ends, or a RST) and the
-capture clock (the latest timestamp read so far) has moved `grace_s` past its last packet.
+capture clock (the latest timestamp read so far) has moved `reorder_window_s` past its last packet.
 That grace is also the reorder window: records need not be in time order (`tcpdump -i any`,
 merged files), since each connection's rows are sorted when it is analysed, but a packet that
-turns up for a connection already handed on (more than `grace_s` after it closed, in capture
+turns up for a connection already handed on (more than `reorder_window_s` after it closed, in capture
 time) cannot join it. Such packets are left out, counted in a warning, and only then can the
 result differ from the whole-file analysis. A SYN with a new ISN on a finished 4-tuple starts
 a new connection, as in the whole-file analysis.
@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .decode import TCP_COLUMNS
+from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
 from .detect import detect
-from .flows import ACK, FIN, RST, SYN, TupleEnds, _compiled, _mix, _ordered, build_flows
-from .pipeline import DEFAULT_GRACE_S, DEFAULT_IDLE_S
+from .flows import TupleEnds, TupleTable, build_flows
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report, add_tcp_streams, capture_doc, report_columns, table
@@ -66,106 +65,6 @@ def _interned(col: np.ndarray) -> np.ndarray:
         return col
     codes, uniques = pd.factorize(col.reshape(-1), use_na_sentinel=False)
     return np.asarray(uniques, dtype=object)[codes].reshape(col.shape)
-
-
-def _tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint's address
-    hi, lo, the higher's, then the tunnel number << 32 | both ports), as nagleprobe/_flows.c
-    makes them, and whether the row travels from the lower endpoint."""
-    lo, hi, a_low = _ordered([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
-                             [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
-    return [lo[0], lo[1], hi[0], hi[1],
-            (_tunnel(c) << np.uint64(32)) | (lo[2] << np.uint64(16)) | hi[2]], a_low
-
-
-def _tunnel(c: dict[str, np.ndarray]) -> np.ndarray:
-    """The rows' tunnel numbers as uint64 (0 where the columns have none)."""
-    t = c.get("tunnel")
-    return np.zeros(len(c["sport"]), np.uint64) if t is None else t.astype(np.uint64)
-
-
-class _Tuples:
-    """Ids of unordered 4-tuples, numbered by first appearance over all the chunks fed: a
-    compiled hash table over the tuples' words when built (nagleprobe/_flows.c), else their
-    64-bit mix in a pandas index, checked against the words."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._ver = np.zeros(0, dtype=np.uint8)  # IP version of each tuple
-        self._compiled = _compiled  # as built, or as a test switched it
-        if _compiled is not None:
-            self._slots = np.full(1 << 10, -1, dtype=np.int64)
-            self._table = np.zeros(5 << 9, dtype=np.uint64)  # five words per id
-        else:
-            self._index = pd.Index(np.zeros(0, dtype=np.uint64))
-            self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
-
-    def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
-        before = self.count
-        tid, from_low, first = self._ids(c)
-        if self.count > before:  # the IP version of the new tuples, from their first rows
-            if self.count > len(self._ver):
-                self._ver = np.concatenate([self._ver, np.zeros(
-                    max(self.count - len(self._ver), len(self._ver)), dtype=np.uint8)])
-            self._ver[before:self.count] = c["ipver"][first[:self.count - before]]
-        return tid, from_low
-
-    def ends(self, ids: np.ndarray) -> TupleEnds:
-        """The endpoints of the tuples `ids`."""
-        if self._compiled is None:
-            w = [x[ids] for x in self._words]
-        else:
-            words = self._table[:5 * self.count].reshape(-1, 5)[ids]
-            w = [words[:, j] for j in range(5)]
-        return TupleEnds(self._ver[ids], w[0], w[1], (w[4] >> np.uint64(16)) & np.uint64(0xFFFF),
-                         w[2], w[3], w[4] & np.uint64(0xFFFF),
-                         (w[4] >> np.uint64(32)).astype(np.uint32))
-
-    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self._compiled is None:
-            return self._ids_numpy(c)
-        n = len(c["sport"])
-        need = self.count + n  # every row could bring a new tuple
-        if len(self._table) < 5 * need:
-            table = np.zeros(5 * max(need, 2 * (len(self._table) // 5)), dtype=np.uint64)
-            table[:5 * self.count] = self._table[:5 * self.count]
-            self._table = table
-        if len(self._slots) < 2 * need:
-            self._slots = np.full(1 << (2 * need - 1).bit_length(), -1, dtype=np.int64)
-            self._compiled.reslot(self._slots, self._table, self.count)
-        tid = np.empty(n, dtype=np.int64)
-        from_low = np.empty(n, dtype=bool)
-        first = np.empty(n, dtype=np.int64)
-        self.count = self._compiled.tuple_ids(
-            *(np.ascontiguousarray(c[k], np.uint64) for k in ("src_hi", "src_lo", "dst_hi",
-                                                               "dst_lo")),
-            np.ascontiguousarray(c["sport"], np.uint16),
-            np.ascontiguousarray(c["dport"], np.uint16),
-            np.ascontiguousarray(_tunnel(c).astype(np.uint32)),
-            self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
-        return tid, from_low, first
-
-    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        words, from_low = _tuple_words(c)
-        codes, uniq = pd.factorize(_mix(words))
-        pos = self._index.get_indexer(uniq)
-        new = np.flatnonzero(pos < 0)
-        first = np.zeros(0, dtype=np.int64)  # the first row of each new tuple
-        if len(new):
-            pos[new] = len(self._index) + np.arange(len(new))
-            where = np.full(len(uniq), -1, dtype=np.int64)
-            rows = np.arange(len(codes))[::-1]
-            where[codes[rows]] = rows  # first row of each code
-            self._index = self._index.append(pd.Index(np.asarray(uniq[new], dtype=np.uint64)))
-            self._words = [np.concatenate([s, w[where[new]]]) for s, w in zip(self._words, words)]
-            first = where[new]
-        tid = pos[codes].astype(np.int64)
-        for w, stored in zip(words, self._words):
-            if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
-                raise RuntimeError("4-tuple hash collision while streaming")
-        self.count = len(self._index)
-        return tid, from_low, first
 
 
 def _libc_trim():
@@ -287,21 +186,20 @@ class _Parts:
 class StreamAnalyzer:
     """Feed decoded column chunks in file order (`feed`), then `finish` for the Report.
 
-    `grace_s`: capture time a closed connection waits for stragglers (the reorder window).
+    `reorder_window_s`: capture time a closed connection waits for stragglers (the reorder window).
     `batch_rows`: rows of finished connections gathered before they are analysed together.
     `workers`: threads analysing batches in parallel (0: all in the calling thread).
     Call `finish` for the report, or `close` to stop the threads without one.
     """
 
-    def __init__(self, origin_ns: int = 0, grace_s: float = DEFAULT_GRACE_S,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None,
-                 idle_s: float = DEFAULT_IDLE_S) -> None:
+    def __init__(self, origin_ns: int, reorder_window_s: float, idle_s: float,
+                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
         self.origin_ns = origin_ns
         workers = default_workers() if workers is None else workers
         self._pool = ThreadPoolExecutor(workers, "nagleprobe-analyse") if workers > 0 else None
         self._running: deque[Future] = deque()  # batches being analysed, oldest first
         self._max_running = 2 * workers  # then wait: bounds the memory of batches in flight
-        self.grace_ns = int(grace_s * 1e9)
+        self.reorder_window_ns = int(reorder_window_s * 1e9)
         self.idle_ns = int(min(idle_s, 1e9) * 1e9)
         self.idle_flushed = 0  # connections analysed because they were idle, not closed
         self.batch_rows = max(int(batch_rows), 1)
@@ -315,7 +213,7 @@ class StreamAnalyzer:
         self.batches = 0  # analysed so far
         self._hand_ons = 0
         # per 4-tuple state, indexed by tuple id (first appearance)
-        self._tuples = _Tuples()
+        self._tuples = TupleTable()
         self._last_ts = np.zeros(0, dtype=np.int64)
         self._closed = np.zeros(0, dtype=np.uint8)  # _LOW_FIN | _HIGH_FIN | _RST seen
         self._last_syn = np.zeros(0, dtype=np.int64)  # raw seq of its last SYN, -1 if none
@@ -381,7 +279,7 @@ class StreamAnalyzer:
         self.now = ts if self.now is None else max(self.now, ts)
         closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
         idle = self._last_ts + self.idle_ns <= self.now  # open, but silent that long
-        done = (closed | idle) & (self._last_ts + self.grace_ns <= self.now) & (self._rows > 0)
+        done = (closed | idle) & (self._last_ts + self.reorder_window_ns <= self.now) & (self._rows > 0)
         ready = int(self._rows[done].sum())
         if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
             self.idle_flushed += int((done & ~closed).sum())
@@ -390,7 +288,7 @@ class StreamAnalyzer:
     def _free_tuples(self) -> None:
         """Let go of the per-4-tuple state once everything is analysed (a SYN flood's million
         tuples hold 150 MB of it, which the joining of the results can use)."""
-        self._tuples = _Tuples()
+        self._tuples = TupleTable()
         self._last_ts = self._last_syn = self._rows = np.zeros(0, dtype=np.int64)
         self._closed = np.zeros(0, dtype=np.uint8)
         self._handed_on = np.zeros(0, dtype=bool)
@@ -570,7 +468,7 @@ class StreamAnalyzer:
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
-                            f"{self.grace_ns / 1e9:g} s (capture time) after their connection "
+                            f"{self.reorder_window_ns / 1e9:g} s (capture time) after their connection "
                             "closed and were left out of it")
         if self.late_syns:
             warnings.append(f"{self.late_syns} of them SYNs older than the last packet of "

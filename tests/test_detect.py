@@ -5,6 +5,7 @@ Synthetic conversations (scripted columns); real captures are checked in test_sa
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from columns import Conversation
 from nagleprobe.detect import _grouped_median, detect
@@ -320,3 +321,19 @@ def test_the_ack_delay_range_is_inclusive_at_25_and_600_ms():
     assert below["stalls"] == 0 and below["nagle_holds"] == 1 and below["why_not"] == {}
     above = ack_delay_boundary(600.1)
     assert above["stalls"] == 0 and above["why_not"] == {"delay_out_of_range": 1}
+
+
+@pytest.mark.parametrize("ms, name", [
+    (29.9, ""), (30.0, "Linux-like"), (55.0, "Linux-like"), (60.0, "Linux-like"), (60.1, ""),
+    (84.9, ""), (85.0, "macOS/BSD-like"), (120.0, "macOS/BSD-like"), (120.1, ""),
+    (169.9, ""), (170.0, "Windows-like"), (230.0, "Windows-like"), (230.1, ""), (None, ""),
+])
+def test_one_band_table_names_a_timer_and_raises_confidence_alike(ms, name):
+    from nagleprobe.detect import _confidence, timer_name
+
+    assert timer_name(ms) == name
+    if ms is None:
+        return
+    one = {"flow": np.zeros(1, np.int64), "dir": np.zeros(1, np.int64),
+           "ack_delay_ns": np.array([ms * 1e6])}
+    assert _confidence(one, np.array(["handshake"], dtype=object))[0] == (0.65 if name else 0.6)

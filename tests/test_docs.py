@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from nagleprobe import detect, flows, relay, report
+from nagleprobe import advice, detect, flows, relay, report
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "DETECTION.md").read_text()
-HOMES = (detect, flows, relay, report)
+HOMES = (detect, flows, relay, advice, report)
 
 
 def stated() -> dict[str, str]:
@@ -28,6 +28,10 @@ def constant(name: str):
 @pytest.mark.parametrize("name", sorted(stated()))
 def test_every_threshold_on_the_page_is_the_codes(name):
     value = constant(name)
+    if isinstance(value, tuple) and isinstance(value[0], tuple):  # bands: (name, nominal, lo, hi)
+        value = tuple(f"{lo:g}-{hi:g}" for *_, lo, hi in value)
+        assert ", ".join(value) == stated()[name], name
+        return
     want = [float(x) for x in stated()[name].split(",")]
     got = [float(x) for x in (value if isinstance(value, tuple) else (value,))]
     assert got == want, name
@@ -53,3 +57,30 @@ def test_every_why_not_reason_is_explained_on_the_page():
 
 def test_the_readme_links_the_page():
     assert "docs/DETECTION.md" in (ROOT / "README.md").read_text()
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_readme_exit_table_lists_exactly_the_exit_statuses():
+    from nagleprobe.errors import ExitStatus
+
+    rows = re.findall(r"^\| (\d+) \|", readme_section("Exit status"), re.M)
+    assert sorted(map(int, rows)) == sorted(s.value for s in ExitStatus)
+
+
+def test_every_status_a_help_text_names_is_one_of_the_enum():
+    from click.testing import CliRunner
+
+    from nagleprobe.cli import main
+    from nagleprobe.errors import ExitStatus
+
+    for command in ([], ["analyze"], ["check"], ["record"], ["watch"], ["annotate"]):
+        out = CliRunner().invoke(main, [*command, "--help"], terminal_width=200).output
+        said = out[out.index("Exit status"):] if "Exit status" in out else ""
+        numbers = {int(n) for n in re.findall(r"(?<![\w.+-])(\d{1,3})(?= [a-z(])", said)}
+        assert numbers <= {s.value for s in ExitStatus}, (command, numbers)
+        assert said or command in (["annotate"],), command

@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nagleprobe.flows
-from nagleprobe import stream
 from nagleprobe.decode import TCP_COLUMNS, decode
 from nagleprobe.flows import build_flows
 from nagleprobe.read import CaptureReader
@@ -129,13 +128,13 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
 
 
 def tuple_ids_both_ways(chunks: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
-    """stream._Tuples over the chunks, compiled and with numpy alone: they must agree."""
-    compiled = stream._Tuples()
-    kept, stream._compiled = stream._compiled, None
+    """nagleprobe.flows.TupleTable over the chunks, compiled and with numpy alone: they must agree."""
+    compiled = nagleprobe.flows.TupleTable()
+    kept, nagleprobe.flows._compiled = nagleprobe.flows._compiled, None
     try:
-        reference = stream._Tuples()
+        reference = nagleprobe.flows.TupleTable()
     finally:
-        stream._compiled = kept
+        nagleprobe.flows._compiled = kept
     out = []
     for c in chunks:
         tid, low = compiled.ids(c)

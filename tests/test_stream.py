@@ -11,7 +11,7 @@ import pytest
 import nagleprobe
 import nagleprobe.stream
 from nagleprobe.decode import decode
-from nagleprobe.pipeline import analyze
+from nagleprobe.pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S, analyze
 from nagleprobe.read import CaptureReader
 from nagleprobe.stream import StreamAnalyzer
 from replicate import replicate, seen_twice
@@ -20,6 +20,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
     p for p in (SAMPLES / "formats").iterdir() if p.name.endswith((".pcap", ".pcapng", ".gz")))
 TINY_CHUNK = 4096  # the reader's smallest chunk: every sample spans several
+KNOBS = {"reorder_window_s": DEFAULT_REORDER_WINDOW_S, "idle_s": DEFAULT_IDLE_S}
 
 
 def stream(path: Path, chunk: int = TINY_CHUNK, **kw) -> tuple[nagleprobe.Report, StreamAnalyzer]:
@@ -28,7 +29,7 @@ def stream(path: Path, chunk: int = TINY_CHUNK, **kw) -> tuple[nagleprobe.Report
     skipped: Counter = Counter()
     st = None
     for batch in reader:
-        st = st or StreamAnalyzer(int(batch.ts_ns[0]), **kw)
+        st = st or StreamAnalyzer(int(batch.ts_ns[0]), **{**KNOBS, **kw})
         st.feed(decode(batch, skipped))
     skipped.update(reader.info.skipped)
     return st.finish(reader.info, dict(skipped)), st
@@ -40,7 +41,7 @@ def stream_rows(path: Path, rows: int = 1, **kw) -> tuple[nagleprobe.Report, Str
     skipped: Counter = Counter()
     batches = list(reader)
     cols = decode(batches[0], skipped)
-    st = StreamAnalyzer(int(batches[0].ts_ns[0]), **kw)
+    st = StreamAnalyzer(int(batches[0].ts_ns[0]), **{**KNOBS, **kw})
     for i in range(0, len(cols["frame"]), rows):
         st.feed({k: v[i:i + rows] for k, v in cols.items()})
     skipped.update(reader.info.skipped)
@@ -58,12 +59,12 @@ def test_streamed_json_equals_whole_file_json_on_every_sample(path):
     whole = report.to_json()
     assert analyze(str(path)).to_json() == whole
     # tiny chunks, each connection handed on soon after it closed (50 ms, or twice the
-    # longest round trip on long paths: a packet later than the grace is late by definition),
+    # longest round trip on long paths: a packet later than the reorder window is late by definition),
     # one batch per connection
-    grace = max(0.05, 2 * np.nan_to_num(report.flows["rtt_ms"].max()) / 1e3)
-    assert stream(path, grace_s=grace, batch_rows=1)[0].to_json() == whole
+    window = max(0.05, 2 * np.nan_to_num(report.flows["rtt_ms"].max()) / 1e3)
+    assert stream(path, reorder_window_s=window, batch_rows=1)[0].to_json() == whole
     # one packet at a time: every stall and handshake is split between feeds
-    assert stream_rows(path, grace_s=grace, batch_rows=1)[0].to_json() == whole
+    assert stream_rows(path, reorder_window_s=window, batch_rows=1)[0].to_json() == whole
 
 
 def test_tiny_chunks_split_stalls_across_chunk_boundaries():
@@ -83,7 +84,7 @@ def test_many_interleaved_connections_are_analysed_in_batches_with_the_same_resu
     cap = tmp_path / "mix.pcap"
     cap.write_bytes(replicate(MIX, copies=30, every_ns=100_000_000))  # 150 connections
     whole = analyze(str(cap), whole_file=True)
-    rep, st = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=2000)
+    rep, st = stream(cap, chunk=64 << 10, reorder_window_s=0.2, batch_rows=2000)
     assert rep.to_json() == whole.to_json()
     for table in ("flows", "stalls", "endpoints"):  # the notebook tables too, dtypes and all
         pd.testing.assert_frame_equal(getattr(rep, table), getattr(whole, table))
@@ -96,8 +97,8 @@ def test_many_interleaved_connections_are_analysed_in_batches_with_the_same_resu
 def test_batches_analysed_in_worker_threads_give_the_same_report(tmp_path):
     cap = tmp_path / "mix.pcap"
     cap.write_bytes(replicate(MIX, copies=10, every_ns=100_000_000))
-    serial, st0 = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=500, workers=0)
-    threaded, st2 = stream(cap, chunk=64 << 10, grace_s=0.2, batch_rows=500, workers=2)
+    serial, st0 = stream(cap, chunk=64 << 10, reorder_window_s=0.2, batch_rows=500, workers=0)
+    threaded, st2 = stream(cap, chunk=64 << 10, reorder_window_s=0.2, batch_rows=500, workers=2)
     assert st0.batches == st2.batches >= 5
     assert threaded.to_json() == serial.to_json()
     assert serial.stall_count == 10 * 2 * 19
@@ -115,7 +116,7 @@ def test_records_out_of_time_order_within_the_grace_window_change_nothing(tmp_pa
     cap = tmp_path / "jitter.pcap"
     cap.write_bytes(replicate(MIX[:3], copies=10, every_ns=100_000_000, jitter_ns=3_000_000))
     whole = analyze(str(cap), whole_file=True)
-    rep, st = stream(cap, chunk=16 << 10, grace_s=0.2, batch_rows=500)
+    rep, st = stream(cap, chunk=16 << 10, reorder_window_s=0.2, batch_rows=500)
     assert st.batches >= 3
     assert rep.to_json() == whole.to_json()
     assert whole.stall_count > 0
@@ -127,7 +128,7 @@ def test_a_4tuple_reused_after_hand_on_starts_a_new_connection(tmp_path):
     cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=3, every_ns=2_000_000_000,
                               port_step=0, isn_step=1_000_000))
     whole = analyze(str(cap), whole_file=True)
-    rep, st = stream_rows(cap, rows=1, grace_s=0.1, batch_rows=1)
+    rep, st = stream_rows(cap, rows=1, reorder_window_s=0.1, batch_rows=1)
     assert len(whole.flows) == 3 and whole.stall_count == 3 * 19
     assert st.batches == 3
     assert rep.to_json() == whole.to_json()
@@ -138,7 +139,7 @@ def test_packets_after_the_grace_window_are_left_out_with_a_warning(tmp_path):
     cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=1, every_ns=0))
     whole = analyze(str(cap), whole_file=True)
     assert not whole.capture["warnings"]
-    rep, st = stream_rows(cap, grace_s=0.0, batch_rows=1)  # handed on at once: the last ACK is late
+    rep, st = stream_rows(cap, reorder_window_s=0.0, batch_rows=1)  # handed on at once: the last ACK is late
     assert rep.capture["warnings"] == ["1 TCP packets arrived more than 0 s (capture time) "
                                        "after their connection closed and were left out of it"]
     assert rep.capture["tcp_packets"] == whole.capture["tcp_packets"] - 1
@@ -204,7 +205,7 @@ def test_every_packet_seen_twice_gives_the_same_analysis_with_the_copies_counted
         pd.testing.assert_frame_equal(got, want)
     assert len(once.stalls) == {"echo_split_lo.pcap": 19, "proxy_any.pcap": 19}.get(name, 0)
     assert analyze(str(path)).to_json() == whole.to_json()
-    assert stream(path, grace_s=0.05, batch_rows=1)[0].to_json() == whole.to_json()
+    assert stream(path, reorder_window_s=0.05, batch_rows=1)[0].to_json() == whole.to_json()
     head = " ".join(str(whole).split("\n\n")[0].split())  # the lines before the verdict
     assert f"skipped: {n:,} duplicate" in head
     assert (f"{n:,} duplicate packets (the same packet seen twice, as `tcpdump -i any` does on "

@@ -22,7 +22,7 @@ CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
 def test_the_report_is_the_same_without_the_compiled_parts(path, monkeypatch):
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
     monkeypatch.setattr(nagleprobe.read, "_walk", None)
-    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.stream, nagleprobe.detect):
+    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.detect):
         monkeypatch.setattr(module, "_compiled", None)
     assert analyze(str(path), chunk_bytes=16 << 10).to_json() == compiled
 
@@ -36,7 +36,7 @@ def test_duplicates_are_dropped_the_same_without_the_compiled_parts(name, tmp_pa
     path.write_bytes(seen_twice(name)[0])
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
     monkeypatch.setattr(nagleprobe.read, "_walk", None)
-    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.stream, nagleprobe.detect):
+    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.detect):
         monkeypatch.setattr(module, "_compiled", None)
     report = analyze(str(path), chunk_bytes=16 << 10)
     assert report.capture["skipped"]["duplicate"] == report.capture["packets"] // 2

@@ -1,0 +1,87 @@
+"""Who must change what: the fix of a flow with stalls and its sentence, decided once for the
+text report, the JSON document, the HTML report and `check` (which all show these fields)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .detect import timer_name
+from .words import SIDES, human_count, human_ms
+
+FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
+
+
+def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
+                timers: np.ndarray, answered: np.ndarray, hold_n: np.ndarray,
+                hold_ms: np.ndarray, duration_s: np.ndarray) -> dict[str, np.ndarray]:
+    """The `fix_*` columns of the flows table (None for a flow without stalls). Per flow and
+    side (columns 0 client, 1 server): `names` the endpoints, `stall_n`/`stall_ns` the stalls
+    each side's writes suffered and their cost, `timers` each side's delayed-ACK timer (ms,
+    NaN unknown), `answered` its stalls that were a request's last write before the answer;
+    per flow: the Nagle holds without a delayed ACK and the duration.
+
+    The side that lost more must change; it should coalesce its writes when most of its
+    stalls split one message (the peer answered right after), else set TCP_NODELAY."""
+    nflows = len(names)
+    i = np.flatnonzero(stall_n.sum(axis=1))
+    k = (stall_ns[i, 0] < stall_ns[i, 1]).astype(np.int64)
+    notes = np.full(len(i), "", dtype=object)
+    noted = np.flatnonzero((hold_n[i] > 0)
+                           & (hold_ms[i] >= HOLD_SHARE * duration_s[i] * 1e3))
+    notes[noted] = [_hold_note(*a) for a in zip(hold_n[i[noted]].tolist(),
+                                                hold_ms[i[noted]].tolist(),
+                                                duration_s[i[noted]].tolist())]
+    rows = [fix(side, name, None if timer != timer else timer, n, ms, one, note)
+            for side, name, timer, n, ms, one, note in zip(
+                k.tolist(), names[i, k].tolist(), timers[i, 1 - k].tolist(),
+                stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(),
+                (answered[i, k] * 2 >= stall_n[i, k]).tolist(), notes.tolist())]
+    out = {}
+    for name in FIX_FIELDS:
+        out[f"fix_{name}"] = np.full(nflows, None, dtype=object)
+        out[f"fix_{name}"][i] = [r[name] for r in rows]
+    return out
+
+
+HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are worth a mention
+HOLD_TEXT_MS = 1.0  # ... and holds costing less than this in all are left out of the text
+
+
+def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
+    """A sentence on the Nagle holds without a delayed ACK of a flow, if they cost a
+    noticeable share of it; else ""."""
+    if not count or hold_ms < HOLD_SHARE * duration_s * 1e3:
+        return ""
+    share = 100 * hold_ms / (duration_s * 1e3)
+    return (f"Nagle also held {count} write{'s' if count != 1 else ''} for one round trip "
+            f"each without a delayed ACK (up to {hold_ms:.1f} ms, {share:.0f}% of the flow), "
+            f"which the same change saves.")
+
+
+def fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
+         one_message: bool, hold_note: str = "") -> dict[str, str]:
+    """Who must change what (`k`: 0 the client, 1 the server), in one readable sentence."""
+    side, peer = SIDES[k], SIDES[1 - k]
+    timer_txt = f"~{timer:.0f} ms" if timer is not None else "its timer"
+    label = timer_name(timer)
+    if label:
+        timer_txt += f", {label}"
+    cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
+            f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
+    quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
+                f"TcpAckFrequency=1 on Windows) only mitigates it")
+    if one_message:
+        action, alternative = "coalesce-writes", "set-tcp-nodelay"
+        text = (f"The {side} {endpoint} should send each message in one write (build it in one "
+                f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
+                f"independent small messages, set TCP_NODELAY on its socket instead; "
+                f"{quickack}.")
+    else:
+        action, alternative = "set-tcp-nodelay", "coalesce-writes"
+        text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
+                f"small messages that must go at once: {cost}. Batching its small writes into "
+                f"full segments also avoids the wait; {quickack}.")
+    if hold_note:
+        text += " " + hold_note
+    return {"side": side, "endpoint": endpoint, "action": action, "alternative": alternative,
+            "text": text}

@@ -1,0 +1,85 @@
+"""The house's layout: the stages import downwards only (read -> decode -> flows -> detect ->
+report -> html/plot -> CLI), lazy imports inside functions included, so any module can be
+read and changed knowing only what is below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nagleprobe"
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules `path` imports anywhere (annotations-only imports excepted)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _type_checking_only(child):
+                continue
+            if isinstance(child, ast.ImportFrom) and child.level == 1:
+                names = [child.module] if child.module else [a.name for a in child.names]
+                found.update(n.split(".")[0] for n in names)
+            elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith(
+                    "nagleprobe."):
+                found.add(child.module.split(".")[1])
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found & modules - {path.stem}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {p.stem for p in PACKAGE.glob("*.py")}
+    return {p.stem: imports(p, modules) for p in PACKAGE.glob("*.py")}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import circles: each a path that comes back to where it started."""
+    found, state = [], {}
+
+    def walk(m: str, path: list[str]) -> None:
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                found.append(path[path.index(d):] + [d])
+            elif d not in state:
+                walk(d, path + [d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m, [m])
+    return found
+
+
+def test_no_module_imports_anything_that_imports_it_back():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+
+
+def test_no_module_takes_another_modules_private_names():
+    private = []
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                private += [f"{path.stem}: {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert private == []
+
+
+def test_the_lower_stages_know_nothing_of_the_report_and_above():
+    graph = import_graph()
+    above = {"report", "html_report", "plot", "check", "cli", "pipeline", "stream", "live",
+             "fleet", "annotate"}
+    for low in ("read", "decode", "encap", "flows", "detect", "relay", "advice", "words",
+                "errors"):
+        assert not graph[low] & above, (low, graph[low] & above)
