@@ -30,6 +30,7 @@ import numpy as np
 from . import __version__
 from .errors import CaptureError
 from .read import PCAP_NS, PCAP_US, CaptureReader, open_uncompressed
+from .selection import worst_first
 
 if TYPE_CHECKING:
     from .report import Report
@@ -121,8 +122,7 @@ class _Comments:
 def capture_comment(report: Report) -> str:
     """The section header's comment: the verdict and, per flow with stalls, its fix."""
     lines = [f"nagleprobe {__version__}: {report.verdict()}"]
-    stalled = report.flows[report.flows["stalls"] > 0].sort_values(
-        ["stall_ms", "id"], ascending=[False, True])
+    stalled = worst_first(report.flows[report.flows["stalls"] > 0])
     for f in stalled.head(SHB_LISTED_FLOWS).to_dict("records"):
         lines.append(f"flow {f['id']}: client {f['client']} -> server {f['server']}: "
                      f"{f['stalls']} stalls, {f['stall_ms']:.1f} ms lost "

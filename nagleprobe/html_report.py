@@ -21,6 +21,7 @@ import pandas as pd
 from . import __version__, wireshark
 from .detect import timer_name
 from .errors import printable
+from .selection import worst_first
 from .words import SIDES
 
 if TYPE_CHECKING:
@@ -134,10 +135,6 @@ def _stalled(rec: dict[str, Any]) -> bool:
     return rec["stalls"] > 0
 
 
-def _worst_first(flows: pd.DataFrame) -> pd.DataFrame:
-    return flows[flows["stalls"] > 0].sort_values(["stall_ms", "id"], ascending=[False, True])
-
-
 def _flow_name(f: dict[str, Any]) -> str:
     return f"Flow {f['id']}: client {f['client']} {ARROW} server {f['server']}"
 
@@ -161,7 +158,7 @@ def summary_html(report: Report) -> str:
     """What a Report shows in Jupyter: the verdict, the flows (stalled rows highlighted,
     worst first, then the others), and the fix for each stalled flow."""
     fl = report.flows
-    ordered = pd.concat([_worst_first(fl), fl[fl["stalls"] == 0]])
+    ordered = pd.concat([worst_first(fl[fl["stalls"] > 0]), fl[fl["stalls"] == 0]])
     colour = "#c62828" if len(report.stalls) else "#2e7d32"
     out = [f'<div><p style="font-weight:600;font-size:1.1em;border-left:5px solid {colour};'
            f'padding-left:0.6em">{_text(report.verdict())}</p>',
@@ -171,7 +168,7 @@ def summary_html(report: Report) -> str:
     if len(fl):
         out.append(table_html(ordered, FLOW_COLUMNS, FLOW_FMT, _stalled, limit=NOTEBOOK_ROWS,
                               inline_style=True))
-    shown = _worst_first(fl).head(NOTEBOOK_ROWS)
+    shown = worst_first(fl[fl["stalls"] > 0]).head(NOTEBOOK_ROWS)
     filters = wireshark.filter_docs(report, shown["id"].tolist())
     for f, ws in zip(shown.to_dict("records"), filters):
         out.append(f'<p style="margin:0.3em 0"><b>{_text(_flow_name(f))}</b> '
@@ -297,7 +294,7 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     plots = plots and not missing
     c = report.capture
     fl = report.flows
-    worst = _worst_first(fl)
+    worst = worst_first(fl[fl["stalls"] > 0])
     bad = len(report.stalls) > 0
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',

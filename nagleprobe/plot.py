@@ -29,6 +29,7 @@ except ImportError as e:  # ModuleNotFoundError for a missing matplotlib, or Non
                       name=e.name) from None
 
 from .detect import KNOWN_TIMERS_MS, timer_name
+from .selection import worst_first
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -58,7 +59,7 @@ def _pick_flow(report: Report, flow: int | None) -> int:
         return int(flow)
     if not len(report.flows):
         raise ValueError("the report has no flows to plot")
-    worst = report.flows.sort_values(["stall_ms", "id"], ascending=[False, True])
+    worst = worst_first(report.flows)
     return int(worst["id"].iloc[0])
 
 
@@ -280,7 +281,7 @@ def _shown_flows(report: Report, max_flows: int) -> tuple[pd.DataFrame, str]:
     fl = report.flows
     note = ""
     if len(fl) > max_flows:
-        fl = fl.sort_values(["stall_ms", "id"], ascending=[False, True]).head(max_flows)
+        fl = worst_first(fl).head(max_flows)
         note = f" ({max_flows} of {len(report.flows)} flows: those that lost the most)"
     return fl.sort_values(["start_s", "id"]), note
 
@@ -320,8 +321,7 @@ def overview(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axe
 
 def time_lost(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axes:
     """Time each flow lost to stalls, worst first (flows without stalls are left out)."""
-    fl = report.flows[report.flows["stalls"] > 0].sort_values(["stall_ms", "id"],
-                                                              ascending=[False, True])
+    fl = worst_first(report.flows[report.flows["stalls"] > 0])
     note = f" (worst {max_flows} of {len(fl)})" if len(fl) > max_flows else ""
     fl = fl.head(max_flows)
     ax = ax if ax is not None else _new_ax((9, 1.2 + 0.4 * max(len(fl), 1)))

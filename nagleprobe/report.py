@@ -12,12 +12,14 @@ import numpy as np
 import pandas as pd
 
 from . import advice, encap, relay, wireshark
+from . import selection as sel
 from .advice import FIX_FIELDS, HOLD_SHARE, HOLD_TEXT_MS
 from .decode import SYN, TCP_FLAG_NAMES
 from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
 from .errors import printable, utf8_safe
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
+from .selection import parse_host, selection_line, worst_first
 from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-exported)
 
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
@@ -215,7 +217,7 @@ class Report:
         """The `n` flows that lost the most time to stalls, worst first (flows without stalls
         are never among them)."""
         stalled = self.flows[self.flows["stalls"] > 0]
-        order = stalled.sort_values(["stall_ms", "id"], ascending=[False, True])
+        order = worst_first(stalled)
         return self._subset(order["id"].head(n).tolist())
 
     def select(self, endpoint: str | None = None, port: int | Iterable[int] | None = None,
@@ -234,13 +236,11 @@ class Report:
         (they leave `stalls` and the flows' counts); `top`: then the N flows that lost the most
         time, worst first (as `worst(n)`). The result's `selection` (the JSON's "selection")
         says what was selected."""
-        from . import selection as sel_
-
         if side not in (None, *SIDES):
             raise ValueError(f"side must be 'client' or 'server', not {side!r}")
-        ports = tuple(int(p) for p in sel_.as_tuple(port))
-        hosts = tuple(_parse_hosts(sel_.as_tuple(host)))
-        flow_ids = tuple(int(i) for i in sel_.as_tuple(flow))
+        ports = tuple(int(p) for p in sel.as_tuple(port))
+        hosts = tuple(_parse_hosts(sel.as_tuple(host)))
+        flow_ids = tuple(int(i) for i in sel.as_tuple(flow))
         if min_confidence is not None and not 0 <= min_confidence <= 1:
             raise ValueError(f"min_confidence must be between 0 and 1, not {min_confidence!r}")
         if top is not None and (int(top) != top or top < 0):
@@ -249,20 +249,20 @@ class Report:
             if i not in self.flows.index:
                 raise KeyError(f"no flow {i} in this report (ids: {_id_list(self.flows)})")
         flows, stalls = self.flows, self.stalls
-        keep_stall = sel_.confident(stalls, min_confidence)
+        keep_stall = sel.confident(stalls, min_confidence)
         ignored = int((~keep_stall).sum())
         if ignored:
             stalls = stalls[keep_stall]
-            flows = sel_.recount(flows, stalls)
+            flows = sel.recount(flows, stalls)
         if endpoint is None and side is None:
-            keep = sel_.flow_mask(flows, ports, hosts)
+            keep = sel.flow_mask(flows, ports, hosts)
         else:  # the endpoint, port and host on one side (or either side)
-            nets = sel_.networks(hosts)
+            nets = sel.networks(hosts)
             keep = np.zeros(len(flows), dtype=bool)
             for s in SIDES if side is None else (side,):
-                m = np.logical_and(*sel_.endpoint_hits(flows[s], ports, nets))
+                m = np.logical_and(*sel.endpoint_hits(flows[s], ports, nets))
                 if endpoint is not None:
-                    addr, _ = sel_.split_endpoints(flows[s])
+                    addr, _ = sel.split_endpoints(flows[s])
                     m &= (flows[s] == endpoint).to_numpy() | (addr == endpoint.strip("[]"))
                 keep |= m
         if flow_ids:
@@ -272,8 +272,7 @@ class Report:
         ids = flows["id"].to_numpy()[keep].tolist()
         if top is not None:
             chosen = flows.loc[ids]
-            chosen = chosen[chosen["stalls"] > 0].sort_values(["stall_ms", "id"],
-                                                              ascending=[False, True])
+            chosen = worst_first(chosen[chosen["stalls"] > 0])
             ids = chosen["id"].head(int(top)).tolist()
         base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread)
         base._segments = self._segments
@@ -283,7 +282,7 @@ class Report:
                     "endpoint": endpoint, "side": side, "stalled": stalled,
                     "top": None if top is None else int(top),
                     "min_confidence": float(min_confidence or 0.0)}
-        text = sel_.describe(criteria)
+        text = sel.describe(criteria)
         sub.selection = {
             **criteria,
             "flows_total": prev["flows_total"] if prev else len(self.flows),
@@ -543,8 +542,6 @@ def _flag_names(flags: np.ndarray) -> np.ndarray:
 
 def _parse_hosts(hosts: tuple[Any, ...]) -> list[str]:
     """Host selectors normalised as check has them (ValueError for one that is not)."""
-    from .selection import parse_host
-
     return [parse_host(str(h)) for h in hosts]
 
 
@@ -757,13 +754,10 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append(f"... {human_count(more)} more warning{'' if more == 1 else 's'} "
                      "(--format json lists them all)")
     if r.selection is not None:
-        from .selection import selection_line
-
         lines.append(selection_line(r.selection))
     lines.append("")
     lines.append(r.verdict())
-    stalled = r.flows[r.flows["stalls"] > 0].sort_values(["stall_ms", "id"],
-                                                          ascending=[False, True])
+    stalled = worst_first(r.flows[r.flows["stalls"] > 0])
     for f in r.flow_docs(stalled["id"].tolist()[:TEXT_DETAILED_FLOWS]):
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "

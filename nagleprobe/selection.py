@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     import pandas as pd  # loaded by the functions that take tables (the CLI parses --host early)
 
 
+def worst_first(flows: pd.DataFrame) -> pd.DataFrame:
+    """The flows, those that lost the most time to stalls first (ties by id): the order of
+    every "worst first" list (--top, the text, HTML and pcapng comments, the pictures)."""
+    return flows.sort_values(["stall_ms", "id"], ascending=[False, True])
+
+
 def as_tuple(value: Any) -> tuple[Any, ...]:
     """One value or a list of them (None: none) as a tuple."""
     if value is None:
