@@ -79,6 +79,14 @@ BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB = 1, 2, 3, 4, 5, 6
 KNOWN_BLOCKS = frozenset({BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB, 9, 10, 0xBAD,
                           0x40000BAD, PCAPNG_SHB})
 MIN_BLOCK = {BT_EPB: 32, BT_PB: 32, BT_SPB: 16, BT_IDB: 20}
+MIN_BLOCK_LEN, MIN_SHB_LEN = 12, 28  # type, length and trailing length; a section header's
+
+
+def block_length_ok(bl, least: int = MIN_BLOCK_LEN):  # noqa: ANN001, ANN201 (int or array)
+    """Whether a pcapng block length can be true: a multiple of 4, at least `least`, at most
+    MAX_BLOCK. Works on an int or elementwise on an array; `_walk.c` (walk_blocks) checks
+    the same (tests/test_walk.py pins them equal)."""
+    return (bl >= least) & (bl <= MAX_BLOCK) & ((bl & 3) == 0)
 
 
 LINKTYPE_NAMES = {
@@ -979,6 +987,7 @@ class CaptureReader:
                     end = pos + bl
                     # The hot loop: packet blocks with a sane length; their trailing length
                     # copies are compared in bulk before any other block is read, and at the end.
+                    # (block_length_ok written out: without the compiled walk this runs per block)
                     if (bt == epb or bt == spb or bt == pb) and (
                             12 <= bl <= max_block and not bl & 3 and end <= n):
                         append(pos)
@@ -990,9 +999,9 @@ class CaptureReader:
                     if j is not None:
                         break
                     if bt != PCAPNG_SHB:
-                        if bl < 12 or bl & 3 or bl > MAX_BLOCK:
+                        if not block_length_ok(bl):
                             bad = (pos, f"block length {bl} is invalid (must be a multiple of 4 "
-                                   f"between 12 and {MAX_BLOCK})")
+                                   f"between {MIN_BLOCK_LEN} and {MAX_BLOCK})")
                             break
                         if end > n:
                             need = bl
@@ -1027,7 +1036,7 @@ class CaptureReader:
                     unpack = struct.Struct(">II" if big else "<II").unpack_from
                     trailer = struct.Struct(">I" if big else "<I").unpack_from
                     bt, bl = unpack(buf, pos)
-                    if bl < 28 or bl & 3 or bl > MAX_BLOCK:
+                    if not block_length_ok(bl, MIN_SHB_LEN):
                         bad = (pos, f"section header block length {bl} is invalid")
                         break
                     if pos + bl > n:
@@ -1094,15 +1103,14 @@ class CaptureReader:
             c = np.arange(q, q + m, dtype=np.int64)
             h = _u32_rows(data, c, 2, big)
             bt, bl = h[:, 0], h[:, 1]
-            ok = (np.isin(bt, _KNOWN_BLOCKS) & (bl >= 12) & ((bl & 3) == 0)
-                  & (bl <= MAX_BLOCK))
+            ok = np.isin(bt, _KNOWN_BLOCKS) & block_length_ok(bl)
             shb = np.flatnonzero(bt == PCAPNG_SHB)
             for i in shb:  # a section header has its own byte order
                 bom = bytes(data[q + i + 8:q + i + 12])
                 if bom in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
                     sbig = bom[0] == 0x1A
                     v = int(_u32(data, c[i:i + 1] + 4, sbig)[0])
-                    if 28 <= v <= MAX_BLOCK and not v & 3:
+                    if block_length_ok(v, MIN_SHB_LEN):
                         ok[i] = True
                         bl[i] = v
             idx = np.flatnonzero(ok)

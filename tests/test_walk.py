@@ -141,3 +141,17 @@ def test_compiled_header_words_refuse_offsets_past_the_buffer():
     for bad in ([61], [-1], [0, 48]):
         with pytest.raises(IndexError):
             read._u32_rows(data, np.array(bad), 5 if bad == [0, 48] else 1, False)
+
+
+@pytest.mark.parametrize("length", [0, 4, 8, 11, 12, 13, 14, 15, 16, 28, 1 << 20,
+                                    read.MAX_BLOCK - 4, read.MAX_BLOCK, read.MAX_BLOCK + 4])
+def test_the_compiled_block_walk_takes_exactly_the_lengths_the_predicate_allows(length):
+    walk = pytest.importorskip("nagleprobe._walk", reason="compiled walk not built")
+    block = bytearray(max(length, 12) + 8)  # room for the block and the next one's header
+    struct.pack_into("<II", block, 0, read.BT_EPB, length)
+    if length >= 12:
+        struct.pack_into("<I", block, length - 4, length)  # its trailing copy
+    out = np.empty(4, dtype=np.int64)
+    taken, _, _ = walk.walk_blocks(bytes(block), 0, False, read.MAX_BLOCK, out)
+    assert bool(taken) == bool(read.block_length_ok(length))
+    assert read.block_length_ok(np.array([length]))[0] == read.block_length_ok(length)
