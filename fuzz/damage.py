@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import nagleprobe  # noqa: E402
-from nagleprobe.read import _walk_python  # noqa: E402
+from nagleprobe.read import walk_python  # noqa: E402
 
 SAMPLES = sorted([*(ROOT / "samples").glob("*.pcap"), *(ROOT / "samples/formats").glob("*.pcap")])
 
 
 def boundaries(data: bytes) -> list[int]:
     big = data[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
-    starts, _ = _walk_python(bytearray(data[24:]), big)  # (each header's offset + 8)
+    starts, _ = walk_python(bytearray(data[24:]), big)  # (each header's offset + 8)
     return (starts + 16).tolist()
 
 

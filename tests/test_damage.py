@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import nagleprobe
-from nagleprobe.read import CaptureReader, _walk_python
+from nagleprobe.read import CaptureReader, walk_python
 from replicate import replicate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def boundaries(data: bytes) -> list[int]:
     """File offset of each record header (the sample's records are all intact; either byte
     order)."""
     big = data[:4] in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
-    starts, _ = _walk_python(bytearray(data[24:]), big)  # (each header's offset + 8)
+    starts, _ = walk_python(bytearray(data[24:]), big)  # (each header's offset + 8)
     return (starts + 16).tolist()
 
 

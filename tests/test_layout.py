@@ -15,14 +15,16 @@ def _type_checking_only(node: ast.AST) -> bool:
 
 
 def imports(path: Path, modules: set[str]) -> set[str]:
-    """The package's modules `path` imports anywhere (annotations-only imports excepted)."""
+    """The package's modules `path` imports anywhere (annotations-only imports excepted); a
+    subpackage's files (nagleprobe/read/) count as the one module they make."""
+    top = 2 if path.parent != PACKAGE else 1  # the level of `from ..x` / `from .x` at the top
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
             if _type_checking_only(child):
                 continue
-            if isinstance(child, ast.ImportFrom) and child.level == 1:
+            if isinstance(child, ast.ImportFrom) and child.level == top:
                 names = [child.module] if child.module else [a.name for a in child.names]
                 found.update(n.split(".")[0] for n in names)
             elif isinstance(child, ast.ImportFrom) and (child.module or "").startswith(
@@ -31,12 +33,23 @@ def imports(path: Path, modules: set[str]) -> set[str]:
             visit(child)
 
     visit(ast.parse(path.read_text()))
-    return found & modules - {path.stem}
+    return found & modules - {module_of(path)}
+
+
+def module_of(path: Path) -> str:
+    return path.stem if path.parent == PACKAGE else path.parent.name
+
+
+def sources() -> list[Path]:
+    return sorted(PACKAGE.glob("*.py")) + sorted(PACKAGE.glob("*/*.py"))
 
 
 def import_graph() -> dict[str, set[str]]:
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    return {p.stem: imports(p, modules) for p in PACKAGE.glob("*.py")}
+    modules = {module_of(p) for p in sources()}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for p in sources():
+        graph[module_of(p)] |= imports(p, modules)
+    return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -68,9 +81,9 @@ def test_the_cycle_finder_finds_a_circle():
 
 def test_no_module_takes_another_modules_private_names():
     private = []
-    for path in PACKAGE.glob("*.py"):
+    for path in sources():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            if isinstance(node, ast.ImportFrom) and node.level and node.module:
                 private += [f"{path.stem}: {node.module}.{a.name}" for a in node.names
                             if a.name.startswith("_") and not a.name.startswith("__")]
     assert private == []

@@ -13,7 +13,7 @@ import pytest
 from nagleprobe import read
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-compiled = pytest.mark.skipif(read._walk is None,
+compiled = pytest.mark.skipif(read.walk._compiled is None,
                               reason="nagleprobe._walk not built (no C compiler at install)")
 
 
@@ -24,15 +24,15 @@ LIMITS = [None, (262144, None, 86_400 * 10**9), (1514, None, 10**9),
 
 
 def headers_both_ways(buf: bytearray, big: bool, start: int = 0) -> list:
-    """read._walk_headers compiled, and with the pure-Python walk and numpy gathers: the same
+    """read.walk_headers compiled, and with the pure-Python walk and numpy gathers: the same
     headers, end and first implausible record, with any limits."""
     for limits in LIMITS:
-        got = read._walk_headers(buf, big, start, 1000, 1_000_000, limits)
-        kept, read._walk = read._walk, None
+        got = read.walk_headers(buf, big, start, 1000, 1_000_000, limits)
+        kept, read.walk._compiled = read.walk._compiled, None
         try:
-            want = read._walk_headers(buf, big, start, 1000, 1_000_000, limits)
+            want = read.walk_headers(buf, big, start, 1000, 1_000_000, limits)
         finally:
-            read._walk = kept
+            read.walk._compiled = kept
         for a, b in zip(got[:4], want[:4], strict=True):
             assert a.dtype == b.dtype == np.int64
             assert np.array_equal(a, b)
@@ -77,15 +77,15 @@ def test_compiled_header_walk_makes_room_for_records_of_any_size():
 def test_pure_python_walk_steps_over_caplen_plus_header():
     rec = lambda n: (0).to_bytes(8, "little") + n.to_bytes(4, "little") * 2 + bytes(n)  # noqa: E731
     buf = bytearray(rec(10) + rec(0) + rec(3))
-    starts, end = read._walk_python(buf, False)
+    starts, end = read.walk_python(buf, False)
     assert starts.tolist() == [8, 34, 50] and end - 8 == len(buf)
-    assert np.array_equal(read._walk_headers(buf, False, 0, 1000)[0], starts - 8)
+    assert np.array_equal(read.walk_headers(buf, False, 0, 1000)[0], starts - 8)
 
 
 def read_all(path, chunk: int, monkeypatch=None, compiled: bool = True):
     """Every batch field and the capture info, read with or without the compiled walks."""
     if not compiled:
-        monkeypatch.setattr(read, "_walk", None)
+        monkeypatch.setattr(read.walk, "_compiled", None)
     r = read.CaptureReader(str(path), chunk_bytes=chunk)
     fields = ("offset", "caplen", "wirelen", "ts_ns", "linktype", "frame")
     batches = [[getattr(b, f).tolist() for f in fields] + [b.data[b.offset].tolist()] for b in r]
@@ -129,8 +129,8 @@ def test_compiled_header_words_equal_numpy_at_any_offset():
             for grid in (1, 4):
                 idx = np.sort(rng.integers(0, len(data) - 4 * width + 1, 500)) // grid * grid
                 idx[-1] = len(data) - 4 * width  # the last word ends the buffer
-                got = read._u32_rows(data, idx, width, big)
-                want = read._u32_rows_numpy(data, idx, width, big)
+                got = read.u32_rows(data, idx, width, big)
+                want = read.u32_rows_numpy(data, idx, width, big)
                 assert got.dtype == want.dtype == np.int64
                 assert np.array_equal(got, want)
 
@@ -140,7 +140,7 @@ def test_compiled_header_words_refuse_offsets_past_the_buffer():
     data = np.zeros(64, dtype=np.uint8)
     for bad in ([61], [-1], [0, 48]):
         with pytest.raises(IndexError):
-            read._u32_rows(data, np.array(bad), 5 if bad == [0, 48] else 1, False)
+            read.u32_rows(data, np.array(bad), 5 if bad == [0, 48] else 1, False)
 
 
 @pytest.mark.parametrize("length", [0, 4, 8, 11, 12, 13, 14, 15, 16, 28, 1 << 20,

@@ -21,7 +21,7 @@ CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_the_report_is_the_same_without_the_compiled_parts(path, monkeypatch):
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
-    monkeypatch.setattr(nagleprobe.read, "_walk", None)
+    monkeypatch.setattr(nagleprobe.read.walk, "_compiled", None)
     for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.detect):
         monkeypatch.setattr(module, "_compiled", None)
     assert analyze(str(path), chunk_bytes=16 << 10).to_json() == compiled
@@ -35,7 +35,7 @@ def test_duplicates_are_dropped_the_same_without_the_compiled_parts(name, tmp_pa
     path = tmp_path / name
     path.write_bytes(seen_twice(name)[0])
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
-    monkeypatch.setattr(nagleprobe.read, "_walk", None)
+    monkeypatch.setattr(nagleprobe.read.walk, "_compiled", None)
     for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.detect):
         monkeypatch.setattr(module, "_compiled", None)
     report = analyze(str(path), chunk_bytes=16 << 10)

@@ -1,0 +1,258 @@
+"""pcap files: the file header, record headers checked in bulk, and resynchronisation after
+a corrupt record (a chain of plausible headers says where records start again)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import CaptureError
+from .damage import (
+    ETHERTYPES,
+    NS_WINDOW,
+    RESYNC_BACK,
+    RESYNC_CHAIN,
+    RESYNC_CHAIN_FAR,
+    RESYNC_EARLIER_NS,
+    RESYNC_MAX_WIRELEN,
+    RESYNC_SPAN,
+)
+from .formats import MAX_CAPLEN, PCAP_NS, PCAP_US, SUPPORTED_LINKTYPES, RecordBatch, linktype_name
+from .walk import first_decided, u32_rows, walk_headers
+
+
+class PcapRecords:
+    """Reading pcap records (a part of CaptureReader)."""
+
+    # ------------------------------------------------------------------ pcap
+    def _open_pcap(self, head: bytes) -> None:
+        rest = self._read(20)
+        if len(rest) < 20:
+            raise CaptureError(self.path, f"truncated pcap file header: {4 + len(rest)} of "
+                               "24 bytes", f"byte {4 + len(rest)}")
+        le = int.from_bytes(head, "little")
+        self._big = le not in (PCAP_US, PCAP_NS)
+        magic = int.from_bytes(head, "big" if self._big else "little")
+        self._ts_frac_mul = 1000 if magic == PCAP_US else 1
+        self._frac_lim = 1_000_000 if magic == PCAP_US else 1_000_000_000
+        e = ">" if self._big else "<"
+        major, minor, _zone, _sigfigs, snaplen, network = struct.unpack(e + "HHiIII", rest)
+        if major != 2:
+            raise CaptureError(self.path, f"unsupported pcap version {major}.{minor}", "byte 4")
+        lt = network & 0xFFFF
+        if lt not in SUPPORTED_LINKTYPES:
+            raise CaptureError(self.path, f"unsupported link type {lt} ({linktype_name(lt)}); "
+                               "nagleprobe reads EN10MB, LINUX_SLL, LINUX_SLL2, RAW, IPV4, "
+                               "IPV6, NULL and LOOP captures", "byte 20")
+        self._linktype = lt
+        self._snaplen = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
+        self._anchor: int | None = None  # latest time (ns) of the records read so far
+        self.info.link_types.append(linktype_name(lt))
+        self._pos = 24
+
+    def _pcap_chunks(self) -> Iterator[RecordBatch]:
+        big = self._big
+        carry = b""
+        need = 0
+        eof = False
+        resync = False  # skipping a corrupt stretch: looking for the next valid record
+        while not eof:
+            buf, eof = self._fill(carry, need)
+            base, n, need = self._pos, len(buf), 0  # base: file offset of buf[0]
+            data = np.frombuffer(buf, dtype=np.uint8)
+            p = 0  # where the next record starts
+            while True:
+                if resync:
+                    p, found, need = self._pcap_resync(data, p, eof, self._damage[2] - base)
+                    if not found:
+                        break
+                    resync = False
+                    self._resynced(base + p, "record")
+                    # the chain vouches for the record found: its time is the anchor now
+                    t = int(self._pcap_plausible(data, np.array([p], np.int64))[2][0])
+                    self._anchor = t if self._anchor is None else max(self._anchor, t)
+                # every record header from p on (whose caplen field is in the buffer)
+                st, ts, cl, wl, w, first = walk_headers(
+                    buf, big, p, self._ts_frac_mul, self._frac_lim,
+                    (min(MAX_CAPLEN, self._snaplen), self._anchor, NS_WINDOW))
+                k = len(st)
+                end = w - 8  # where the record after the walked ones starts
+                bad = self._pcap_first_bad(data, st, ts, cl, wl, first) if first >= 0 else None
+                if bad is not None:
+                    j = bad[0]
+                    end = int(st[j])
+                    k = j
+                elif k and end > n:  # the last record runs past the buffer: carry it over
+                    k -= 1
+                    end = int(st[k])
+                    need = int(cl[k]) + 16
+                if k:
+                    yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k], base)
+                if bad is None:
+                    p = end
+                    break
+                _, problem, gap = bad
+                if gap and k == 0 and end == p:  # (cannot happen: the resync set the anchor)
+                    gap = False
+                self._corrupt(f"corrupt record: {problem}", "record", self._frames + 1,
+                              base + end, defer=gap)
+                resync = True
+                need = 0
+                # a deletion in the last record read puts the next header a little earlier
+                p = end if gap else max(end - RESYNC_BACK, int(st[k - 1]) + 16 if k else p)
+            carry = bytes(buf[p:]) if p < n else b""
+            buf = data = None  # let _fill reuse the buffer once the batches are dropped
+            self._pos = base + p
+        self._finish(len(carry), resync)
+
+    def _pcap_first_bad(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, cl: np.ndarray,
+                        wl: np.ndarray, j: int) -> tuple[int, str, bool]:
+        """What is wrong with walked record `j`, the first one not plausible (as
+        `walk_headers` judges): (j, problem, whether the only problem is a time too far after
+        the anchor, which may be a real gap). The anchor is the latest time before the
+        record; the records before it are all plausible, so only they move it."""
+        c, w = int(cl[j]), int(wl[j])
+        if c > MAX_CAPLEN:
+            return j, f"captured length {c} exceeds the limit of {MAX_CAPLEN} bytes", False
+        if c > self._snaplen:
+            return j, f"captured length {c} exceeds the snap length {self._snaplen}", False
+        if w <= 0:
+            return j, "original length 0", False
+        if c > w:
+            return j, f"captured length {c} exceeds the original length {w}", False
+        frac = int(u32_rows(data, st[j:j + 1] + 4, 1, self._big)[0, 0])
+        if frac >= self._frac_lim:
+            return j, f"time fraction {frac} is not below {self._frac_lim}", False
+        prev = int(ts[0]) if self._anchor is None else self._anchor
+        if j:
+            prev = max(prev, int(ts[:j].max()))
+        d = (int(ts[j]) - prev) / 1e9
+        if d < 0:
+            return j, f"time is {-d:.0f} s before the records read so far", False
+        return j, f"time is {d:.0f} s after the records read so far", True
+
+    def _pcap_batch(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, caplen: np.ndarray,
+                    wirelen: np.ndarray, base: int = 0) -> RecordBatch:
+        k = len(st)
+        frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
+        self._frames += k
+        self.info.packets += k
+        top = int(ts.max())
+        self._anchor = top if self._anchor is None else max(self._anchor, top)
+        return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
+                           linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame,
+                           start=st + base, tunnels=self.info.tunnels)
+
+    def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Could a record header start at each of `pos` (the header alone)? (mask, caplen,
+        ts_ns)."""
+        h = u32_rows(data, pos, 4, self._big)
+        cl, wl = h[:, 2], h[:, 3]
+        ok = ((h[:, 1] < self._frac_lim) & (cl <= self._snaplen) & (cl <= wl) & (wl > 0)
+              & (wl <= RESYNC_MAX_WIRELEN))
+        return ok, cl, h[:, 0] * 1_000_000_000 + h[:, 1] * self._ts_frac_mul
+
+    def _link_plausible(self, data: np.ndarray, pos: np.ndarray, cl: np.ndarray) -> np.ndarray:
+        """Does the record whose header is at each of `pos` start like a frame of the file's
+        link type (records too short to tell pass)?"""
+        lt, n = self._linktype, len(data)
+        at = pos + 16
+        if lt == 1:  # Ethernet: a known EtherType or an 802.3 length
+            can = (cl >= 14) & (at + 14 <= n)
+            et = np.zeros(len(pos), np.int64)
+            i = np.flatnonzero(can)
+            et[i] = (data[at[i] + 12].astype(np.int64) << 8) | data[at[i] + 13]
+            return ~can | (et <= 1500) | np.isin(et, ETHERTYPES)
+        if lt in (12, 101, 228, 229):  # raw IP: version 4 or 6
+            can = (cl >= 1) & (at < n)
+            v = np.zeros(len(pos), np.int64)
+            i = np.flatnonzero(can)
+            v[i] = data[at[i]] >> 4
+            return ~can | (v == 4) | (v == 6)
+        if lt == 113:  # SLL: packet type 0-4
+            can = (cl >= 2) & (at + 2 <= n)
+            v = np.zeros(len(pos), np.int64)
+            i = np.flatnonzero(can)
+            v[i] = (data[at[i]].astype(np.int64) << 8) | data[at[i] + 1]
+            return ~can | (v <= 4)
+        return np.ones(len(pos), bool)
+
+    def _pcap_resync(self, data: np.ndarray, start: int, eof: bool,
+                     damage: int) -> tuple[int, bool, int]:
+        """The first position >= start where a chain of plausible records starts (see
+        RESYNC_CHAIN; or plausible records end exactly at the end of the file): (pos, True,
+        0).  Without one in the buffer: (pos to carry on from, False, bytes needed from
+        there).  A candidate before `damage` (where the damaged header was read) needs the
+        whole chain: with bytes deleted at the start of that header, the one just before it
+        reads as a record whose time is off by whole seconds."""
+        n = len(data)
+        q = start
+        while q <= n - 16:
+            m = min(n - 15 - q, RESYNC_SPAN)
+            if not data[q + 12:q + m + 15].any():  # zeros (a zeroed page, a gzip bomb): no
+                q += m                               # header there has a wire length
+                continue
+            c = np.arange(q, q + m, dtype=np.int64)
+            ok, cl, ts = self._pcap_plausible(data, c)
+            if self._anchor is not None:
+                ok &= ts >= self._anchor - RESYNC_EARLIER_NS
+            idx = np.flatnonzero(ok)
+            ok[idx] = self._link_plausible(data, c[idx], cl[idx])
+            c, cl, ts = c[ok], cl[ok], ts[ok]
+            if len(c):
+                decided = first_decided(c, *self._pcap_chain(data, c, cl, ts, eof,
+                                                              c < damage))
+                if decided:
+                    return decided
+            q += m
+        return (n if eof else q), False, 0
+
+    def _pcap_chain(self, data: np.ndarray, c: np.ndarray, cl: np.ndarray, ts: np.ndarray,
+                    eof: bool, whole: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For candidate record starts `c` (plausible headers, captured lengths `cl`, times
+        `ts`): status 1 = the next RESYNC_CHAIN - 1 headers (RESYNC_CHAIN_FAR - 1 for a
+        candidate far after the anchor) are plausible too with times in order (or the records
+        end exactly at EOF: see at_eof), 2 = undecided until more data is read
+        (`need` bytes from c), 0 = rejected."""
+        n = len(data)
+        far = (ts > self._anchor + NS_WINDOW) if self._anchor is not None else np.zeros(
+            len(c), bool)
+        want = np.where(far, RESYNC_CHAIN_FAR, RESYNC_CHAIN) - 1
+        # records ending exactly at the end of the file vouch for themselves, but a candidate
+        # far after the anchor needs RESYNC_CHAIN of them, and one before the damage a
+        # second record whose time checks its own
+        at_eof = np.where(far, RESYNC_CHAIN, np.where(whole, 2, 1))
+        status = np.zeros(len(c), np.int8)
+        need = np.zeros(len(c), np.int64)
+        undecided = np.ones(len(c), bool)
+        p, length, last = c, cl, ts.copy()
+        for step in range(RESYNC_CHAIN_FAR - 1):
+            enough = undecided & (want <= step)
+            status[enough] = 1
+            undecided &= ~enough
+            end = p + 16 + length  # end of this record = start of the next header
+            done = undecided & (end == n) & eof & (step + 1 >= at_eof)
+            status[done] = 1
+            undecided &= ~done
+            short = undecided & (end + 16 > n)
+            if not eof:
+                status[short] = 2
+                need[short] = end[short] + 16 - c[short]
+            undecided &= ~short
+            idx = np.flatnonzero(undecided)
+            if not len(idx):
+                break
+            ok, nxt, t = self._pcap_plausible(data, end[idx])
+            ok &= ((t >= last[idx] - RESYNC_EARLIER_NS)
+                   & (t <= last[idx] + NS_WINDOW))
+            undecided[idx[~ok]] = False
+            length = np.zeros(len(c), np.int64)
+            length[idx] = nxt
+            last = last.copy()
+            last[idx] = np.maximum(last[idx], t)
+            p = end
+        status[undecided] = 1
+        return status, need

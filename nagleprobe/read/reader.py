@@ -1,0 +1,224 @@
+"""`CaptureReader`: opens a capture, recognises its format and yields `RecordBatch`es; a
+small facade over the source, the pcap and pcapng walks and the damage policy."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import BinaryIO, Iterator
+
+import numpy as np
+
+from ..errors import CaptureError
+from .damage import DamagePolicy
+from .formats import (
+    PCAP_KUZNETSOV,
+    PCAP_NS,
+    PCAP_US,
+    PCAPNG_SHB,
+    CaptureInfo,
+    Interface,
+    RecordBatch,
+)
+from .pcap import PcapRecords
+from .pcapng import PcapngBlocks
+from .source import Gunzip, Prefixed, open_url, url_scheme
+
+
+class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
+    """Open a capture, validate its header; iterate to get `RecordBatch`es.
+
+    Damage after the first packet record (truncation, corrupt records or blocks, a corrupt
+    gzip stream) becomes a warning in `info.warnings`, or with `strict=True` a `CaptureError`.
+    """
+
+    def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False,
+                 stream: BinaryIO | None = None) -> None:
+        self.path = path
+        self._given = stream  # a binary file object to read instead of `path` (its name)
+        self.chunk_bytes = max(int(chunk_bytes), 4096)
+        self.strict = strict
+        self.info = CaptureInfo(path=path)
+        self._frames = 0
+        self._iterated = False
+        self._size: int | None = None  # size of a plain regular file: sizes the buffers
+        self._unlisted = 0  # warnings beyond MAX_WARNINGS
+        self._damage: tuple[str, str, int, bool] | None = None  # corrupt stretch skipped
+        self._stream = self._open(path)
+        self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
+        self._pending = b""
+        self._spare: bytearray | None = None  # the last chunk buffer, for reuse
+        head = self._read(4)
+        if len(head) < 4 and self.info.compressed:
+            raise CaptureError(path, "truncated gzip stream: it holds only "
+                               f"{len(head)} bytes of data", f"uncompressed byte {len(head)}")
+        if len(head) == 0:
+            raise CaptureError(path, "empty file")
+        if len(head) < 4:
+            raise CaptureError(path, "not a pcap or pcapng capture: file is only "
+                               f"{len(head)} bytes", "byte 0")
+        le = int.from_bytes(head, "little")
+        be = int.from_bytes(head, "big")
+        if le == PCAPNG_SHB:
+            self.info.format = "pcapng"
+            self._pending = head
+            self._ifaces: list[Interface] = []
+            self._iface_pool: dict[tuple, Interface] = {}
+            self._lt_table: np.ndarray | None = None
+            self._sec_base = 0
+            self._big = False
+            self._last_ts = 0
+        elif le in (PCAP_US, PCAP_NS) or be in (PCAP_US, PCAP_NS):
+            self.info.format = "pcap"
+            self._open_pcap(head)
+        elif PCAP_KUZNETSOV in (le, be):
+            raise CaptureError(path, "unsupported capture format: Kuznetsov-patched pcap "
+                               "(convert it with editcap)", "byte 0")
+        else:
+            what = "gzip-compressed data" if self.info.compressed else "data"
+            raise CaptureError(path, f"not a pcap or pcapng capture: {what} starts with "
+                               f"{head.hex(' ')}", "byte 0")
+
+    # ------------------------------------------------------------------ input plumbing
+    def _open(self, path: str):
+        try:
+            if path == "-" or self._given is not None:
+                raw = sys.stdin.buffer if self._given is None else self._given
+                magic = raw.read(2)
+                raw = Prefixed(magic, raw)
+            elif url_scheme(path):
+                raw = open_url(path)
+                magic = raw.read(2)
+                raw = Prefixed(magic, raw, owned=True)
+            else:
+                raw = open(path, "rb")
+                magic = raw.read(2)
+                raw.seek(0)
+                st = os.fstat(raw.fileno())
+                if stat.S_ISREG(st.st_mode):
+                    self._size = st.st_size
+        except FileNotFoundError:
+            raise CaptureError(path, "no such file") from None
+        except IsADirectoryError:
+            raise CaptureError(path, "is a directory, not a capture file") from None
+        except PermissionError:
+            raise CaptureError(path, "permission denied") from None
+        except OSError as e:
+            raise CaptureError(path, f"cannot read: {e.strerror or e}") from None
+        if magic == b"\x1f\x8b":
+            self.info.compressed = True
+            self._size = None
+            return Gunzip(raw)
+        return raw
+
+    def _read(self, n: int) -> bytes:
+        """Read up to n bytes of the file header (fewer only at end of input)."""
+        try:
+            out = self._stream.read(n)
+            if out is None:  # pragma: no cover - non-blocking streams
+                out = b""
+            while 0 < len(out) < n:  # short reads on pipes
+                more = self._stream.read(n - len(out))
+                if not more:
+                    break
+                out += more
+        except OSError as e:
+            raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
+        gz_error = getattr(self._stream, "error", None)
+        if len(out) < n and gz_error:
+            raise CaptureError(self.path, gz_error, self._stream.error_where)
+        return out
+
+    def _fill(self, carry: bytes, need: int = 0) -> tuple[bytearray, bool]:
+        """A buffer of `carry` followed by up to chunk_bytes of input (at least enough for
+        `need` bytes in all, for a record known to be that long); (buf, at_eof).
+
+        The previous buffer is reused when nothing else refers to it any more (its batches
+        were dropped): refilling memory already mapped is 4 times faster than a fresh one."""
+        c = len(carry)
+        want = max(self.chunk_bytes, need - c)
+        if self._size is not None:  # don't allocate a whole chunk for a small file
+            want = min(want, max(self._size - self._pos - c, 0) + 4096)
+        old, self._spare = self._spare, None
+        if old is not None and sys.getrefcount(old) == 2:  # `old` and the call's argument
+            buf = old
+            if len(buf) > c + want:
+                del buf[c + want:]
+            else:
+                buf.extend(bytes(c + want - len(buf)))
+        else:
+            buf = bytearray(c + want)
+        del old
+        self._spare = buf
+        buf[:c] = carry
+        got = self._readinto(memoryview(buf)[c:])
+        if got < want:
+            del buf[c + got:]
+        return buf, got == 0
+
+    def _readinto(self, mv: memoryview) -> int:
+        total, want = 0, len(mv)
+        try:
+            while total < want:
+                # released explicitly: a Python-level readinto (a URL's stream) leaves the
+                # view in its frame, and a sampling profiler (Dask workers run one) can keep
+                # that frame alive; the export would then forbid resizing the buffer
+                view = mv[total:]
+                try:
+                    k = self._stream.readinto(view)
+                finally:
+                    view.release()
+                if not k:
+                    break
+                total += k
+        except OSError as e:
+            raise CaptureError(self.path, f"cannot read: {e.strerror or e}") from None
+        finally:
+            mv.release()
+        return total
+
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[RecordBatch]:
+        if self._iterated:
+            raise RuntimeError("a CaptureReader can be iterated only once")
+        self._iterated = True
+        try:
+            if self.info.format == "pcap":
+                yield from self._pcap_chunks()
+            else:
+                yield from self._pcapng_chunks()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        s = self._stream
+        try:
+            if s is not sys.stdin.buffer:
+                s.close()
+        except Exception:  # pragma: no cover
+            pass
+
+    def input_progress(self) -> tuple[int, int | None]:
+        """(bytes of the input consumed so far, its total size or None when unknown), both
+        counting compressed bytes for gzip input: for progress displays."""
+        raw = getattr(self._stream, "_raw", self._stream)
+        size = getattr(self, "_input_size", None)
+        try:
+            if size is None and raw is not sys.stdin.buffer and os.path.isfile(self.path):
+                size = self._input_size = os.fstat(raw.fileno()).st_size
+            done = raw.tell() if size is not None else self._pos
+        except (OSError, ValueError, AttributeError):  # closed: read to the end
+            return (size if size is not None else self._pos), size
+        return done, size
+
+    def __enter__(self) -> "CaptureReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_capture(path: str, strict: bool = False) -> CaptureReader:
+    """A `CaptureReader` for `path` ("-" for standard input)."""
+    return CaptureReader(path, strict=strict)
