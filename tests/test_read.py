@@ -246,3 +246,14 @@ def test_a_chunk_buffer_is_reused_only_once_its_batches_are_dropped(name):
     # and the held batches were never written over
     again = CaptureReader(path, chunk_bytes=4096)
     assert [_records(b) for b in kept] == [_records(b) for b in again]
+
+
+def test_the_packet_block_layouts_add_up():
+    """Each packet block's packet bytes follow its words, and its overhead is everything but
+    the packet bytes: up to them, plus the trailing length."""
+    from nagleprobe.read import formats
+
+    for block in formats.PACKET_BLOCKS.values():
+        assert block.fields + 4 * len(block.words) == block.data, block.name
+        assert block.overhead == block.data + 4 == formats.MIN_BLOCK[
+            next(t for t, b in formats.PACKET_BLOCKS.items() if b is block)], block.name

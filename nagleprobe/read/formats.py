@@ -22,7 +22,31 @@ BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB = 1, 2, 3, 4, 5, 6
 # decryption secrets, custom blocks); anything else is counted as "unknown-block-type"
 KNOWN_BLOCKS = frozenset({BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB, 9, 10, 0xBAD,
                           0x40000BAD, PCAPNG_SHB})
-MIN_BLOCK = {BT_EPB: 32, BT_PB: 32, BT_SPB: 16, BT_IDB: 20}
+
+
+@dataclass(frozen=True)
+class PacketBlock:
+    """Where a pcapng packet block keeps its fields, as byte offsets from the block's start
+    (after the block type and length words, both 32-bit)."""
+
+    name: str
+    words: tuple[str, ...]  # the 32-bit words from `fields` on, in order
+    fields: int  # offset of the first of `words`
+    data: int  # offset of the packet bytes
+    overhead: int  # bytes of a block that are not packet data (with the trailing length)
+
+
+# Enhanced and obsolete Packet Blocks share one layout (a PB's first word holds the
+# interface id in 16 bits and a drop count in the other 16); a Simple Packet Block has only
+# the original length, its interface is the section's first.
+PACKET_BLOCKS = {
+    BT_EPB: PacketBlock("EPB", ("ifid", "ts_hi", "ts_lo", "caplen", "origlen"), 8, 28, 32),
+    BT_PB: PacketBlock("PB", ("ifid_drops", "ts_hi", "ts_lo", "caplen", "origlen"), 8, 28, 32),
+    BT_SPB: PacketBlock("SPB", ("origlen",), 8, 12, 16),
+}
+EPB, SPB = PACKET_BLOCKS[BT_EPB], PACKET_BLOCKS[BT_SPB]
+# the shortest block of each type (a packet block with no packet bytes; an IDB's fields)
+MIN_BLOCK = {**{t: b.overhead for t, b in PACKET_BLOCKS.items()}, BT_IDB: 20}
 MIN_BLOCK_LEN, MIN_SHB_LEN = 12, 28  # type, length and trailing length; a section header's
 
 

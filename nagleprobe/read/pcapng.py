@@ -17,12 +17,14 @@ from .formats import (
     BT_IDB,
     BT_PB,
     BT_SPB,
+    EPB,
     KNOWN_BLOCKS,
     MAX_BLOCK,
     MIN_BLOCK,
     MIN_BLOCK_LEN,
     MIN_SHB_LEN,
     PCAPNG_SHB,
+    SPB,
     Interface,
     RecordBatch,
     block_length_ok,
@@ -282,9 +284,9 @@ class PcapngBlocks:
             if hi <= lo:
                 continue
             s = st[lo:hi]
-            # type, length, and (EPB, PB) the five fields after them, read in one pass if
+            # type, length, and (EPB, PB) the five words after them, read in one pass if
             # the last block holds them (they are then garbage for SPBs, and not used)
-            seven = s[-1] + 28 <= len(data)
+            seven = s[-1] + EPB.data <= len(data)
             w = u32_rows(data, s, 7 if seven else 2, big)
             btype, bl = w[:, 0], w[:, 1]
             blen[lo:hi] = bl
@@ -292,9 +294,7 @@ class PcapngBlocks:
             too_short = bl < np.where(spb, MIN_BLOCK[BT_SPB], MIN_BLOCK[BT_EPB])
             short[lo:hi] = too_short
             ifaces_here = len(self._ifaces) - ibase
-            # EPB: ifid ts_hi ts_lo caplen origlen at +8; data at +28
-            # PB : ifid(16) drops(16) ts_hi ts_lo caplen origlen; data at +28
-            # SPB: origlen at +8; data at +12
+            # the words of formats.PACKET_BLOCKS: f[:, 0] ifid, 1-2 time, 3 caplen, 4 origlen
             idx = np.nonzero(~spb & ~too_short)[0]
             if len(idx):
                 # the usual case, only EPBs and PBs: slices, not index lists (much faster)
@@ -304,7 +304,7 @@ class PcapngBlocks:
                 if seven:
                     f = w[:, 2:] if every else w[idx, 2:]
                 else:
-                    f = u32_rows(data, at + 8, 5, big)
+                    f = u32_rows(data, at + EPB.fields, len(EPB.words), big)
                 ifid = f[:, 0]
                 pb = btype[idx] == BT_PB
                 if pb.any():
@@ -315,7 +315,7 @@ class PcapngBlocks:
                 ifidx[g] = np.where(ok, ids, -1)
                 units = ((f[:, 1].astype(np.uint64) << np.uint64(32))
                          | f[:, 2].astype(np.uint64))
-                offset[g] = at + 28
+                offset[g] = at + EPB.data
                 caplen[g] = f[:, 3]
                 wirelen[g] = f[:, 4]
                 # each interface's blocks get its clock (all of them: a slice, no copies)
@@ -330,8 +330,8 @@ class PcapngBlocks:
             sidx = np.nonzero(spb & ~too_short)[0]
             if len(sidx):
                 g = lo + sidx
-                ol = u32_rows(data, s[sidx] + 8, 1, big)[:, 0]
-                space = bl[sidx] - 16
+                ol = u32_rows(data, s[sidx] + SPB.fields, 1, big)[:, 0]
+                space = bl[sidx] - SPB.overhead
                 if ifaces_here > 0:
                     ifidx[g] = ibase
                     snap = self._ifaces[ibase].snaplen or MAX_BLOCK
@@ -339,9 +339,9 @@ class PcapngBlocks:
                 else:
                     caplen[g] = np.minimum(ol, space)
                 wirelen[g] = ol
-                offset[g] = s[sidx] + 12
-        # caplen must fit in the block: EPB/PB 32 bytes of overhead, SPB 16
-        overhead = np.where(offset - st == 12, 16, 32)
+                offset[g] = s[sidx] + SPB.data
+        # caplen must fit in the block, beside its overhead
+        overhead = np.where(offset - st == SPB.data, SPB.overhead, EPB.overhead)
         bad = ~short & ((caplen > blen - overhead) | (caplen < 0))
         # SPB timestamps: the previous packet's
         if not have_ts.all():
