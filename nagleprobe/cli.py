@@ -204,7 +204,7 @@ def _text_width() -> int:
     """The terminal's width when standard output is one, else the report's default (100)."""
     import shutil
 
-    from .report import TEXT_WIDTH
+    from .text_report import TEXT_WIDTH
 
     if not _stdout_is_terminal():
         return TEXT_WIDTH
@@ -407,7 +407,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     if opts["fmt"] == "json":
         click.echo(run.to_json())
     elif _stdout_is_terminal():  # a person's terminal: wrap to it (logs and pipes keep lines)
-        from .report import fit_lines
+        from .text_report import fit_lines
 
         click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width())) + "\n",
                    nl=False)

@@ -38,7 +38,8 @@ from .detect import detect
 from .flows import TupleEnds, TupleTable, build_flows
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
-from .report import Report, add_tcp_streams, capture_doc, report_columns, table
+from .report import Report
+from .tables import add_tcp_streams, capture_doc, report_columns, table
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -100,7 +101,7 @@ def default_workers() -> int:
 
 @dataclass
 class _Part:
-    """One batch's result: its tables as `report.report_columns` gives them."""
+    """One batch's result: its tables as `tables.report_columns` gives them."""
 
     flows: dict[str, np.ndarray]
     stalls: dict[str, np.ndarray]

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 import nagleprobe
 from nagleprobe import report as report_module
+from nagleprobe import text_report
 from nagleprobe.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,7 +234,7 @@ def test_text_report_prints_at_most_20_warnings_then_a_count_and_json_keeps_all(
     assert len(warnings) == 21 and warnings[-1] == "5 more warnings like these were not listed"
     lines = rep.to_text(width=1000).splitlines()
     shown = [line.removeprefix("warning: ") for line in lines if line.startswith("warning: ")]
-    assert shown == warnings[:report_module.TEXT_WARNINGS] == warnings[:20]
+    assert shown == warnings[:text_report.TEXT_WARNINGS] == warnings[:20]
     after = lines.index(f"warning: {warnings[19]}") + 1
     assert lines[after] == "... 1 more warning (--format json lists them all)"
     assert rep.to_dict()["capture"]["warnings"] == warnings

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import nagleprobe
 from nagleprobe import cli as cli_module
 from nagleprobe.cli import main
-from nagleprobe.report import _Pre, fit_lines
+from nagleprobe.text_report import _Pre, fit_lines
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + [SAMPLES / "formats" / "base_lo.pcapng"]

@@ -1,0 +1,232 @@
+"""The result tables: flows, stalls, endpoints and segments as pandas DataFrames, built
+column-wise from the stages' arrays (no Python object per row), and the JSON's capture
+object."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import advice, encap, wireshark
+from .decode import SYN, TCP_FLAG_NAMES
+from .detect import REASONS, Detection
+from .flows import Flows, vantage_basis
+from .read import CaptureInfo
+from .words import SIDES
+
+# the dtype pandas gives text (str from pandas 3, object before): every text column has it,
+# also when a table is empty or a column holds only missing values
+TEXT_DTYPE = pd.Series(["x"]).dtype
+
+
+def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[str, np.ndarray]]:
+    """The flows, stalls and endpoints tables as numpy columns ("flows", "stalls",
+    "endpoints"): times (the TABLE_ONLY columns) as epoch nanoseconds, text as objects, an
+    unknown window scale as -1. `table` makes a DataFrame of each; the stream keeps its
+    batches' results in this form and makes the tables once, at the end."""
+    st, fl = det.stalls, f.flow
+    nflows = f.count
+    key = st["flow"] * 2 + st["dir"]
+    stall_ns = np.bincount(key, weights=st["stall_ns"], minlength=nflows * 2).reshape(-1, 2)
+    stall_n = np.bincount(key, minlength=nflows * 2).reshape(-1, 2)
+    answered = np.bincount(key, weights=det.answered, minlength=nflows * 2).reshape(-1, 2)
+
+    # endpoints: the delayed ACKs of an endpoint are measured on the data it received
+    proofs = det.nagle_off_proofs.reshape(-1, 2)
+    flavour = det.flavour.reshape(-1, 2)
+    nagle = np.select([(stall_n > 0) | (flavour == "classic") | (flavour == "minshall"),
+                       proofs > 0], ["on", "off"], "unknown").astype(object)
+    recv = lambda a: a.reshape(-1, 2)[:, ::-1]  # noqa: E731  per endpoint, from the peer's data
+    timers = np.round(recv(det.late_ack_median_ms), 1)
+    endpoints = {
+        "flow": np.arange(nflows).repeat(2),
+        "side": np.tile(np.array(SIDES, dtype=object), nflows),
+        "endpoint": np.stack([fl["client"], fl["server"]], axis=1).reshape(-1),
+        "nagle": nagle.reshape(-1),
+        "nagle_off_evidence": proofs.reshape(-1),
+        "nagle_flavour": flavour.reshape(-1),
+        "not_classic_evidence": det.not_classic_proofs,
+        "held_behind_small": det.held_behind_small,
+        "held_behind_full": det.held_behind_full,
+        "delayed_ack_ms": timers.reshape(-1),
+        "delayed_acks": recv(det.late_acks).reshape(-1),
+        "quick_acks": recv(det.quick_acks).reshape(-1),
+        "mss": fl["mss"].reshape(-1),
+        "mss_from": fl["mss_how"].reshape(-1),
+        "window_scale": np.where(fl["wscale"] >= 0, fl["wscale"], -1).reshape(-1).astype(np.int64),
+    }
+
+    duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
+    lost_ms = stall_ns.sum(axis=1) / 1e6
+    hold_n = np.bincount(det.holds["flow"], minlength=nflows)
+    hold_ms = np.bincount(det.holds["flow"], weights=det.holds["stall_ns"], minlength=nflows) / 1e6
+    why_not = det.why_not.reshape(nflows, 2, len(REASONS)).sum(axis=1)
+    retrans = np.bincount(f.seg["flow"][f.seg["retrans"]], minlength=nflows)
+    keepalive = np.bincount(f.seg["flow"][f.seg["keepalive"]], minlength=nflows)
+    flows = {
+        "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
+        "roles": fl["roles"], "tunnel": np.asarray(fl["tunnel"], dtype=np.int64),
+        "vantage": fl["vantage"],
+        "vantage_basis": np.array([vantage_basis(h, c, s, b) for h, c, s, b in zip(
+            fl["rtt_how"].tolist(), fl["rtt_client_ms"].tolist(), fl["rtt_server_ms"].tolist(),
+            fl["both_near"].tolist())] or [], dtype=object),
+        "rtt_ms": np.round(fl["rtt_ms"], 3), "rtt_client_ms": np.round(fl["rtt_client_ms"], 3),
+        "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"],
+        "retransmissions": retrans, "keepalives_or_probes": keepalive,
+        "start_s": np.round((fl["first_ns"] - origin_ns) / 1e9, 6),
+        "start_time": np.asarray(fl["first_ns"], dtype=np.int64),
+        "stalls": stall_n.sum(axis=1), "stall_ms": np.round(lost_ms, 3),
+        "duration_s": np.round(duration, 6),
+        "duration_without_stalls_s": np.round(np.maximum(duration - lost_ms / 1e3, 0.0), 6),
+        "lost_share": np.round(np.divide(lost_ms / 1e3, duration, out=np.zeros(nflows),
+                                         where=duration > 0), 4),
+        "nagle_holds": hold_n, "nagle_hold_ms": np.round(hold_ms, 3),
+        **{f"why_not_{r}": why_not[:, j] for j, r in enumerate(REASONS)},
+    }
+    flows.update(advice.fix_columns(np.stack([fl["client"], fl["server"]], axis=1), stall_n,
+                                    stall_ns, timers, answered, hold_n, hold_ms, duration))
+    # Wireshark frame numbers of each flow's first and last packet
+    frame = f.seg["frame"].astype(np.int64)
+    flows["first_frame"] = np.minimum.reduceat(frame, f.starts) if nflows else frame[:0]
+    flows["last_frame"] = np.maximum.reduceat(frame, f.starts) if nflows else frame[:0]
+
+    order = np.lexsort((st["released_frame"], st["flow"]))
+    sides = np.array(SIDES, dtype=object)
+    stalls = {
+        "flow": st["flow"][order], "sender": sides[st["dir"][order]],
+        "endpoint": np.where(st["dir"][order] == 0, fl["client"][st["flow"][order]],
+                             fl["server"][st["flow"][order]]),
+        "delay_ms": np.round(st["stall_ns"][order] / 1e6, 3),
+        "held_bytes": st["held_bytes"][order], "small_bytes": st["small_bytes"][order],
+        "behind_full": st["behind_full"][order],
+        "peer_ack_delay_ms": np.round(st["ack_delay_ns"][order] / 1e6, 3),
+        "reaction_ms": np.round(st["reaction_ns"][order] / 1e6, 3),
+        **{f"{k}_frame": st[f"{k}_frame"][order] for k in STALL_POINTS},
+        **{f"{k}_s": np.round((st[f"{k}_ns"][order] - origin_ns) / 1e9, 6)
+           for k in STALL_POINTS},
+        **{f"{k}_time": np.asarray(st[f"{k}_ns"][order], dtype=np.int64) for k in STALL_POINTS},
+        "confidence": st["confidence"][order],
+    }
+    return {"flows": flows, "stalls": stalls, "endpoints": endpoints}
+
+
+def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A DataFrame of `report_columns` columns (used as they are, not copied): times as UTC
+    datetimes, an unknown window scale as NA, text in TEXT_DTYPE. `columns` is emptied, so
+    that each column the table converts is let go of at once, not held twice meanwhile."""
+    out = {}
+    for name in list(columns):
+        col = columns.pop(name)
+        if name in TABLE_ONLY:
+            col = _utc(col)
+        elif name in ("window_scale", "tcp_stream", "relay_upstream_flow"):
+            known = col >= 0
+            col = pd.array(col, dtype="Int64")
+            col[~known] = pd.NA
+        out[name] = col
+    df = pd.DataFrame(out, copy=False)
+    del out, col
+    return settle_dtypes(df)
+
+
+def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
+    """Add the flows' Wireshark `tcp.stream` (-1: not computable exactly; NA in the table)
+    to the columns of all of a capture's flows (see `wireshark.tcp_streams`)."""
+    flows["tcp_stream"] = wireshark.tcp_streams(flows["first_frame"], flows["client"],
+                                                flows["server"], capture)
+
+
+def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
+    """Epoch nanoseconds as UTC pandas datetimes."""
+    return pd.to_datetime(np.asarray(ns, dtype=np.int64), unit="ns", utc=True)
+
+
+def settle_dtypes(df: pd.DataFrame) -> pd.DataFrame:
+    """Give every text column the same dtype whatever its content (an empty column or one
+    of only None would otherwise stay `object` under pandas 3)."""
+    for name in df.columns:
+        if df[name].dtype == object:
+            df[name] = df[name].astype(TEXT_DTYPE)
+    return df
+
+
+def segment_table(f: Flows, origin_ns: int, ids: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per TCP segment of the given flows (all if None), in flow then time order.
+
+    seq is relative to the sender's ISN and ack to the peer's (0 at the SYN, as Wireshark
+    shows them); `window_bytes` applies the window scale both SYNs agreed on (never to SYNs).
+    """
+    s = f.seg
+    if ids is None:
+        rows = np.arange(len(s["flow"]))
+    else:
+        bounds = [f.rows(int(i)) for i in ids]
+        rows = (np.concatenate([np.arange(b.start, b.stop) for b in bounds]) if bounds
+                else np.zeros(0, dtype=np.int64))
+    fid, d = s["flow"][rows], s["dir"][rows].astype(np.int64)
+    flags = s["flags"][rows].astype(np.int64)
+    ts = s["ts_ns"][rows].astype(np.int64)
+    ack = pd.array(s["ack"][rows], dtype="Int64")
+    ack[s["ack"][rows] < 0] = pd.NA
+    window = s["window"][rows].astype(np.int64)
+    wscale = f.flow["wscale"].reshape(-1, 2)[fid, d] if len(rows) else np.zeros(0, np.int64)
+    syn = (flags & SYN) != 0
+    window_bytes = pd.array(np.where(syn, window, window << np.maximum(wscale, 0)), dtype="Int64")
+    window_bytes[(wscale < 0) & ~syn] = pd.NA
+    return settle_dtypes(pd.DataFrame({
+        "flow": fid.astype(np.int64),
+        "sender": np.array(SIDES, dtype=object)[d],
+        "frame": s["frame"][rows].astype(np.int64),
+        "time": _utc(ts),
+        "time_s": (ts - origin_ns) / 1e9,
+        "seq": s["seq"][rows].astype(np.int64),
+        "ack": ack,
+        "payload": s["payload"][rows].astype(np.int64),
+        "flags": _flag_names(flags),
+        "window": window,
+        "window_bytes": window_bytes,
+        "retransmission": s["retrans"][rows].astype(bool),
+        "keepalive": s["keepalive"][rows].astype(bool),
+    }))
+
+
+def _flag_names(flags: np.ndarray) -> np.ndarray:
+    """TCP flags as Wireshark names them, e.g. "PSH,ACK", one lookup per distinct value."""
+    uniq, inv = np.unique(flags, return_inverse=True)
+    names = np.array([",".join(n for b, n in enumerate(TCP_FLAG_NAMES) if v >> b & 1)
+                      for v in uniq.tolist()], dtype=object)
+    return names[inv.reshape(-1)]
+
+
+def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, origin_ns: int,
+                warnings: list[str] | None = None) -> dict[str, Any]:
+    """The JSON document's `capture` object: how the file was read."""
+    return {"path": info.path, "format": info.format, "compressed": info.compressed,
+            "link_types": list(info.link_types), "packets": info.packets,
+            "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),
+            "warnings": list(info.warnings if warnings is None else warnings),
+            "time_origin_ns": int(origin_ns),
+            "tunnels": [{"id": i + 1, "layers": layers, "text": encap.describe_text(layers)}
+                        for i, layers in enumerate(info.tunnels.layers)]}
+STALL_POINTS = ("small", "ack", "released")
+
+
+# datetime columns of the tables: for notebooks only, the JSON keeps its seconds
+TABLE_ONLY = ("start_time", "small_time", "ack_time", "released_time")
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as plain Python dicts (Python scalars; NaN and NA as None, i.e. JSON null)."""
+    cols = []
+    for name in df.columns:
+        col = df[name]
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f":
+            cols.append([None if x != x else x for x in col.to_numpy().tolist()])
+        elif isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":
+            cols.append(col.to_numpy().tolist())
+        else:  # text, objects, pandas extension types (Int64 with NA): missing -> None
+            cols.append(col.to_numpy(dtype=object, na_value=None).tolist())
+    names = list(df.columns)
+    return [dict(zip(names, row)) for row in zip(*cols)] if names else []
