@@ -352,8 +352,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
               progress: bool | None = None) -> ExitStatus:
     """Load the budget, check the captures (on the Dask scheduler at `dask` if given), write
     every requested output; the exit status. `progress`: show it (None: on a terminal)."""
-    from .check import (Budget, BudgetError, expand_targets, load_budget, render_github,
-                        render_junit, render_text, run_check)
+    from .check import Budget, BudgetError, expand_targets, load_budget, run_check
+    from .check_output import render_github, render_junit, render_text
 
     try:
         budget, source = (Budget(), None) if opts["no_config"] else load_budget(

@@ -85,7 +85,8 @@ class NagleCapture:
 
     def failure_text(self) -> str:
         """The evidence a failing test shows: verdict, per-flow fix and stall frames."""
-        from nagleprobe.check import CheckRun, flow_evidence_text, render_text
+        from nagleprobe.check import CheckRun
+        from nagleprobe.check_output import flow_evidence_text, render_text
         from nagleprobe.errors import ExitStatus
 
         v = self.verdict()

@@ -18,3 +18,8 @@ def human_ms(ms: float) -> str:
     if abs(ms) < LONG_MS:
         return f"{ms:.1f} ms"
     return f"{ms / 1e3:,.1f} s"
+
+
+def plural(n: int | float | None) -> str:
+    """The "s" of a plural: "stall" + plural(n)."""
+    return "" if n == 1 else "s"

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 import nagleprobe
 from nagleprobe.check import (Budget, BudgetError, CheckRun, check_capture, evaluate,
-                              expand_targets, load_budget, render_junit,
-                              run_check)
+                              expand_targets, load_budget, run_check)
+from nagleprobe.check_output import render_junit
 from nagleprobe.cli import main
 from nagleprobe.errors import ExitStatus
 

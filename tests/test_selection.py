@@ -172,7 +172,8 @@ def test_the_text_report_writes_large_numbers_and_times_for_people(echo_split):
 
 
 def test_check_s_verdict_writes_large_numbers_and_times_for_people():
-    from nagleprobe.check import Budget, CaptureVerdict, CheckRun, FlowVerdict, render_text
+    from nagleprobe.check import Budget, CaptureVerdict, CheckRun, FlowVerdict
+    from nagleprobe.check_output import render_text
     from nagleprobe.errors import ExitStatus
 
     f = FlowVerdict(id=3, client="10.0.0.1:40000", server="10.0.0.2:8000", stalls=12345,
