@@ -23,6 +23,8 @@
 #define MAX_VLAN_TAGS 4
 #define V4_MAPPED 0x0000FFFF00000000ULL
 #define SYN 0x02
+#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the hash of tuples.mix, for tunnel keys */
+#define MIX_SHIFT 29
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
 static inline uint32_t be32(const uint8_t *p)
@@ -267,8 +269,8 @@ typedef struct { uint64_t key; int layers; } Tun;
 static inline uint64_t mixw(uint64_t h, uint64_t w)
 {
     h ^= w;
-    h *= 0x9E3779B97F4A7C15ULL;
-    return h ^ (h >> 29);
+    h *= MIX_MULTIPLIER;
+    return h ^ (h >> MIX_SHIFT);
 }
 
 /* a layer: kind, id and (for IP-carried tunnels) the two outer addresses as (hi, lo) */
@@ -575,19 +577,24 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode", NULL, -1, 
  * tests/test_constants.py to pin them equal. */
 PyMODINIT_FUNC PyInit__decode(void)
 {
-    PyObject *m = PyModule_Create(&module), *mapped;
+    PyObject *m = PyModule_Create(&module), *mapped, *mul;
     if (m == NULL)
         return NULL;
     mapped = PyLong_FromUnsignedLongLong(V4_MAPPED);
+    mul = PyLong_FromUnsignedLongLong(MIX_MULTIPLIER);
     if (PyModule_AddIntConstant(m, "SYN", SYN) < 0
         || PyModule_AddIntConstant(m, "MAX_VLAN_TAGS", MAX_VLAN_TAGS) < 0
         || PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0
         || PyModule_AddIntConstant(m, "MAX_MPLS_LABELS", MAX_MPLS_LABELS) < 0
-        || PyModule_AddObjectRef(m, "V4_MAPPED", mapped) < 0) {
+        || PyModule_AddIntConstant(m, "MIX_SHIFT", MIX_SHIFT) < 0
+        || PyModule_AddObjectRef(m, "V4_MAPPED", mapped) < 0
+        || PyModule_AddObjectRef(m, "MIX_MULTIPLIER", mul) < 0) {
         Py_XDECREF(mapped);
+        Py_XDECREF(mul);
         Py_DECREF(m);
         return NULL;
     }
     Py_DECREF(mapped);
+    Py_DECREF(mul);
     return m;
 }

@@ -25,7 +25,7 @@
 #define SYN 0x02
 #define RST 0x04
 #define ACK 0x10
-#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the 4-tuple hash (flows.mix) */
+#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the 4-tuple hash (tuples.mix) */
 #define MIX_SHIFT 29
 
 #define NIN 7
@@ -211,7 +211,7 @@ static PyObject *ack_links(PyObject *self, PyObject *args)
 
 /* The five uint64 words naming a row's unordered 4-tuple (the lower endpoint's address
  * hi, lo, the higher's hi, lo, then tunnel << 32 | lower port << 16 | higher port;
- * endpoints compared as (hi, lo, port)), as flows.tuple_words makes them; returns whether
+ * endpoints compared as (hi, lo, port)), as tuples.tuple_words makes them; returns whether
  * the row travels from the lower endpoint. */
 static inline int tuple_words(uint64_t shi, uint64_t slo, uint64_t dhi, uint64_t dlo,
                               uint16_t sp, uint16_t dp, uint32_t tun, uint64_t v[5])

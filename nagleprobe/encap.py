@@ -21,6 +21,8 @@ import ipaddress
 
 import numpy as np
 
+from .tuples import MIX_MULTIPLIER, MIX_SHIFT
+
 MAX_DEPTH = 8  # encapsulation layers before a record is skipped as a loop
 VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)  # 802.1Q, 802.1ad and the older QinQ tag types
 MAX_VLAN_TAGS = 4
@@ -43,11 +45,11 @@ _M64 = (1 << 64) - 1
 
 
 def _mix_words(h: int, words: tuple[int, ...]) -> int:
-    """flows._mix of a row, continued from h (same constants as _decode.c)."""
+    """tuples.mix of a row, continued from h (as _decode.c mixes a tunnel's key)."""
     for w in words:
         h ^= w
-        h = (h * 0x9E3779B97F4A7C15) & _M64
-        h ^= h >> 29
+        h = (h * MIX_MULTIPLIER) & _M64
+        h ^= h >> MIX_SHIFT
     return h
 
 

@@ -16,14 +16,13 @@ import numpy as np
 import pandas as pd
 
 from .decode import ACK, FIN, RST, SYN, format_address
+from .tuples import TupleEnds, endpoints, lower, tuple_ids
 
 try:
     from . import _flows as _compiled
 except ImportError:  # built without a C compiler
     _compiled = None
 
-# the 4-tuple hash: xor a word in, multiply, fold the high bits down (as _flows.c mixes)
-MIX_MULTIPLIER, MIX_SHIFT = 0x9E3779B97F4A7C15, 29
 DEFAULT_MSS_FLOOR = 536  # RFC 1122 default: an MSS inferred from traffic is never below it
 GUESSED_MSS = 1460  # without a SYN or a repeated largest segment: Ethernet's usual MSS
 UNDELAYED_MS = 25.0  # a data -> pure ACK turnaround below this cannot include a delayed ACK
@@ -192,37 +191,6 @@ def grouped_cummax(values: np.ndarray, group: np.ndarray, exclusive: bool = Fals
     return acc
 
 
-@dataclass(frozen=True)
-class TupleEnds:
-    """The two endpoints of each 4-tuple (indexed by tuple id): the IP version, and the
-    address words and port of its 'lower' endpoint (`_lower`) and of its higher one. With
-    each row's direction (`from_low`) they give the row's addresses and ports, so the
-    stream holds one byte per packet for them instead of 37."""
-
-    ipver: np.ndarray
-    lo_hi: np.ndarray
-    lo_lo: np.ndarray
-    lo_port: np.ndarray
-    hi_hi: np.ndarray
-    hi_lo: np.ndarray
-    hi_port: np.ndarray
-    tunnel: np.ndarray | None = None  # the tunnel number of each tuple (0: none)
-
-    def column(self, name: str, tup: np.ndarray, from_low: np.ndarray) -> np.ndarray:
-        """The decoded column `name` (ipver, src_hi, ..., dport, tunnel) of rows of tuples
-        `tup` travelling from the lower endpoint where `from_low`."""
-        if name == "ipver":
-            return self.ipver[tup]
-        if name == "tunnel":
-            if self.tunnel is None:
-                return np.zeros(len(tup), np.uint32)
-            return self.tunnel[tup]
-        field = name[4:] if name.endswith(("_hi", "_lo")) else "port"
-        mine, peer = getattr(self, "lo_" + field)[tup], getattr(self, "hi_" + field)[tup]
-        src = name.startswith("src_") or name == "sport"
-        return np.where(from_low == src, mine, peer)
-
-
 class _Sorted:
     """Decoded columns seen through a row order: whole columns are gathered (once) only
     when asked for; `at` gathers just a few rows (flow starts, SYNs). Addresses and ports
@@ -255,68 +223,6 @@ def _group_order(ids: np.ndarray) -> np.ndarray:
     return order
 
 
-def _endpoints(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Each packet's source and destination endpoint as uint64 words that compare like
-    (address, port): one word each when every address is IPv4, else (hi, lo, port); with
-    the packet's tunnel number in front when some came through a tunnel (the same
-    addresses in two tunnels are two endpoints)."""
-    if not (c["src_hi"].any() or c["dst_hi"].any()):  # IPv4 only: (address, port) in 48 bits
-        a = [c["src_lo"] << np.uint64(16) | c["sport"]]
-        b = [c["dst_lo"] << np.uint64(16) | c["dport"]]
-    else:
-        a = [c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)]
-        b = [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)]
-    tunnel = c.get("tunnel")
-    if tunnel is not None and tunnel.any():
-        t = tunnel.astype(np.uint64)
-        a, b = [t, *a], [t, *b]
-    return a, b
-
-
-def _lower(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
-    """a <= b, comparing the words lexicographically."""
-    out = a[-1] <= b[-1]
-    for x, y in zip(a[-2::-1], b[-2::-1]):
-        out = (x < y) | ((x == y) & out)
-    return out
-
-
-def _ordered(a: list[np.ndarray], b: list[np.ndarray]
-             ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
-    """The lower and the higher of endpoints a and b of each row (words as `_lower` compares
-    them), and whether a is the lower."""
-    a_low = _lower(a, b)
-    return ([np.where(a_low, x, y) for x, y in zip(a, b)],
-            [np.where(a_low, y, x) for x, y in zip(a, b)], a_low)
-
-
-def _tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Id of each packet's unordered 4-tuple, numbered by first appearance in record order,
-    and whether the packet travels from the 'lower' endpoint."""
-    lo, hi, a_low = _ordered(*_endpoints(c))
-    return _factorize_words(lo + hi), a_low
-
-
-def _mix(words: list[np.ndarray]) -> np.ndarray:
-    """A 64-bit mix of each row's words (as nagleprobe/_flows.c mixes them)."""
-    h = np.zeros(len(words[0]), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for w in words:
-            h ^= w
-            h *= np.uint64(MIX_MULTIPLIER)
-            h ^= h >> np.uint64(MIX_SHIFT)
-    return h
-
-
-def _factorize_words(cols: list[np.ndarray]) -> np.ndarray:
-    """Ids of the distinct rows of uint64 columns, numbered by first appearance."""
-    ids = pd.factorize(_mix(cols))[0].astype(np.int64)  # collisions are checked below
-    first = np.flatnonzero(ids > np.maximum.accumulate(np.r_[-1, ids[:-1]])) if len(ids) else ids
-    if not all(np.array_equal(col, col[first][ids]) for col in cols):  # hash collision: exact path
-        ids = pd.MultiIndex.from_arrays(cols).factorize()[0].astype(np.int64)
-    return ids
-
-
 def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
                 ends: TupleEnds | None = None) -> Flows:
     """Group decoded TCP packets into connections and classify every segment.
@@ -335,10 +241,10 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
         cols = {k: v[t_order] for k, v in cols.items()}
         tuples = None if tuples is None else tuples[t_order]
     if tuples is None:
-        tup, from_low = _tuple_ids(cols)
+        tup, from_low = tuple_ids(cols)
     else:
         tup = np.asarray(tuples, dtype=np.int64)
-        from_low = cols["from_low"] if ends is not None else _lower(*_endpoints(cols))
+        from_low = cols["from_low"] if ends is not None else lower(*endpoints(cols))
     raw_tup = tup
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     tup, from_low = tup[order], from_low[order]
@@ -830,103 +736,3 @@ def _next_in_direction(seg: dict[str, np.ndarray], rows: np.ndarray, data: bool,
     first = hit.argmax(axis=1)
     pick = np.arange(len(rows))
     return np.where(hit[pick, first], near[pick, first], -1)
-
-
-def tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint's address
-    hi, lo, the higher's, then the tunnel number << 32 | both ports), as nagleprobe/_flows.c
-    makes them, and whether the row travels from the lower endpoint."""
-    lo, hi, a_low = _ordered([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
-                             [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
-    return [lo[0], lo[1], hi[0], hi[1],
-            (tunnel_numbers(c) << np.uint64(32)) | (lo[2] << np.uint64(16)) | hi[2]], a_low
-
-
-def tunnel_numbers(c: dict[str, np.ndarray]) -> np.ndarray:
-    """The rows' tunnel numbers as uint64 (0 where the columns have none)."""
-    t = c.get("tunnel")
-    return np.zeros(len(c["sport"]), np.uint64) if t is None else t.astype(np.uint64)
-
-
-class TupleTable:
-    """Ids of unordered 4-tuples, numbered by first appearance over all the chunks fed: a
-    compiled hash table over the tuples' words when built (nagleprobe/_flows.c), else their
-    64-bit mix in a pandas index, checked against the words."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._ver = np.zeros(0, dtype=np.uint8)  # IP version of each tuple
-        self._compiled = _compiled  # as built, or as a test switched it (flows._compiled)
-        if _compiled is not None:
-            self._slots = np.full(1 << 10, -1, dtype=np.int64)
-            self._table = np.zeros(5 << 9, dtype=np.uint64)  # five words per id
-        else:
-            self._index = pd.Index(np.zeros(0, dtype=np.uint64))
-            self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
-
-    def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
-        before = self.count
-        tid, from_low, first = self._ids(c)
-        if self.count > before:  # the IP version of the new tuples, from their first rows
-            if self.count > len(self._ver):
-                self._ver = np.concatenate([self._ver, np.zeros(
-                    max(self.count - len(self._ver), len(self._ver)), dtype=np.uint8)])
-            self._ver[before:self.count] = c["ipver"][first[:self.count - before]]
-        return tid, from_low
-
-    def ends(self, ids: np.ndarray) -> TupleEnds:
-        """The endpoints of the tuples `ids`."""
-        if self._compiled is None:
-            w = [x[ids] for x in self._words]
-        else:
-            words = self._table[:5 * self.count].reshape(-1, 5)[ids]
-            w = [words[:, j] for j in range(5)]
-        return TupleEnds(self._ver[ids], w[0], w[1], (w[4] >> np.uint64(16)) & np.uint64(0xFFFF),
-                         w[2], w[3], w[4] & np.uint64(0xFFFF),
-                         (w[4] >> np.uint64(32)).astype(np.uint32))
-
-    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self._compiled is None:
-            return self._ids_numpy(c)
-        n = len(c["sport"])
-        need = self.count + n  # every row could bring a new tuple
-        if len(self._table) < 5 * need:
-            table = np.zeros(5 * max(need, 2 * (len(self._table) // 5)), dtype=np.uint64)
-            table[:5 * self.count] = self._table[:5 * self.count]
-            self._table = table
-        if len(self._slots) < 2 * need:
-            self._slots = np.full(1 << (2 * need - 1).bit_length(), -1, dtype=np.int64)
-            self._compiled.reslot(self._slots, self._table, self.count)
-        tid = np.empty(n, dtype=np.int64)
-        from_low = np.empty(n, dtype=bool)
-        first = np.empty(n, dtype=np.int64)
-        self.count = self._compiled.tuple_ids(
-            *(np.ascontiguousarray(c[k], np.uint64) for k in ("src_hi", "src_lo", "dst_hi",
-                                                               "dst_lo")),
-            np.ascontiguousarray(c["sport"], np.uint16),
-            np.ascontiguousarray(c["dport"], np.uint16),
-            np.ascontiguousarray(tunnel_numbers(c).astype(np.uint32)),
-            self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
-        return tid, from_low, first
-
-    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        words, from_low = tuple_words(c)
-        codes, uniq = pd.factorize(_mix(words))
-        pos = self._index.get_indexer(uniq)
-        new = np.flatnonzero(pos < 0)
-        first = np.zeros(0, dtype=np.int64)  # the first row of each new tuple
-        if len(new):
-            pos[new] = len(self._index) + np.arange(len(new))
-            where = np.full(len(uniq), -1, dtype=np.int64)
-            rows = np.arange(len(codes))[::-1]
-            where[codes[rows]] = rows  # first row of each code
-            self._index = self._index.append(pd.Index(np.asarray(uniq[new], dtype=np.uint64)))
-            self._words = [np.concatenate([s, w[where[new]]]) for s, w in zip(self._words, words)]
-            first = where[new]
-        tid = pos[codes].astype(np.int64)
-        for w, stored in zip(words, self._words):
-            if not np.array_equal(w, stored[tid]):  # two 4-tuples share a 64-bit hash
-                raise RuntimeError("4-tuple hash collision while streaming")
-        self.count = len(self._index)
-        return tid, from_low, first

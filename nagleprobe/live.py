@@ -41,10 +41,11 @@ import numpy as np
 
 from .decode import ACK, FIN, RST, SYN, decode
 from .detect import detect
-from .flows import TupleTable, build_flows
+from .flows import build_flows
 from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
 from .stream import ANALYSED
+from .tuples import TupleTable
 from .words import human_count, human_ms
 
 DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed

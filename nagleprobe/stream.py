@@ -35,15 +35,16 @@ import pandas as pd
 
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
 from .detect import detect
-from .flows import TupleEnds, TupleTable, build_flows
+from .flows import build_flows
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
 from .tables import add_tcp_streams, capture_doc, report_columns, table
+from .tuples import TupleEnds, TupleTable
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
-# held and gathered per row: addresses and ports are held once per 4-tuple (flows.TupleEnds),
+# held and gathered per row: addresses and ports are held once per 4-tuple (tuples.TupleEnds),
 # each row only says which way it travels
 ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport", "tunnel")
 HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},

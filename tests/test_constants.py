@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nagleprobe import decode, encap, flows
+from nagleprobe import decode, encap, tuples
 
 _decode = pytest.importorskip("nagleprobe._decode", reason="compiled decoder not built")
 _flows = pytest.importorskip("nagleprobe._flows", reason="compiled flow loops not built")
@@ -17,7 +17,8 @@ _flows = pytest.importorskip("nagleprobe._flows", reason="compiled flow loops no
     (_decode, decode, ("SYN", "V4_MAPPED")),
     (_decode, encap, ("MAX_VLAN_TAGS", "MAX_DEPTH", "MAX_MPLS_LABELS")),
     (_flows, decode, ("FIN", "SYN", "RST", "ACK")),
-    (_flows, flows, ("MIX_MULTIPLIER", "MIX_SHIFT")),
+    (_flows, tuples, ("MIX_MULTIPLIER", "MIX_SHIFT")),
+    (_decode, tuples, ("MIX_MULTIPLIER", "MIX_SHIFT")),
 ])
 def test_the_compiled_copies_equal_pythons(compiled, python, names):
     for name in names:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nagleprobe.flows
+import nagleprobe.tuples
 from nagleprobe.decode import TCP_COLUMNS, decode
 from nagleprobe.flows import build_flows
 from nagleprobe.read import CaptureReader
@@ -128,13 +129,13 @@ def test_compiled_flows_equal_numpy_on_random_segments(segments, isn_a, isn_b):
 
 
 def tuple_ids_both_ways(chunks: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
-    """nagleprobe.flows.TupleTable over the chunks, compiled and with numpy alone: they must agree."""
-    compiled = nagleprobe.flows.TupleTable()
-    kept, nagleprobe.flows._compiled = nagleprobe.flows._compiled, None
+    """nagleprobe.tuples.TupleTable over the chunks, compiled and with numpy alone: they must agree."""
+    compiled = nagleprobe.tuples.TupleTable()
+    kept, nagleprobe.tuples._compiled = nagleprobe.tuples._compiled, None
     try:
-        reference = nagleprobe.flows.TupleTable()
+        reference = nagleprobe.tuples.TupleTable()
     finally:
-        nagleprobe.flows._compiled = kept
+        nagleprobe.tuples._compiled = kept
     out = []
     for c in chunks:
         tid, low = compiled.ids(c)
