@@ -6,6 +6,11 @@ direction, relative sequence/ack numbers and classification, plus per-flow
 facts (endpoints, roles, MSS, window scale, RTT seen from the capture point,
 vantage). Everything is vectorised: per-packet work is numpy, per-flow work
 may be Python (flows are few compared with packets).
+
+Over 500 lines: each compiled loop of `_flows.c` (sequence space, ACK links, neighbours,
+round-trip samples) has its numpy twin here, the reference the tests hold it to; the
+twins belong next to the code that calls them. Which connection a packet belongs to is
+`nagleprobe.tuples`.
 """
 
 from __future__ import annotations
