@@ -69,6 +69,7 @@ def format_address(ipver: int, hi: int, lo: int) -> str:
 
 
 def empty_columns() -> dict[str, np.ndarray]:
+    """No packets, in the decoded columns' dtypes: the one empty table every stage takes."""
     return {k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()}
 
 

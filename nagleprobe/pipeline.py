@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .decode import TCP_COLUMNS, decode
+from .decode import TCP_COLUMNS, decode, empty_columns
 from .errors import CaptureError
 from .fileset import SetReader, merge_columns
 from .read import CaptureReader
@@ -162,10 +162,8 @@ def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Repor
             origin_ns = first_ns
         if len(cols["frame"]):
             parts.append(cols)
-    if parts:
-        cols = {k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS}
-    else:
-        cols = {k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()}
+    cols = ({k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS} if parts
+            else empty_columns())
     skipped.update(reader.info.skipped)
     flows = build_flows(cols)
     if flows.duplicates:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
+from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
 from .detect import detect
 from .flows import build_flows
 from .read import CaptureInfo
@@ -465,8 +465,8 @@ class StreamAnalyzer:
         self._free_tuples()
         p = self._parts
         if not p.flows:
-            self._add(_analyse({k: np.zeros(0, dtype=t) for k, t in ANALYSED.items()},
-                               None, None, self.origin_ns))
+            none = empty_columns()
+            self._add(_analyse({k: none[k] for k in ANALYSED}, None, None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
