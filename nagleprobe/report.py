@@ -26,6 +26,7 @@ from .tables import (
     records,
     report_columns,
     segment_table,
+    stall_docs,
     table,
 )
 from .text_report import TEXT_WIDTH, render_text
@@ -117,18 +118,8 @@ class Report:
 
     def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
         """Stalls as JSON objects (all, or one flow's), frames and times nested."""
-        st = self.stalls if flow is None else self.stalls[self.stalls["flow"] == flow]
-        st = st.drop(columns=[c for c in TABLE_ONLY if c in st.columns])
-        docs = []
-        for rec in records(st):
-            conf = rec.pop("confidence")
-            rec["frames"] = {k: rec.pop(f"{k}_frame") for k in STALL_POINTS}
-            rec["times"] = {k: rec.pop(f"{k}_s") for k in STALL_POINTS}
-            if "small_file" in rec:  # a file set: the file of each frame
-                rec["files"] = {k: rec.pop(f"{k}_file") for k in STALL_POINTS}
-            rec["confidence"] = conf
-            docs.append(rec)
-        return docs
+        return stall_docs(self.stalls if flow is None
+                          else self.stalls[self.stalls["flow"] == flow])
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
