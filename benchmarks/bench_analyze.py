@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from capgen import pcap_header  # noqa: E402 (the one pcap file header)
 DEFAULT_SOURCES = ["samples/echo_split_lo.pcap", "samples/confirm_netns_client.pcap",
                    "samples/neg_bulk_cwnd_netns.pcap", "samples/server_split_lo.pcap",
                    "samples/neg_nodelay_split_netns.pcap"]
@@ -76,7 +78,7 @@ def build(out: Path, n_packets: int, sources: list[str], every_ms: float = 2.0) 
     rep, rec, t = rep[order], rec[order], t[order]
     part = Path(f"{out}.part")  # renamed when complete: an interrupted build is not reused
     with open(part, "wb") as fh:
-        fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        fh.write(pcap_header())
         for a in range(0, n_packets, 500_000):
             r, c, tt = rec[a:a + 500_000], rep[a:a + 500_000], t[a:a + 500_000]
             size = 16 + lens[r]

@@ -18,6 +18,8 @@ from collections import Counter
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from capgen import pcap_header  # noqa: E402 (the one pcap file header)
 
 from nagleprobe.decode import decode  # noqa: E402
 from nagleprobe.read import CaptureReader  # noqa: E402
@@ -113,7 +115,7 @@ def build(path: str, n_packets: int, snap: int = 0, pcapng: bool = False) -> int
         hdr = (struct.pack("<IIIHHqI", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1, 28)
                + struct.pack("<IIHHII", 1, 20, 1, 0, 262144, 20))
     else:
-        hdr = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)
+        hdr = pcap_header()
     with open(path, "wb") as f:
         f.write(hdr)
         m.tofile(f)

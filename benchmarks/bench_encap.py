@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_analyze  # noqa: E402
+from capgen import pcap_header  # noqa: E402 (tests/ is on the path through bench_analyze)
 
 from nagleprobe.read import CaptureReader  # noqa: E402
 
@@ -51,7 +52,7 @@ def wrap(plain: Path, out: Path) -> None:
     fwd, back = outer_header(a, b), outer_header(b, a)
     part = Path(f"{out}.part")
     with open(part, "wb") as fh:
-        fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        fh.write(pcap_header())
         for batch in CaptureReader(str(plain)):
             n, lens = len(batch), batch.caplen
             inner_src = batch.data[batch.offset + 14 + 15]  # last byte of the inner source

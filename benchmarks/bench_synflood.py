@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from capgen import pcap_header  # noqa: E402 (the one pcap file header)
 SOURCE = ROOT / "samples" / "confirm_netns_client.pcap"
 
 
@@ -55,7 +57,7 @@ def build(out: Path, n: int, every_us: int) -> None:
     tcp = 14 + (syn[14] & 0x0F) * 4
     part = Path(f"{out}.part")  # renamed when complete: an interrupted build is not reused
     with open(part, "wb") as fh:
-        fh.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        fh.write(pcap_header())
         for a in range(0, n, 250_000):
             i = np.arange(a, min(n, a + 250_000), dtype=np.int64)
             recs = np.empty((len(i), size), dtype=np.uint8)

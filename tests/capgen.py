@@ -1,5 +1,7 @@
 """Synthetic capture writers for the read/decode tests: pcap (usec/nsec, both byte orders),
 a minimal pcapng writer (sections, interfaces with if_tsresol/if_tsoffset, EPB/SPB/PB) and gzip.
+The pcap file header is written here for the tests, the sample scripts and the benchmarks
+(which import this module by path): `pcap_header`.
 
 Packets are (ts_ns, linktype, bytes[, wirelen]) tuples; bytes usually come from scapy.
 """
@@ -13,12 +15,18 @@ from dataclasses import dataclass, field
 LT_EN10MB, LT_NULL, LT_RAW, LT_LOOP, LT_SLL, LT_IPV4, LT_IPV6, LT_SLL2 = 1, 0, 101, 108, 113, 228, 229, 276
 
 
+def pcap_header(linktype: int = LT_EN10MB, snaplen: int = 262144, nsec: bool = False,
+                big: bool = False) -> bytes:
+    """The 24-byte pcap file header (version 2.4, microsecond or nanosecond times)."""
+    magic = 0xA1B23C4D if nsec else 0xA1B2C3D4
+    return struct.pack((">" if big else "<") + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)
+
+
 def pcap_bytes(packets, linktype: int = LT_EN10MB, nsec: bool = False, big: bool = False,
                snaplen: int = 262144) -> bytes:
     """packets: iterable of (ts_ns, data) or (ts_ns, data, wirelen)."""
     e = ">" if big else "<"
-    magic = 0xA1B23C4D if nsec else 0xA1B2C3D4
-    out = [struct.pack(e + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)]
+    out = [pcap_header(linktype, snaplen, nsec, big)]
     for p in packets:
         ts, data = p[0], bytes(p[1])
         wire = p[2] if len(p) > 2 else len(data)

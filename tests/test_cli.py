@@ -10,17 +10,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from capgen import pcap_bytes
 from columns import A, P, S
 from nagleprobe.cli import main
 from nagleprobe.errors import ExitStatus
 
 
-def pcap_bytes(packets: list[bytes], linktype: int = 1, ts_step_us: int = 1000) -> bytes:
-    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)]
-    for i, p in enumerate(packets):
-        t = 1_700_000_000_000_000 + i * ts_step_us
-        out.append(struct.pack("<IIII", t // 1_000_000, t % 1_000_000, len(p), len(p)) + p)
-    return b"".join(out)
+def pcap_of(frames: list[bytes], linktype: int = 1, ts_step_us: int = 1000) -> bytes:
+    """A pcap of the frames, one every `ts_step_us` microseconds."""
+    return pcap_bytes([(1_700_000_000_000_000_000 + i * ts_step_us * 1000, f)
+                       for i, f in enumerate(frames)], linktype, snaplen=65535)
 
 
 def tcp_frame(sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes = b"") -> bytes:
@@ -33,7 +32,7 @@ def tcp_frame(sport: int, dport: int, seq: int, ack: int, flags: int, payload: b
 
 
 def small_capture() -> bytes:
-    return pcap_bytes([
+    return pcap_of([
         tcp_frame(40000, 8000, 100, 0, S),
         tcp_frame(8000, 40000, 900, 101, S | A),
         tcp_frame(40000, 8000, 101, 901, A),
@@ -81,7 +80,7 @@ def test_standard_input_is_read_with_a_dash():
     (b"", "empty"),
     (b"this is not a capture file at all\n", "not a"),
     (small_capture()[:10], "truncated"),
-    (pcap_bytes([b"\x00" * 40], linktype=147), "link type"),
+    (pcap_of([b"\x00" * 40], linktype=147), "link type"),
 ])
 def test_bad_input_is_one_line_naming_the_file_with_its_own_exit_status(tmp_path, content,
                                                                          problem):
@@ -110,7 +109,7 @@ def test_a_capture_without_tcp_is_analysed_and_says_so(tmp_path):
                      bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])) + udp
     frame = b"\x00" * 12 + b"\x08\x00" + ip
     path = tmp_path / "udp.pcap"
-    path.write_bytes(pcap_bytes([frame]))
+    path.write_bytes(pcap_of([frame]))
     result = CliRunner().invoke(main, ["analyze", "--format", "json", str(path)])
     assert result.exit_code == ExitStatus.OK, result.output
     doc = json.loads(result.output)

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nagleprobe
-from capgen import pcap_records, pcapng_blocks
+from capgen import LT_RAW, LT_SLL, pcap_header, pcap_records, pcapng_blocks
 from nagleprobe.decode import TCP_COLUMNS, decode
 from nagleprobe.errors import CaptureError
 from nagleprobe.read import MAX_BLOCK, MAX_CAPLEN, CaptureReader
@@ -202,8 +202,8 @@ def mutated_gzip(draw) -> bytes:
 HEADERS = st.sampled_from([
     b"",
     BASE[:24],  # pcap, EN10MB
-    struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 101),  # pcap ns, RAW
-    struct.pack(">IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 113),  # big-endian, SLL
+    pcap_header(LT_RAW, 65535, nsec=True),
+    pcap_header(LT_SLL, 65535, big=True),
     BASE_NG[:len(BLOCKS[0]) + len(BLOCKS[1])],  # pcapng SHB + IDB
 ])
 
@@ -332,7 +332,7 @@ def test_huge_lengths_in_a_stream_cost_at_most_a_chunk():
 def gzip_bomb(records: int) -> bytes:
     """A ~1 MB gzip file that inflates to `records` x 256 KiB pcap records of zeros (built
     from one deflate segment repeated after full flushes, so it takes no time to make)."""
-    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, MAX_CAPLEN, 1)
+    head = pcap_header(snaplen=MAX_CAPLEN)
     rec = struct.pack("<IIII", 1_700_000_000, 0, MAX_CAPLEN, MAX_CAPLEN) + bytes(MAX_CAPLEN)
     co = zlib.compressobj(9, zlib.DEFLATED, -15)
     first = co.compress(head + rec) + co.flush(zlib.Z_FULL_FLUSH)

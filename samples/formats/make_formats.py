@@ -33,6 +33,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
+from capgen import pcap_header  # noqa: E402 (the one pcap file header)
 PORT = 8000
 STALL_MS = 30.0
 N_REQ = 8
@@ -211,9 +213,8 @@ def read_pcap(path):
 
 def write_pcap(path, linktype, recs, snaplen=262144, big=False, nsec=False):
     e = ">" if big else "<"
-    magic = 0xA1B23C4D if nsec else 0xA1B2C3D4
     with open(path, "wb") as f:
-        f.write(struct.pack(e + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype))
+        f.write(pcap_header(linktype, snaplen, nsec, big))
         for s, us, ol, d in recs:
             f.write(struct.pack(e + "IIII", s, us, len(d), ol) + d)
 
