@@ -25,7 +25,7 @@ from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
 from .read import url_scheme
 from .selection import confident, flow_mask, parse_host
-from .tables import stall_docs
+from .document import stall_docs
 from .words import plural
 
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations

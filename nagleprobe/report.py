@@ -9,9 +9,8 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import pandas as pd
 
-from . import relay, wireshark
+from . import document, relay
 from . import selection as sel
-from .advice import FIX_FIELDS
 from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
 from .errors import utf8_safe
 from .flows import Flows
@@ -19,20 +18,16 @@ from .read import CaptureInfo
 from .selection import parse_host, worst_first
 from .tables import (
     STALL_POINTS,
-    TABLE_ONLY,
     TEXT_DTYPE,
     add_tcp_streams,
     capture_doc,
-    records,
     report_columns,
     segment_table,
-    stall_docs,
     table,
 )
 from .text_report import TEXT_WIDTH, render_text
 from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-exported)
 
-FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (json_pieces): 35 MB of objects
 SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
 
 
@@ -95,71 +90,41 @@ class Report:
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
-        fl = self.flows if ids is None else self.flows.loc[ids]
-        fl = fl.drop(columns=[c for c in TABLE_ONLY if c in fl.columns])
-        sel = fl["id"].to_numpy()
-        ep = self.endpoints.loc[np.stack([2 * sel, 2 * sel + 1], axis=1).reshape(-1)]
-        eps = records(ep.drop(columns=["flow", "side"]))
-        filters = wireshark.filter_docs(self, sel)
-        tunnels = self.capture.get("tunnels", [])
-        docs = []
-        for j, rec in enumerate(records(fl)):
-            rec["tunnel"] = tunnels[rec["tunnel"] - 1] if rec.get("tunnel") else None
-            fix = {k: rec.pop(f"fix_{k}") for k in FIX_FIELDS}
-            why = {r: rec.pop(f"why_not_{r}") for r in REASONS}
-            rec["why_not"] = {r: n for r, n in why.items() if n}
-            up = {k.removeprefix("relay_"): rec.pop(k) for k in relay.RELAY_COLUMNS}
-            rec["relay"] = up if up["upstream_flow"] is not None else None
-            rec["endpoints"] = {"client": eps[2 * j], "server": eps[2 * j + 1]}
-            rec["fix"] = fix if fix["side"] is not None else None
-            rec["wireshark"] = filters[j]
-            docs.append(rec)
-        return docs
+        return document.flow_docs(self, ids)
 
     def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
         """Stalls as JSON objects (all, or one flow's), frames and times nested."""
-        return stall_docs(self.stalls if flow is None
-                          else self.stalls[self.stalls["flow"] == flow])
+        return document.stall_docs(self.stalls if flow is None
+                                   else self.stalls[self.stalls["flow"] == flow])
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
-        return {**document_head(), "capture": _capture_doc(self.capture),
-                "selection": self.selection, "summary": self.summary(),
-                "flows": self.flow_docs(), "stalls": self.stall_docs()}
+        return json.loads(self.to_json())
 
     def to_json(self) -> str:
-        """`to_dict()` as compact JSON text, built without a Python object per stall: pandas
-        writes the flat stall rows, and the nesting of frames/times is spliced into the text."""
+        """`to_dict()` as compact JSON text, written from the tables' columns (no Python
+        object per flow or stall: see `document`)."""
         return "".join(self.json_pieces())
 
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
-        """`to_json()` in pieces (the stalls a slice at a time), to write a large document
-        without holding all its text at once."""
+        """`to_json()` in pieces (flows and stalls a slice at a time), to write a large
+        document without holding all its text at once."""
         head = json.dumps({**document_head(), "capture": _capture_doc(self.capture),
                            "selection": self.selection, "summary": self.summary(), "flows": []},
                           separators=(",", ":"), allow_nan=False)
         assert head.endswith('"flows":[]}')
-        # the flows a slice at a time too (the first slice in the first piece, the last one
-        # ending it): a million flows (a port scan) as Python objects at once took gigabytes
-        # (at most FLOWS_PER_PIECE: a flow's object is ten times a stall's row)
-        # (ids a slice at a time as Python ints: a list of a million took 36 MB more)
-        ids, per = self.flows["id"].to_numpy(), min(rows_per_piece, FLOWS_PER_PIECE)
+        flows, n = document.flow_program(self), len(self.flows)
         piece = head[:-2]
-        for a in range(0, max(len(ids), 1), per):
-            part = json.dumps(self.flow_docs(ids[a:a + per].tolist()) if len(ids) else [],
-                              separators=(",", ":"), allow_nan=False)
+        for a in range(0, n, rows_per_piece):
             if a:
                 yield piece
                 piece = ","
-            piece += part[1:-1]
+            piece += flows.render(a, min(a + rows_per_piece, n))
+        del flows
         yield piece + '],"stalls":['
-        flat = self.stalls[[c for c in self.stalls.columns
-                            if c != "confidence" and c not in TABLE_ONLY] + ["confidence"]]
-        for a in range(0, len(flat), rows_per_piece):
-            rows = flat.iloc[a:a + rows_per_piece].to_json(orient="records", double_precision=6)
-            for old, new in _STALL_SPLICE + (_FILES_SPLICE if "small_file" in flat else []):
-                rows = rows.replace(old, new)
-            yield ("," if a else "") + rows[1:-1]
+        stalls = document.stall_program(self.stalls)
+        for a in range(0, len(self.stalls), rows_per_piece):
+            yield ("," if a else "") + stalls.render(a, min(a + rows_per_piece, len(self.stalls)))
         yield "]}"
 
     def to_text(self, width: int = TEXT_WIDTH) -> str:
@@ -309,15 +274,6 @@ class Report:
 
         return render_html(self, plots=plots)
 # flat stall columns -> the nested "frames" and "times" objects of the JSON contract
-_STALL_SPLICE = [('"small_frame":', '"frames":{"small":'), (',"ack_frame":', ',"ack":'),
-                 (',"released_frame":', ',"released":'), (',"small_s":', '},"times":{"small":'),
-                 (',"ack_s":', ',"ack":'), (',"released_s":', ',"released":'),
-                 (',"confidence":', '},"confidence":')]
-# a file set's stall columns small_file.. (between released_s and confidence) -> "files"
-_FILES_SPLICE = [(',"small_file":', '},"files":{"small":'), (',"ack_file":', ',"ack":'),
-                 (',"released_file":', ',"released":')]
-
-
 def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Detection,
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""

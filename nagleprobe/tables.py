@@ -230,23 +230,3 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
             cols.append(col.to_numpy(dtype=object, na_value=None).tolist())
     names = list(df.columns)
     return [dict(zip(names, row)) for row in zip(*cols)] if names else []
-
-
-def stall_docs(st: pd.DataFrame, fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """Stall rows as the JSON document's stall objects: their columns (or only `fields`),
-    then frames and times nested (and in a file set, with all columns, each frame's file),
-    confidence last. The one shape of a stall for `analyze`'s JSON and `check`'s evidence."""
-    st = st.drop(columns=[c for c in TABLE_ONLY if c in st.columns])
-    if fields is not None:
-        st = st[[*fields, *(f"{k}_{w}" for w in ("frame", "s") for k in STALL_POINTS),
-                 "confidence"]]
-    docs = []
-    for rec in records(st):
-        conf = rec.pop("confidence")
-        rec["frames"] = {k: rec.pop(f"{k}_frame") for k in STALL_POINTS}
-        rec["times"] = {k: rec.pop(f"{k}_s") for k in STALL_POINTS}
-        if "small_file" in rec:  # a file set: the file of each frame
-            rec["files"] = {k: rec.pop(f"{k}_file") for k in STALL_POINTS}
-        rec["confidence"] = conf
-        docs.append(rec)
-    return docs

@@ -96,6 +96,34 @@ def _frames_in(frames: np.ndarray) -> str | None:
     return "frame.number in {" + ",".join(map(str, frames.tolist())) + "}"
 
 
+def stall_frames(report: Report, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The frames of the stalls (S1, late ACK, S2) of each flow of `ids`, sorted and each
+    once per flow: (values, offsets), flow j's frames being values[offsets[j]:offsets[j+1]]."""
+    st = report.stalls
+    mine = st["flow"].isin(ids).to_numpy() if len(ids) < len(report.flows) else slice(None)
+    flow = np.tile(st["flow"].to_numpy()[mine], 3)
+    frames = np.concatenate([st[f"{k}_frame"].to_numpy()[mine]
+                             for k in ("small", "ack", "released")]).astype(np.int64)
+    order = np.lexsort((frames, flow))
+    flow, frames = flow[order], frames[order]
+    once = np.r_[True, (flow[1:] != flow[:-1]) | (frames[1:] != frames[:-1])] \
+        if len(flow) else np.zeros(0, bool)
+    flow, frames = flow[once], frames[once]
+    lo, hi = np.searchsorted(flow, ids, side="left"), np.searchsorted(flow, ids, side="right")
+    # flows of `ids` in any order: gather each one's run, then offsets over the runs
+    take = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo) + np.arange((hi - lo).sum())
+    return frames[take], np.r_[0, np.cumsum(hi - lo)].astype(np.int64)
+
+
+def flow_filters(fl: pd.DataFrame) -> list[str]:
+    """`flow_filter` of each row of a flows table."""
+    streams = (fl["tcp_stream"].to_numpy(dtype=np.int64, na_value=-1)
+               if "tcp_stream" in fl.columns else np.full(len(fl), -1))
+    return [flow_filter(c, s, t, ff, lf) for c, s, t, ff, lf in zip(
+        fl["client"].tolist(), fl["server"].tolist(), streams.tolist(),
+        fl["first_frame"].tolist(), fl["last_frame"].tolist())]
+
+
 def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
                 ) -> list[dict[str, Any]]:
     """Per flow (all, or the given ids, in that order): {"flow_filter", "stall_frames_filter"
@@ -105,34 +133,25 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
     "stall_frames_filters" gives one filter per file ({path: filter})."""
     fl = report.flows if ids is None else report.flows.loc[list(ids)]
     sel = fl["id"].to_numpy()
+    if "small_file" not in report.stalls.columns:
+        values, offsets = stall_frames(report, sel)
+        return [{"flow_filter": f, "stall_frames_filter": _frames_in(values[a:b])}
+                for f, a, b in zip(flow_filters(fl), offsets[:-1].tolist(),
+                                   offsets[1:].tolist())]
     st = report.stalls
-    is_set = "small_file" in st.columns
     set_paths = [f["path"] for f in report.capture.get("files") or []]  # in set order
-    mine = st["flow"].isin(sel).to_numpy() if len(sel) < len(report.flows) else slice(None)
+    mine = st["flow"].isin(sel).to_numpy()
     flow = np.tile(st["flow"].to_numpy()[mine], 3)
     frames = np.concatenate([st[f"{k}_frame"].to_numpy()[mine]
                              for k in ("small", "ack", "released")])
-    files = (np.concatenate([st[f"{k}_file"].to_numpy(dtype=object)[mine]
-                             for k in ("small", "ack", "released")]) if is_set else None)
+    files = np.concatenate([st[f"{k}_file"].to_numpy(dtype=object)[mine]
+                            for k in ("small", "ack", "released")])
     order = np.lexsort((frames, flow))
-    flow, frames = flow[order], frames[order]
-    files = files[order] if is_set else None
-    if not is_set:  # each frame once per flow, here for all flows (frames_filter's unique)
-        once = np.r_[True, (flow[1:] != flow[:-1]) | (frames[1:] != frames[:-1])] \
-            if len(flow) else np.zeros(0, bool)
-        flow, frames = flow[once], frames[once]
+    flow, frames, files = flow[order], frames[order], files[order]
     bounds = np.searchsorted(flow, sel, side="left"), np.searchsorted(flow, sel, side="right")
-    streams = (fl["tcp_stream"].to_numpy(dtype=np.int64, na_value=-1)
-               if "tcp_stream" in fl.columns else np.full(len(fl), -1))
     docs = []
-    for j, (c, s, ff, lf) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist(),
-                                           fl["first_frame"].tolist(),
-                                           fl["last_frame"].tolist())):
+    for j, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist())):
         mine_frames = frames[bounds[0][j]:bounds[1][j]]
-        if not is_set:
-            docs.append({"flow_filter": flow_filter(c, s, int(streams[j]), ff, lf),
-                         "stall_frames_filter": _frames_in(mine_frames)})
-            continue
         mine_files = files[bounds[0][j]:bounds[1][j]]
         present = set(mine_files.tolist())
         per_file = {p: frames_filter(mine_frames[mine_files == p])

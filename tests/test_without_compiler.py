@@ -8,6 +8,7 @@ import pytest
 import nagleprobe.decode
 import nagleprobe.detect
 import nagleprobe.flows
+import nagleprobe.jsonrows
 import nagleprobe.read
 import nagleprobe.stream
 import nagleprobe.tuples
@@ -23,7 +24,8 @@ CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
 def test_the_report_is_the_same_without_the_compiled_parts(path, monkeypatch):
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
     monkeypatch.setattr(nagleprobe.read.walk, "_compiled", None)
-    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.tuples, nagleprobe.detect):
+    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.tuples, nagleprobe.detect,
+                   nagleprobe.jsonrows):
         monkeypatch.setattr(module, "_compiled", None)
     assert analyze(str(path), chunk_bytes=16 << 10).to_json() == compiled
 
@@ -37,7 +39,8 @@ def test_duplicates_are_dropped_the_same_without_the_compiled_parts(name, tmp_pa
     path.write_bytes(seen_twice(name)[0])
     compiled = analyze(str(path), chunk_bytes=16 << 10).to_json()
     monkeypatch.setattr(nagleprobe.read.walk, "_compiled", None)
-    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.tuples, nagleprobe.detect):
+    for module in (nagleprobe.decode, nagleprobe.flows, nagleprobe.tuples, nagleprobe.detect,
+                   nagleprobe.jsonrows):
         monkeypatch.setattr(module, "_compiled", None)
     report = analyze(str(path), chunk_bytes=16 << 10)
     assert report.capture["skipped"]["duplicate"] == report.capture["packets"] // 2
