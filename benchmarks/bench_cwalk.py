@@ -1,0 +1,73 @@
+"""nagleprobe against the yardstick of issue 17, in paired runs (not a test; run it by hand):
+
+    python3 benchmarks/bench_cwalk.py [--size 10000000] [--rounds 7] [--tree .]
+
+`benchmarks/cwalk.c` (built here with `cc -O2`) walks the capture's records, pulls the TCP
+fields into arrays and numbers the connections with a hash table: the least work any TCP
+analysis must do. Every round runs it, `nagleprobe analyze` (text report) and `nagleprobe
+analyze --format json` of the build in `--tree`, one after the other, in an order that
+rotates each round (this machine's speed drifts, so only runs of one session are compared).
+Prints one JSON object per run, then per command the median and range of wall time, CPU
+time and peak RSS, and the ratios the issue asks about: text / C walk (goal 2) and JSON /
+text (goal 1.3). The capture is bench_scaling's, cached in benchmarks/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ab import command  # noqa: E402
+from bench_scaling import capture, run  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def build_cwalk() -> Path:
+    out = HERE / "out" / "cwalk"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cc", "-O2", "-o", str(out), str(HERE / "cwalk.c")], check=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=10_000_000)
+    ap.add_argument("--every-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--tree", type=Path, default=HERE.parent, help="nagleprobe source tree")
+    args = ap.parse_args()
+    pcap = capture(args.size, args.every_ms)
+    tree = args.tree.resolve()
+    cmds = {"cwalk": [str(build_cwalk()), str(pcap)],
+            "text": command(tree, pcap, "text"), "json": command(tree, pcap, "json")}
+    names = list(cmds)
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    run(cmds["cwalk"])  # warm the page cache
+    for r in range(args.rounds):
+        for name in names[r % 3:] + names[:r % 3]:
+            res = run(cmds[name])
+            res.update(command=name, round=r, packets=args.size)
+            print(json.dumps(res), flush=True)
+            runs[name].append(res)
+    print(f"\n{args.size} packets, {args.rounds} rounds, order rotated each round")
+    print("| command | wall s (median, range) | CPU s | peak RSS MB | steal % |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, rs in runs.items():
+        def cell(key: str, fmt: str = ".2f") -> str:
+            v = [x[key] for x in rs if x.get(key) is not None]
+            return f"{statistics.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})" if v else "-"
+        print(f"| {name} | {cell('seconds')} | {cell('cpu_s')} | {cell('peak_rss_mb', '.0f')} "
+              f"| {cell('steal_pct', '.0f')} |")
+    med = {n: statistics.median(x["seconds"] for x in rs) for n, rs in runs.items()}
+    print(f"\ntext / C walk: {med['text'] / med['cwalk']:.2f} (goal 2)   "
+          f"JSON / text: {med['json'] / med['text']:.2f} (goal 1.3)")
+
+
+if __name__ == "__main__":
+    main()
