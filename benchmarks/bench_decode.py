@@ -10,7 +10,6 @@ ports and times, written as one pcap in /tmp, then read and decoded with naglepr
 from __future__ import annotations
 
 import os
-import struct
 import sys
 import time
 from collections import Counter
@@ -19,7 +18,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from capgen import pcap_header  # noqa: E402 (the one pcap file header)
+from capgen import (LT_EN10MB, Iface, Section, pcap_bytes, pcap_header,  # noqa: E402
+                    pcap_records, pcapng_blocks, pcapng_bytes, pcapng_header)
 
 from nagleprobe.decode import decode  # noqa: E402
 from nagleprobe.read import CaptureReader  # noqa: E402
@@ -67,27 +67,28 @@ def build(path: str, n_packets: int, snap: int = 0, pcapng: bool = False) -> int
     conv = conversation()
     k = len(conv)
     reps = max(1, n_packets // k)
-    recs, pos_ts, pos_sport, pos_dport = [], [], [], []
+    # one conversation written by capgen (the one capture writer), cut into its records; the
+    # copies then get their own times and client port
+    packets = [(ts, data[:snap] if snap else data, len(data)) for ts, data in conv]
+    if pcapng:  # EPB: type, length, interface, ts high/low (us), caplen, origlen, data, length
+        hdr = pcapng_header(LT_EN10MB)
+        one = pcapng_bytes([Section([Iface(LT_EN10MB)], minimal=True,
+                                    records=[("epb", 0, ts, d, wire) for ts, d, wire in packets])])
+        assert one.startswith(hdr)
+        recs = [b for _, b in pcapng_blocks(one)[2:]]
+        ts_at, hdr_len = 12, 28
+    else:
+        hdr = pcap_header(LT_EN10MB)
+        recs = [b for _, b in pcap_records(pcap_bytes(packets, LT_EN10MB))]
+        ts_at, hdr_len = 0, 16
+    assert len(recs) == k
+    pos_ts, pos_sport, pos_dport = [], [], []
     o = 0
-    for ts, data in conv:
-        if snap:
-            wire, data = len(data), data[:snap]
-        else:
-            wire = len(data)
-        if pcapng:  # EPB: type, length, interface, ts high/low (us), caplen, origlen, data, length
-            body = data + b"\0" * (-len(data) % 4)
-            ln = 32 + len(body)
-            recs.append(struct.pack("<IIIIIII", 6, ln, 0, 0, 0, len(data), wire) + body
-                        + struct.pack("<I", ln))
-            pos_ts.append(o + 12)
-            hdr_len = 28
-        else:
-            recs.append(struct.pack("<IIII", 0, ts // 1000, len(data), wire) + data)
-            pos_ts.append(o)
-            hdr_len = 16
+    for rec in recs:
+        pos_ts.append(o + ts_at)
         pos_sport.append(o + hdr_len + 34)
         pos_dport.append(o + hdr_len + 36)
-        o += len(recs[-1])
+        o += len(rec)
     tmpl = np.frombuffer(b"".join(recs), np.uint8)
     m = np.tile(tmpl, (reps, 1))
     r = np.arange(reps, dtype=np.int64)
@@ -111,11 +112,6 @@ def build(path: str, n_packets: int, snap: int = 0, pcapng: bool = False) -> int
         client_is_src = conv[j][1][34:36] == b"\x9c\x40"
         q = pos_sport[j] if client_is_src else pos_dport[j]
         m[:, q:q + 2] = port
-    if pcapng:
-        hdr = (struct.pack("<IIIHHqI", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1, 28)
-               + struct.pack("<IIHHII", 1, 20, 1, 0, 262144, 20))
-    else:
-        hdr = pcap_header()
     with open(path, "wb") as f:
         f.write(hdr)
         m.tofile(f)

@@ -1,7 +1,10 @@
 """Synthetic capture writers for the read/decode tests: pcap (usec/nsec, both byte orders),
 a minimal pcapng writer (sections, interfaces with if_tsresol/if_tsoffset, EPB/SPB/PB) and gzip.
-The pcap file header is written here for the tests, the sample scripts and the benchmarks
-(which import this module by path): `pcap_header`.
+The one writer of capture files for the tests, the sample scripts and the benchmarks (which
+import this module by path): pcap file headers (`pcap_header`) and records (`pcap_bytes`),
+pcapng files (`pcapng_bytes`; `minimal=True` sections carry no options beyond the ones asked
+for), the head of a one-interface pcapng (`pcapng_header`), one interface block
+(`pcapng_idb`) and the framing of any block (`pcapng_block`).
 
 Packets are (ts_ns, linktype, bytes[, wirelen]) tuples; bytes usually come from scapy.
 """
@@ -52,6 +55,11 @@ def _block(e: str, btype: int, body: bytes) -> bytes:
     return struct.pack(e + "II", btype, ln) + body + struct.pack(e + "I", ln)
 
 
+def pcapng_block(btype: int, body: bytes, big: bool = False) -> bytes:
+    """One pcapng block: type, total length, the body padded to 32 bits, the length again."""
+    return _block(">" if big else "<", btype, body)
+
+
 @dataclass
 class Iface:
     linktype: int
@@ -67,6 +75,9 @@ class Section:
     # records: ("epb", iface_idx, ts_ns, data[, wirelen]) | ("spb", data[, wirelen])
     #        | ("pb", iface_idx, ts_ns, data) | ("raw", block_type, body)
     records: list[tuple] = field(default_factory=list)
+    # minimal: no option that was not asked for: no end-of-options in the section header, no
+    # if_name (and no end-of-options when an interface has no option), no comment on EPBs
+    minimal: bool = False
 
 
 def _units(iface: Iface, ts_ns: int) -> int:
@@ -80,20 +91,39 @@ def _units(iface: Iface, ts_ns: int) -> int:
     return ts_ns * 10 ** (r - 9)
 
 
+def _shb(e: str, minimal: bool) -> bytes:
+    shb = struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1)
+    return _block(e, 0x0A0D0D0A, shb if minimal else shb + _opt(e, 0, b""))
+
+
+def pcapng_idb(i: Iface, big: bool = False, minimal: bool = False) -> bytes:
+    """The interface description block of `i` (see Section.minimal)."""
+    e = ">" if big else "<"
+    opts = b""
+    if i.tsresol is not None:
+        opts += _opt(e, 9, bytes([i.tsresol]))
+    if i.tsoffset:
+        opts += _opt(e, 14, struct.pack(e + "q", i.tsoffset))
+    if not minimal:
+        opts += _opt(e, 2, b"eth-test")
+    if opts:
+        opts += _opt(e, 0, b"")
+    return _block(e, 1, struct.pack(e + "HHI", i.linktype, 0, i.snaplen) + opts)
+
+
+def pcapng_header(linktype: int = LT_EN10MB, snaplen: int = 262144, big: bool = False) -> bytes:
+    """Section header and one interface block, no options (times in microseconds): the head
+    of a one-interface pcapng, 48 bytes."""
+    return pcapng_bytes([Section([Iface(linktype, snaplen=snaplen)], big=big, minimal=True)])
+
+
 def pcapng_bytes(sections: list[Section]) -> bytes:
     out = []
     for sec in sections:
         e = ">" if sec.big else "<"
-        shb = struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1) + _opt(e, 0, b"")
-        out.append(_block(e, 0x0A0D0D0A, shb))
+        out.append(_shb(e, sec.minimal))
         for i in sec.ifaces:
-            opts = b""
-            if i.tsresol is not None:
-                opts += _opt(e, 9, bytes([i.tsresol]))
-            if i.tsoffset:
-                opts += _opt(e, 14, struct.pack(e + "q", i.tsoffset))
-            opts += _opt(e, 2, b"eth-test") + _opt(e, 0, b"")
-            out.append(_block(e, 1, struct.pack(e + "HHI", i.linktype, 0, i.snaplen) + opts))
+            out.append(pcapng_idb(i, sec.big, sec.minimal))
         for r in sec.records:
             kind = r[0]
             if kind == "epb":
@@ -102,7 +132,9 @@ def pcapng_bytes(sections: list[Section]) -> bytes:
                 wire = r[4] if len(r) > 4 else len(data)
                 u = _units(sec.ifaces[ifi] if ifi < len(sec.ifaces) else Iface(1), ts)
                 body = struct.pack(e + "IIIII", ifi, u >> 32, u & 0xFFFFFFFF, len(data), wire)
-                body += _pad(data) + _opt(e, 1, b"comment") + _opt(e, 0, b"")
+                body += _pad(data)
+                if not sec.minimal:
+                    body += _opt(e, 1, b"comment") + _opt(e, 0, b"")
                 out.append(_block(e, 6, body))
             elif kind == "pb":
                 _, ifi, ts, data = r[:4]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nagleprobe
-from capgen import Iface, Section, pcapng_bytes
+from capgen import Iface, Section, pcapng_bytes, pcapng_idb
 from nagleprobe.errors import CaptureError
 from nagleprobe.read import CaptureReader
 from replicate import sample_packets
@@ -101,9 +101,8 @@ def test_packet_block_naming_a_missing_interface_fails_strict(tmp_path):
 
 def test_millions_of_tiny_interface_blocks_share_their_description(tmp_path):
     """2 M identical interface blocks took 344 MB (an object each); now a list entry each."""
-    e = "<"
-    body = struct.pack(e + "HHI", 1, 0, 262144)
-    idb = struct.pack(e + "II", 1, 20) + body + struct.pack(e + "I", 20)
+    idb = pcapng_idb(Iface(1), minimal=True)
+    assert len(idb) == 20
     n = 100_000
     head = pcapng_bytes([Section([Iface(1)], records=[("epb", 0, T0, PACKETS[0][1])])])
     data = head + idb * n + pcapng_bytes([Section([], records=[])])[:0]

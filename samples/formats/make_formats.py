@@ -34,7 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
-from capgen import pcap_header  # noqa: E402 (the one pcap file header)
+from capgen import Iface, Section, pcap_bytes, pcapng_bytes  # noqa: E402 (the one writer)
 PORT = 8000
 STALL_MS = 30.0
 N_REQ = 8
@@ -211,12 +211,15 @@ def read_pcap(path):
     return lt, snap, recs
 
 
-def write_pcap(path, linktype, recs, snaplen=262144, big=False, nsec=False):
-    e = ">" if big else "<"
+def ts_ns(s, us):
+    return (s * 1_000_000 + us) * 1000
+
+
+def write_pcap(path, linktype, recs, snaplen=262144, big=False):
+    """recs: [(sec, usec, origlen, data)], written by capgen.pcap_bytes (microseconds)."""
     with open(path, "wb") as f:
-        f.write(pcap_header(linktype, snaplen, nsec, big))
-        for s, us, ol, d in recs:
-            f.write(struct.pack(e + "IIII", s, us, len(d), ol) + d)
+        f.write(pcap_bytes([(ts_ns(s, us), d, ol) for s, us, ol, d in recs], linktype,
+                           big=big, snaplen=snaplen))
 
 
 def csum(data):
@@ -459,37 +462,15 @@ def derive(truth):
 
 
 def write_pcapng(path, ifaces, packets):
-    """ifaces: [(linktype, tsresol or None)]; packets: [(ifid, (sec, usec, origlen, data), kind)]"""
-    def block(bt, body):
-        body += b"\0" * (-len(body) % 4)
-        ln = len(body) + 12
-        return struct.pack("<II", bt, ln) + body + struct.pack("<I", ln)
-
-    def opt(code, val):
-        return struct.pack("<HH", code, len(val)) + val + b"\0" * (-len(val) % 4)
-
-    out = [block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))]
-    units = []
-    for lt, res in ifaces:
-        opts = b""
-        if res is not None:
-            opts = opt(9, bytes([res])) + opt(0, b"")
-        out.append(block(1, struct.pack("<HHI", lt, 0, 262144) + opts))
-        if res is None or res == 6:
-            units.append(10**6)
-        elif res & 0x80:
-            units.append(2 ** (res & 0x7F))
-        else:
-            units.append(10 ** res)
-    for ifid, (s, u, ol, d), kind in packets:
-        if kind == "spb":
-            out.append(block(3, struct.pack("<I", ol) + d))
-        else:
-            ticks = (s * 10**6 + u) * units[ifid] // 10**6
-            out.append(block(6, struct.pack("<IIIII", ifid, ticks >> 32, ticks & 0xFFFFFFFF,
-                                            len(d), ol) + d))
+    """ifaces: [(linktype, tsresol or None)]; packets: [(ifid, (sec, usec, origlen, data), kind)],
+    kind "epb" or "spb"; written by capgen.pcapng_bytes: one section, no options but
+    if_tsresol."""
+    records = [("spb", d, ol) if kind == "spb" else ("epb", ifid, ts_ns(s, us), d, ol)
+               for ifid, (s, us, ol, d), kind in packets]
+    section = Section([Iface(lt, tsresol=res) for lt, res in ifaces], records=records,
+                      minimal=True)
     with open(path, "wb") as f:
-        f.write(b"".join(out))
+        f.write(pcapng_bytes([section]))
 
 
 def broken(recs, lt, snap):

@@ -24,7 +24,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from capgen import pcap_records, pcapng_blocks  # noqa: E402
+from capgen import (Iface, pcap_records, pcapng_block, pcapng_blocks,  # noqa: E402
+                    pcapng_idb)
 ROOT = HERE.parent.parent
 BASE = ROOT / "samples" / "formats" / "base_lo.pcap"
 BASE_NG = ROOT / "samples" / "formats" / "base_lo.pcapng"
@@ -36,12 +37,6 @@ def set_u32(b: bytes, at: int, v: int, fmt: str = "<I") -> bytes:
     m = bytearray(b)
     struct.pack_into(fmt, m, at, v)
     return bytes(m)
-
-
-def block(btype: int, body: bytes) -> bytes:
-    body += b"\0" * (-len(body) % 4)
-    ln = len(body) + 12
-    return struct.pack("<II", btype, ln) + body + struct.pack("<I", ln)
 
 
 def cases() -> dict[str, dict]:
@@ -162,16 +157,18 @@ def cases() -> dict[str, dict]:
             "resumes at block 31", 47, problem, "block", 30, p30, p30 + L)
 
     p11 = blocks[10][0]
-    readable("pcapng_unknown_block.pcapng", ng[:p11] + block(0xBEE, b"whatever") + ng[p11:],
+    readable("pcapng_unknown_block.pcapng",
+             ng[:p11] + pcapng_block(0xBEE, b"whatever") + ng[p11:],
              "a well-formed block of an undefined type (0xBEE) between blocks 10 and 11: "
              "skipped and counted", packets=48, skipped={"unknown-block-type": 1})
 
-    readable("pcapng_short_packet_block.pcapng", ng[:p11] + block(6, b"\0" * 4) + ng[p11:],
+    readable("pcapng_short_packet_block.pcapng",
+             ng[:p11] + pcapng_block(6, b"\0" * 4) + ng[p11:],
              "an enhanced packet block of 16 bytes (too short for its 20-byte fixed part) "
              "between blocks 10 and 11: skipped and counted (it is numbered as frame 10)",
              packets=49, skipped={"corrupt-block": 1})
 
-    readable("pcapng_short_packet_block_at_end.pcapng", ng + block(6, b"\0" * 4),
+    readable("pcapng_short_packet_block_at_end.pcapng", ng + pcapng_block(6, b"\0" * 4),
              "the same 16-byte packet block as the last block of the file (its fixed part "
              "would run past the end of the data; this used to be an IndexError)",
              packets=49, skipped={"corrupt-block": 1})
@@ -190,8 +187,7 @@ def cases() -> dict[str, dict]:
         exit=3, error="corrupt block: section header with a bad byte-order magic 44332211 "
                       "(block 1 at byte 0)")
 
-    idb = block(1, struct.pack("<HHI", 1, 0, 262144)
-                + struct.pack("<HHq", 14, 8, 1 << 62) + struct.pack("<HH", 0, 0))
+    idb = pcapng_idb(Iface(1, tsoffset=1 << 62), minimal=True)  # if_tsoffset, end of options
     readable("pcapng_huge_tsoffset.pcapng", shb + idb + ng[blocks[2][0]:],
              "the interface has if_tsoffset = 2^62 seconds (nonsense; it used to overflow "
              "64-bit nanoseconds): ignored, the capture reads normally", packets=48)
