@@ -25,8 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SEED_DIRS = [ROOT / "samples", ROOT / "samples" / "formats", ROOT / "samples" / "formats" /
-             "broken", ROOT / "tests" / "broken"]
+SEED_DIRS = [ROOT / "samples", ROOT / "samples" / "formats", ROOT / "tests" / "broken"]
 MAX_SEED = 64 << 10
 
 

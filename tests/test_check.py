@@ -25,7 +25,7 @@ SPLIT = str(SAMPLES / "echo_split_lo.pcap")  # stalls (ground truth in the sidec
 NODELAY = str(SAMPLES / "echo_nodelay_lo.pcap")  # none
 PROXY = str(SAMPLES / "proxy_any.pcap")  # two flows, stalls only on proxy -> backend
 CONFIRM = str(SAMPLES / "confirm_netns_client.pcap")
-EMPTY = str(SAMPLES / "formats" / "broken" / "empty.pcap")
+EMPTY = str(SAMPLES.parent / "tests" / "broken" / "empty.pcap")
 JUNIT_XSD = Path(__file__).resolve().parent / "schemas" / "junit-10.xsd"
 
 

@@ -31,8 +31,8 @@ SAMPLES = HERE.parent / "samples"
 SPLIT = str(SAMPLES / "echo_split_lo.pcap")
 NODELAY = str(SAMPLES / "echo_nodelay_lo.pcap")
 PROXY = str(SAMPLES / "proxy_any.pcap")
-EMPTY = str(SAMPLES / "formats" / "broken" / "empty.pcap")
-NOT_A_CAPTURE = str(SAMPLES / "formats" / "broken" / "not_a_capture.txt")
+EMPTY = str(HERE / "broken" / "empty.pcap")
+NOT_A_CAPTURE = str(HERE / "broken" / "not_a_capture.txt")
 GZIP_CUT = str(HERE / "broken" / "pcap_gzip_cut.pcap.gz")
 MISSING = str(SAMPLES / "no-such-capture.pcap")
 FLEET = [SPLIT, EMPTY, NODELAY, NOT_A_CAPTURE, PROXY, GZIP_CUT, MISSING,
@@ -118,12 +118,12 @@ def test_relative_paths_are_read_by_workers_in_other_directories_and_named_as_gi
         cluster, monkeypatch):
     client, _ = cluster
     monkeypatch.chdir(SAMPLES)  # the workers' directory stays where they started
-    run = run_check(["echo_split_lo.pcap", "formats/broken/empty.pcap"], Budget(),
+    run = run_check(["echo_split_lo.pcap", "../tests/broken/empty.pcap"], Budget(),
                     client=client, with_documents=True)
-    assert [v.path for v in run.verdicts] == ["echo_split_lo.pcap", "formats/broken/empty.pcap"]
+    assert [v.path for v in run.verdicts] == ["echo_split_lo.pcap", "../tests/broken/empty.pcap"]
     assert run.verdicts[0].stalls == 19
     assert run.verdicts[0].document["capture"]["path"] == "echo_split_lo.pcap"
-    assert run.verdicts[1].error == "formats/broken/empty.pcap: empty file"
+    assert run.verdicts[1].error == "../tests/broken/empty.pcap: empty file"
 
 
 def test_workers_read_captures_by_url_themselves(cluster, tmp_path):

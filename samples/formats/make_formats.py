@@ -450,12 +450,10 @@ def derive(truth):
         "of their TCP options (74 B frames), so MSS/wscale from the SYN may be unavailable"))
     exp["snap96.pcap"] = dict(exp["snap96.pcap"], note=(
         "tcpdump -s 96: every frame here is <= 79 B, so nothing is actually cut (see snap68)"))
-    broken(recs, lt, snap)
     meta = {"_about": "ground truth from the client's own latency measurements "
             f"(request >= {STALL_MS} ms = stall); never from nagleprobe. Broken files: "
-            "see README.md."}
+            "tests/broken/ (made by tests/broken/make_broken.py)."}
     meta.update({k: exp[k] for k in sorted(exp)})
-    meta.update(broken_expect(base["stalls"]))
     with open(P("expected.json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
@@ -471,43 +469,6 @@ def write_pcapng(path, ifaces, packets):
                       minimal=True)
     with open(path, "wb") as f:
         f.write(pcapng_bytes([section]))
-
-
-def broken(recs, lt, snap):
-    bd = P("broken")
-    os.makedirs(bd, exist_ok=True)
-    with open(os.path.join(bd, "not_a_capture.txt"), "w") as f:
-        f.write("This is not a capture file, just text.\nnagleprobe must refuse it.\n")
-    open(os.path.join(bd, "empty.pcap"), "wb").close()
-    base = open(P("base_lo.pcap"), "rb").read()
-    with open(os.path.join(bd, "truncated_header.pcap"), "wb") as f:
-        f.write(base[:10])
-    last_len = len(recs[-1][3])
-    with open(os.path.join(bd, "truncated_record.pcap"), "wb") as f:
-        f.write(base[:len(base) - last_len // 2])  # cut inside the last record's data
-    write_pcap(os.path.join(bd, "bad_linktype.pcap"), 147, recs[:5], snap)
-    hdr = base[:24]
-    with open(os.path.join(bd, "huge_record.pcap"), "wb") as f:
-        f.write(hdr + struct.pack("<IIII", recs[0][0], recs[0][1], 0xFFFFFFF0, 0xFFFFFFF0)
-                + recs[0][3])
-    # the same after 10 good records
-    body = b"".join(struct.pack("<IIII", s, u, len(d), ol) + d for s, u, ol, d in recs[:10])
-    with open(os.path.join(bd, "huge_record_mid.pcap"), "wb") as f:
-        f.write(hdr + body + struct.pack("<IIII", recs[10][0], recs[10][1], 0xFFFFFFF0,
-                                         0xFFFFFFF0) + recs[10][3])
-
-
-def broken_expect(base_stalls):
-    n = len(read_pcap(P("base_lo.pcap"))[2])
-    return {"broken/not_a_capture.txt": {"exit": 3, "error_contains": "not a"},
-            "broken/empty.pcap": {"exit": 3, "error_contains": "empty"},
-            "broken/truncated_header.pcap": {"exit": 3, "error_contains": "truncated"},
-            "broken/truncated_record.pcap": {"exit": 0, "warning_contains": "truncated",
-                                             "packets": n - 1, "stalls": base_stalls, "flows": 1},
-            "broken/bad_linktype.pcap": {"exit": 3, "error_contains": "link type"},
-            "broken/huge_record.pcap": {"exit": 3, "error_contains": "corrupt"},
-            "broken/huge_record_mid.pcap": {"exit": 0, "warning_contains": "corrupt",
-                                            "packets": 10, "stalls": 0, "flows": 1}}
 
 
 if __name__ == "__main__":

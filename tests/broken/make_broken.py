@@ -7,8 +7,11 @@ writes down what nagleprobe must answer: the exit status and the exact one-line 
 for a damaged-but-readable file the exact warnings, the packet count, the skipped counts and
 the `--strict` error.  The messages are composed here from how and where the file was broken
 (offsets computed from the construction, gzip figures from zlib itself), never taken from
-nagleprobe's output.  The broken files already in samples/formats/broken/ are listed too, with
-their exact messages, so that this one table covers every broken input.
+nagleprobe's output.  This is the one home of the broken inputs: the first ones (not a capture,
+an empty file, cut headers and records, a wrong link type, impossible record lengths) were made
+by samples/formats/make_formats.py and kept in samples/formats/broken/ until issue 16.  For
+two of those the stalls and flows of what is read are written down too ("stalls", "flows",
+checked by tests/test_samples.py).
 
     python3 tests/broken/make_broken.py      # rewrites tests/broken/*, expected.json, README.md
 """
@@ -24,11 +27,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from capgen import (Iface, pcap_records, pcapng_block, pcapng_blocks,  # noqa: E402
-                    pcapng_idb)
+from capgen import (Iface, pcap_header, pcap_records, pcapng_block,  # noqa: E402
+                    pcapng_blocks, pcapng_idb)
 ROOT = HERE.parent.parent
 BASE = ROOT / "samples" / "formats" / "base_lo.pcap"
 BASE_NG = ROOT / "samples" / "formats" / "base_lo.pcapng"
+LIVE_TRUTH = ROOT / "samples" / "formats" / "live_truth.json"  # base_lo's stalls, as timed
 LIMIT = 262144
 BLOCK_LIMIT = 16 << 20
 
@@ -52,9 +56,9 @@ def cases() -> dict[str, dict]:
     def add(name, data, broken, **expect):
         out[name] = {"file": name, "bytes": data, "broken": broken, **expect}
 
-    def readable(name, data, broken, packets, skipped=None, warnings=(), strict=None):
+    def readable(name, data, broken, packets, skipped=None, warnings=(), strict=None, **more):
         add(name, data, broken, exit=0, packets=packets, skipped=skipped or {},
-            warnings=list(warnings), strict_error=strict)
+            warnings=list(warnings), strict_error=strict, **more)
 
     def resumed(name, data, broken, packets, problem, unit, number, at, to):
         """A corrupt record/block at byte `at` skipped up to the next valid one at `to`."""
@@ -231,70 +235,67 @@ def cases() -> dict[str, dict]:
                                                                             mtime=0),
              "not broken: two gzip members (split inside the file at record 25) with zero "
              "padding between them, as `cat a.gz b.gz` or tape padding makes", packets=48)
+
+    # ---------------------------------------------------------------- the first ones
+    # (made by samples/formats/make_formats.py until issue 16)
+    add("empty.pcap", b"", "0 bytes", exit=3, error="empty file")
+
+    text = b"This is not a capture file, just text.\nnagleprobe must refuse it.\n"
+    add("not_a_capture.txt", text, "two lines of text", exit=3,
+        error=f"not a pcap or pcapng capture: data starts with {text[:4].hex(' ')} (byte 0)")
+
+    add("truncated_header.pcap", base[:10], "first 10 bytes of base_lo.pcap", exit=3,
+        error="truncated pcap file header: 10 of 24 bytes (byte 10)")
+
+    snaplen = struct.unpack_from("<I", base, 16)[0]
+    add("bad_linktype.pcap", pcap_header(147, snaplen) + base[24:recs[5][0]],
+        "pcap with link type 147 (USER0)", exit=3,
+        error="unsupported link type 147 (USER0); nagleprobe reads EN10MB, LINUX_SLL, "
+              "LINUX_SLL2, RAW, IPV4, IPV6, NULL and LOOP captures (byte 20)")
+
+    huge = 0xFFFFFFF0
+
+    def huge_record(rec: bytes) -> bytes:
+        """The record with captured and wire length `huge` in its header, its data kept."""
+        return set_u32(set_u32(rec, 8, huge), 12, huge)
+
+    add("huge_record.pcap", base[:24] + huge_record(recs[0][1]),
+        f"file header and one record header with caplen {huge:#x}", exit=3,
+        error=f"corrupt record: captured length {huge} exceeds the limit of {LIMIT} bytes "
+              "(record 1 at byte 24)")
+
+    o11, r11 = recs[10]
+    mid = base[:o11] + huge_record(r11)
+    problem = f"corrupt record: captured length {huge} exceeds the limit of {LIMIT} bytes"
+    readable("huge_record_mid.pcap", mid,
+             f"10 good records, then a record header with caplen {huge:#x} and {len(r11) - 16} "
+             "more bytes", packets=10, skipped={"corrupt-record": 1},
+             warnings=[f"{problem} (record 11 at byte {o11}); nothing valid after it: ignored "
+                       f"the last {len(mid) - o11} bytes"],
+             strict=f"{problem} (record 11 at byte {o11})",
+             stalls=0, flows=1)  # base_lo's first stall is released at frame 12
+
+    o48, r48 = recs[47]
+    problem = "truncated capture: the file ends inside a record"
+    stalls = json.loads(LIVE_TRUTH.read_text())["base_lo.pcap"]["stalls"]
+    readable("truncated_record.pcap", base[:len(base) - (len(r48) - 16) // 2],
+             "base_lo.pcap cut inside its last record's data", packets=47,
+             warnings=[f"{problem} (record 48 at byte {o48}); {done.format(47)}"],
+             strict=f"{problem} (record 48 at byte {o48})",
+             stalls=stalls, flows=1)  # only the final ACK is lost
     return out
-
-
-def existing() -> dict[str, dict]:
-    """samples/formats/broken/ (made by samples/formats/make_formats.py): the exact answers,
-    with offsets taken from the files' own structure."""
-    d = ROOT / "samples" / "formats" / "broken"
-    key = "../../samples/formats/broken/"
-    text = (d / "not_a_capture.txt").read_bytes()
-    mid = (d / "huge_record_mid.pcap").read_bytes()
-    recs = pcap_records(mid[:24] + mid[24:])  # walks into the bad header and stops there
-    good = [(o, r) for o, r in recs if struct.unpack_from("<I", r, 8)[0] <= LIMIT]
-    bad_at = recs[len(good)][0]
-    bad_cl = struct.unpack_from("<I", mid, bad_at + 8)[0]
-    mid_problem = f"corrupt record: captured length {bad_cl} exceeds the limit of {LIMIT} bytes"
-    cut = (d / "truncated_record.pcap").read_bytes()
-    last = pcap_records(BASE.read_bytes())[-1][0]
-    assert last < len(cut) < len(BASE.read_bytes())
-    cut_problem = "truncated capture: the file ends inside a record"
-    huge_cl = struct.unpack_from("<I", (d / "huge_record.pcap").read_bytes(), 24 + 8)[0]
-    return {
-        key + "empty.pcap": {"broken": "0 bytes", "exit": 3, "error": "empty file"},
-        key + "not_a_capture.txt": {
-            "broken": "two lines of text", "exit": 3,
-            "error": f"not a pcap or pcapng capture: data starts with {text[:4].hex(' ')} "
-                     "(byte 0)"},
-        key + "truncated_header.pcap": {
-            "broken": "first 10 bytes of base_lo.pcap", "exit": 3,
-            "error": "truncated pcap file header: 10 of 24 bytes (byte 10)"},
-        key + "bad_linktype.pcap": {
-            "broken": "pcap with link type 147 (USER0)", "exit": 3,
-            "error": "unsupported link type 147 (USER0); nagleprobe reads EN10MB, LINUX_SLL, "
-                     "LINUX_SLL2, RAW, IPV4, IPV6, NULL and LOOP captures (byte 20)"},
-        key + "huge_record.pcap": {
-            "broken": f"file header and one record header with caplen {huge_cl:#x}", "exit": 3,
-            "error": f"corrupt record: captured length {huge_cl} exceeds the limit of {LIMIT} "
-                     "bytes (record 1 at byte 24)"},
-        key + "huge_record_mid.pcap": {
-            "broken": f"{len(good)} good records, then a record header with caplen "
-                      f"{bad_cl:#x} and {len(mid) - bad_at - 16} more bytes",
-            "exit": 0, "packets": len(good), "skipped": {"corrupt-record": 1},
-            "warnings": [f"{mid_problem} (record {len(good) + 1} at byte {bad_at}); nothing "
-                         f"valid after it: ignored the last {len(mid) - bad_at} bytes"],
-            "strict_error": f"{mid_problem} (record {len(good) + 1} at byte {bad_at})"},
-        key + "truncated_record.pcap": {
-            "broken": "base_lo.pcap cut inside its last record's data", "exit": 0,
-            "packets": 47, "skipped": {},
-            "warnings": [f"{cut_problem} (record 48 at byte {last}); analysed the 47 complete "
-                         "packet records"],
-            "strict_error": f"{cut_problem} (record 48 at byte {last})"},
-    }
 
 
 def main() -> None:
     made = cases()
     for old in HERE.iterdir():
-        if old.suffix in (".pcap", ".pcapng", ".gz"):
+        if old.suffix in (".pcap", ".pcapng", ".gz", ".txt"):
             old.unlink()
     truth = {}
     for name, c in made.items():
         (HERE / name).write_bytes(c.pop("bytes"))
         c.pop("file")
         truth[name] = c
-    truth.update(existing())
     (HERE / "expected.json").write_text(json.dumps(truth, indent=1) + "\n")
     rows = []
     for name, c in truth.items():
@@ -307,8 +308,10 @@ def main() -> None:
             parts += [f"warning `{w}`" for w in c["warnings"]]
             if c.get("strict_error"):
                 parts.append(f"with `--strict` exit 3: `{c['strict_error']}`")
+            if "stalls" in c:
+                parts.append(f"{c['flows']} flow, {c['stalls']} stalls")
             outcome = "; ".join(parts)
-        rows.append(f"| {name.replace('../../', '')} | {c['broken']} | {outcome} |")
+        rows.append(f"| {name} | {c['broken']} | {outcome} |")
     readme = (HERE / "README.md").read_text()
     head = readme[:readme.index("| file | what is broken |")]
     (HERE / "README.md").write_text(head + "| file | what is broken | nagleprobe must answer |\n"
