@@ -28,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from capgen import pcap_header  # noqa: E402 (the one pcap file header)
+
 DEFAULT_SOURCES = ["samples/echo_split_lo.pcap", "samples/confirm_netns_client.pcap",
                    "samples/neg_bulk_cwnd_netns.pcap", "samples/server_split_lo.pcap",
                    "samples/neg_nodelay_split_netns.pcap"]

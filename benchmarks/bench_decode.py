@@ -18,9 +18,17 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from capgen import (LT_EN10MB, Iface, Section, pcap_bytes, pcap_header,  # noqa: E402
-                    pcap_records, pcapng_blocks, pcapng_bytes, pcapng_header)
-
+from capgen import (  # noqa: E402
+    LT_EN10MB,
+    Iface,
+    Section,
+    pcap_bytes,
+    pcap_header,
+    pcap_records,
+    pcapng_blocks,
+    pcapng_bytes,
+    pcapng_header,
+)
 from nagleprobe.decode import decode  # noqa: E402
 from nagleprobe.read import CaptureReader  # noqa: E402
 

@@ -32,7 +32,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_analyze  # noqa: E402
 from capgen import pcap_header  # noqa: E402 (tests/ is on the path through bench_analyze)
-
 from nagleprobe.read import CaptureReader  # noqa: E402
 
 OUTER = 14 + 20 + 8 + 8  # Ethernet, IPv4, UDP, VXLAN

@@ -35,9 +35,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_analyze import DEFAULT_SOURCES, ROOT, build  # noqa: E402
-
 import nagleprobe  # noqa: E402
+from bench_analyze import DEFAULT_SOURCES, ROOT, build  # noqa: E402
 from nagleprobe.check import Budget, check_capture  # noqa: E402
 from nagleprobe.fleet import analyze_many  # noqa: E402
 

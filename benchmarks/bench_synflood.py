@@ -29,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from capgen import pcap_header  # noqa: E402 (the one pcap file header)
+
 SOURCE = ROOT / "samples" / "confirm_netns_client.pcap"
 
 

@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from .document import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
 from .read import url_scheme
 from .selection import confident, flow_mask, parse_host
-from .document import stall_docs
 from .words import plural
 
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations

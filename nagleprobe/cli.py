@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import __version__
+from . import __version__, pipeline
 from .errors import CaptureError, ExitStatus, printable
-from . import pipeline
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
 

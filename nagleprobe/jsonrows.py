@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-from json.encoder import encode_basestring_ascii as _encode_str
 from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring_ascii as _encode_str
 from typing import Any
 
 import numpy as np

@@ -199,9 +199,24 @@ def corpus():
 
     expect is None for a TCP packet the decoder must return, else the skip reason.
     """
-    from scapy.all import (ARP, ICMP, IP, TCP, UDP, CookedLinux, CookedLinuxV2, Dot1AD, Dot1Q,
-                           Ether, IPOption_Router_Alert, IPv6, IPv6ExtHdrDestOpt,
-                           IPv6ExtHdrFragment, IPv6ExtHdrHopByHop, Raw)
+    from scapy.all import (
+        ARP,
+        ICMP,
+        IP,
+        TCP,
+        UDP,
+        CookedLinux,
+        CookedLinuxV2,
+        Dot1AD,
+        Dot1Q,
+        Ether,
+        IPOption_Router_Alert,
+        IPv6,
+        IPv6ExtHdrDestOpt,
+        IPv6ExtHdrFragment,
+        IPv6ExtHdrHopByHop,
+        Raw,
+    )
 
     ts = [("NOP", None), ("NOP", None), ("Timestamp", (123456, 654321))]
     syn = [("MSS", 1460), ("SAckOK", b""), ("Timestamp", (99, 0)), ("NOP", None), ("WScale", 7)]

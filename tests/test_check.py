@@ -14,8 +14,16 @@ import xmlschema
 from click.testing import CliRunner
 
 import nagleprobe
-from nagleprobe.check import (Budget, BudgetError, CheckRun, check_capture, evaluate,
-                              expand_targets, load_budget, run_check)
+from nagleprobe.check import (
+    Budget,
+    BudgetError,
+    CheckRun,
+    check_capture,
+    evaluate,
+    expand_targets,
+    load_budget,
+    run_check,
+)
 from nagleprobe.check_output import render_junit
 from nagleprobe.cli import main
 from nagleprobe.errors import ExitStatus

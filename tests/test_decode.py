@@ -6,7 +6,6 @@ compares the two on real and mutated packets."""
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import struct
 from collections import Counter
@@ -17,14 +16,13 @@ import dpkt.sll
 import dpkt.sll2
 import numpy as np
 import pytest
-
-from capgen import TCP_OPTION_ATOMS, Iface, Section, corpus, pcap_bytes, pcapng_bytes, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 import nagleprobe.decode
+from capgen import TCP_OPTION_ATOMS, Iface, Section, corpus, pcap_bytes, pcapng_bytes, write
 from nagleprobe.decode import TCP_COLUMNS, _tcp_options_rows, decode, format_address
 from nagleprobe.read import CaptureReader
-
 
 CORPUS = corpus()
 T0 = 1_700_000_000_123_456_000

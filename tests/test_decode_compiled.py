@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capgen import TCP_OPTION_ATOMS
-
 import nagleprobe.decode
+from capgen import TCP_OPTION_ATOMS
 from nagleprobe.decode import TCP_COLUMNS, decode, decode_numpy
 from nagleprobe.errors import CaptureError
 from nagleprobe.read import CaptureReader, RecordBatch

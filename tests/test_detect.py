@@ -10,8 +10,8 @@ import pytest
 from columns import Conversation
 from nagleprobe.detect import _grouped_median, detect
 from nagleprobe.flows import build_flows
-from nagleprobe.report import build_report
 from nagleprobe.read import CaptureInfo
+from nagleprobe.report import build_report
 
 C, SV = "10.0.0.1:40000", "10.0.0.2:8000"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from httpserve import serve
 
 import nagleprobe
+from httpserve import serve
 from nagleprobe.check import Budget, expand_targets, run_check
 from nagleprobe.cli import main
 from nagleprobe.errors import ExitStatus

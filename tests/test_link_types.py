@@ -22,11 +22,12 @@ from nagleprobe.decode import decode, decode_numpy, format_address
 from nagleprobe.read import CaptureReader
 
 pytest.importorskip("scapy.all")
-from capgen import Iface, Section, pcap_bytes, pcapng_bytes, write  # noqa: E402
 from scapy.layers.dot11 import Dot11, Dot11QoS, RadioTap  # noqa: E402
 from scapy.layers.inet import IP  # noqa: E402
 from scapy.layers.l2 import LLC, SNAP  # noqa: E402
 from scapy.utils import PcapReader  # noqa: E402
+
+from capgen import Iface, Section, pcap_bytes, pcapng_bytes, write  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PLAIN = SAMPLES / "confirm_netns_client.pcap"  # real: 10.99.1.1:40010 <-> 10.99.1.2:8000

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capture_env import require_capture
 from capgen import pcap_records
+from capture_env import require_capture
 from nagleprobe import analyze
 from nagleprobe.decode import decode
 from nagleprobe.live import HANDSHAKE_ROWS, MAX_UNANALYSED_ROWS, LiveAnalyzer
@@ -122,8 +122,8 @@ def test_what_is_held_per_connection_is_bounded_whatever_its_length():
     events = [e for e in events if e["event"] == "stall"]
     assert live.peak_held_rows <= HANDSHAKE_ROWS + window + piece
     assert live.remembered_stalls <= window  # only the stalls whose S2 is still held
-    from nagleprobe.flows import build_flows
     from nagleprobe.detect import detect
+    from nagleprobe.flows import build_flows
 
     want = detect(build_flows(cols)).stalls
     assert len(want["flow"]) > 3000  # the test means something: many stalls, far apart
@@ -161,8 +161,8 @@ def test_a_connection_past_4_gib_of_sequence_space_is_still_read_right():
     events = []
     for at in range(0, n, 20):
         events += live.feed({k: v[at:at + 20] for k, v in cols.items()})
-    from nagleprobe.flows import build_flows
     from nagleprobe.detect import detect
+    from nagleprobe.flows import build_flows
 
     want = detect(build_flows(long_connection(40))).stalls["released_frame"]
     got = sorted(e["frames"][2] for e in events if e["event"] == "stall")

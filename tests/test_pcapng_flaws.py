@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import tracemalloc
-from pathlib import Path
 
 import pytest
 

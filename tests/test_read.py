@@ -9,7 +9,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from capgen import Iface, Section, gz, pcap_bytes, pcapng_blocks, pcapng_bytes, write

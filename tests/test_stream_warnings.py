@@ -4,8 +4,9 @@ reused with the same ISN (`tcpreplay --loop`), from the real samples."""
 
 from __future__ import annotations
 
-import nagleprobe
 from test_damage import same_flows
+
+import nagleprobe
 from capgen import pcap_bytes
 from replicate import replicate, sample_packets, shift_ports
 

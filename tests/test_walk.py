@@ -5,11 +5,10 @@ import random
 import struct
 from pathlib import Path
 
-from capgen import LT_EN10MB, LT_RAW, Iface, Section, pcapng_bytes
-
 import numpy as np
 import pytest
 
+from capgen import LT_EN10MB, LT_RAW, Iface, Section, pcapng_bytes
 from nagleprobe import read
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 import pytest
+from test_annotate import SAMPLES, TSHARK, WIRESHARK_CHECKED, needs_tshark, stall_frames
 
 import nagleprobe
 from nagleprobe import wireshark
-from test_annotate import SAMPLES, TSHARK, WIRESHARK_CHECKED, needs_tshark, stall_frames
 
 
 def cli(*args):

@@ -25,10 +25,25 @@ policy and its limits) and `reader` (`CaptureReader`, the facade over them).
 """
 
 from .damage import MAX_WARNINGS, RESYNC_WINDOW_S
-from .formats import (BT_EPB, BT_IDB, BT_PB, BT_SPB, KNOWN_BLOCKS, LINKTYPE_NAMES, MAX_BLOCK,
-                      MAX_CAPLEN, MIN_BLOCK, PCAP_NS, PCAP_US, PCAPNG_SHB,
-                      SUPPORTED_LINKTYPES, CaptureInfo, RecordBatch, block_length_ok,
-                      linktype_name)
+from .formats import (
+    BT_EPB,
+    BT_IDB,
+    BT_PB,
+    BT_SPB,
+    KNOWN_BLOCKS,
+    LINKTYPE_NAMES,
+    MAX_BLOCK,
+    MAX_CAPLEN,
+    MIN_BLOCK,
+    PCAP_NS,
+    PCAP_US,
+    PCAPNG_SHB,
+    SUPPORTED_LINKTYPES,
+    CaptureInfo,
+    RecordBatch,
+    block_length_ok,
+    linktype_name,
+)
 from .reader import CaptureReader, read_capture
 from .source import open_uncompressed, open_url, url_scheme
 from .walk import u32_rows, u32_rows_numpy, walk_headers, walk_python

@@ -8,7 +8,6 @@ import re
 import zlib
 from typing import BinaryIO
 
-
 from ..errors import CaptureError
 
 GZIP_IN = 64 << 10  # compressed bytes read at a time

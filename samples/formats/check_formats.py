@@ -12,7 +12,6 @@ import os
 import struct
 import sys
 
-import dpkt
 from scapy.utils import RawPcapNgReader, RawPcapReader
 
 HERE = os.path.dirname(os.path.abspath(__file__))

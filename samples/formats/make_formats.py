@@ -35,6 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests"))
 from capgen import Iface, Section, pcap_bytes, pcapng_bytes  # noqa: E402 (the one writer)
+
 PORT = 8000
 STALL_MS = 30.0
 N_REQ = 8
@@ -154,7 +155,6 @@ def capture(name, tcpdump_args, host, family, client, n_conn):
 
 
 def capture_client_ports(path):
-    import dpkt
     ports = set()
     for ip, tcp in iter_tcp(path):
         ports.add(tcp.dport if tcp.sport == PORT else tcp.sport)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from capgen import (Iface, pcap_header, pcap_records, pcapng_block,  # noqa: E402
-                    pcapng_blocks, pcapng_idb)
+from capgen import Iface, pcap_header, pcap_records, pcapng_block, pcapng_blocks, pcapng_idb  # noqa: E402
+
 ROOT = HERE.parent.parent
 BASE = ROOT / "samples" / "formats" / "base_lo.pcap"
 BASE_NG = ROOT / "samples" / "formats" / "base_lo.pcapng"
