@@ -20,6 +20,11 @@ turns up for a connection already handed on (more than `reorder_window_s` after 
 time) cannot join it. Such packets are left out, counted in a warning, and only then can the
 result differ from the whole-file analysis. A SYN with a new ISN on a finished 4-tuple starts
 a new connection, as in the whole-file analysis.
+
+Over 500 lines: a 4-tuple's life here (open, closed, past the reorder window, idle, reused
+with a new ISN), the batches handed to worker threads and the joining of their results in
+the whole-file analysis's order all read and write the same per-tuple arrays; split apart,
+each piece would need the others' state.
 """
 
 from __future__ import annotations

@@ -23,3 +23,8 @@ def human_ms(ms: float) -> str:
 def plural(n: int | float | None) -> str:
     """The "s" of a plural: "stall" + plural(n)."""
     return "" if n == 1 else "s"
+
+
+def short_number(x: float | None) -> str:
+    """A limit or a measure as few digits as it takes (`-` for none)."""
+    return f"{x:g}" if x is not None else "-"
