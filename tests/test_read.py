@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import nagleprobe
 from capgen import Iface, Section, gz, pcap_bytes, pcapng_blocks, pcapng_bytes, write
 from nagleprobe.decode import decode
 from nagleprobe.errors import CaptureError
@@ -256,3 +257,24 @@ def test_the_packet_block_layouts_add_up():
         assert block.fields + 4 * len(block.words) == block.data, block.name
         assert block.overhead == block.data + 4 == formats.MIN_BLOCK[
             next(t for t, b in formats.PACKET_BLOCKS.items() if b is block)], block.name
+
+
+def test_reading_survives_a_profiler_that_keeps_the_frames_of_readinto():
+    """Dask workers run a sampling profiler that can keep a returned frame, and with it the
+    memoryviews of the chunk buffer in its locals; the buffer must still be resized/reused
+    (it raised BufferError on a Dask worker). Simulated here with sys.setprofile."""
+    path = str(Path(__file__).resolve().parent.parent / "samples" / "formats" / "base_lo.pcap.gz")
+    want = nagleprobe.analyze(path, chunk_bytes=1024).to_json()
+    kept = []
+
+    def keep(frame, event, arg):
+        if event == "return" and frame.f_code.co_name in ("readinto", "_readinto"):
+            kept.append(frame)
+
+    sys.setprofile(keep)
+    try:
+        got = nagleprobe.analyze(path, chunk_bytes=1024).to_json()
+    finally:
+        sys.setprofile(None)
+    assert len(kept) > 3
+    assert got == want

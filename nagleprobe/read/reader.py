@@ -141,29 +141,37 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         if self._size is not None:  # don't allocate a whole chunk for a small file
             want = min(want, max(self._size - self._pos - c, 0) + 4096)
         old, self._spare = self._spare, None
+        buf = None
         if old is not None and sys.getrefcount(old) == 2:  # `old` and the call's argument
-            buf = old
-            if len(buf) > c + want:
-                del buf[c + want:]
-            else:
-                buf.extend(bytes(c + want - len(buf)))
-        else:
-            buf = bytearray(c + want)
+            try:
+                if len(old) > c + want:
+                    del old[c + want:]
+                else:
+                    old.extend(bytes(c + want - len(old)))
+                buf = old
+            except BufferError:  # a view of it is still alive somewhere: not reused
+                pass
         del old
-        self._spare = buf
+        buf = bytearray(c + want) if buf is None else buf
         buf[:c] = carry
-        got = self._readinto(memoryview(buf)[c:])
+        # the views are released explicitly: a Python-level readinto (gzip, a URL's stream)
+        # holds them in its frame, and a sampling profiler (Dask workers run one) can keep
+        # that frame alive; an export left would then forbid resizing the buffer
+        with memoryview(buf) as whole, whole[c:] as tail:
+            got = self._readinto(tail)
         if got < want:
-            del buf[c + got:]
+            try:
+                del buf[c + got:]
+            except BufferError:  # exported after all: a copy of what was read
+                buf = buf[:c + got]
+        self._spare = buf
         return buf, got == 0
 
     def _readinto(self, mv: memoryview) -> int:
         total, want = 0, len(mv)
         try:
             while total < want:
-                # released explicitly: a Python-level readinto (a URL's stream) leaves the
-                # view in its frame, and a sampling profiler (Dask workers run one) can keep
-                # that frame alive; the export would then forbid resizing the buffer
+                # released explicitly, as in _fill
                 view = mv[total:]
                 try:
                     k = self._stream.readinto(view)

@@ -161,15 +161,16 @@ class Gunzip(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
-        mv = memoryview(b).cast("B")
-        k = 0
-        while k < len(mv):
-            out = self._inflate(min(len(mv) - k, GZIP_OUT))
-            if not out:
-                break
-            mv[k:k + len(out)] = out
-            k += len(out)
-            self.produced += len(out)
+        # the views released on return, not when this frame goes (see CaptureReader._fill)
+        with memoryview(b) as whole, whole.cast("B") as mv:
+            k = 0
+            while k < len(mv):
+                out = self._inflate(min(len(mv) - k, GZIP_OUT))
+                if not out:
+                    break
+                mv[k:k + len(out)] = out
+                k += len(out)
+                self.produced += len(out)
         return k
 
     def read(self, n: int = -1) -> bytes:
