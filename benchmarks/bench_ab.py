@@ -32,6 +32,18 @@ def command(tree: Path, pcap: Path, fmt: str) -> list[str]:
     return [sys.executable, "-c", code, "analyze", "--format", fmt, str(pcap)]
 
 
+def print_table(what: str, runs: dict[str, list[dict]]) -> None:
+    """Per name, the median and range of its runs' wall time, CPU, peak RSS and steal."""
+    print(f"| {what} | wall s (median, range) | CPU s | peak RSS MB | steal % |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, rs in runs.items():
+        def cell(key: str, fmt: str = ".2f") -> str:
+            v = [x[key] for x in rs if x.get(key) is not None]
+            return f"{statistics.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})" if v else "-"
+        print(f"| {name} | {cell('seconds')} | {cell('cpu_s')} | {cell('peak_rss_mb', '.0f')} "
+              f"| {cell('steal_pct', '.0f')} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old", type=Path, help="source tree of the reference build")
@@ -52,15 +64,7 @@ def main() -> None:
             print(json.dumps(res), flush=True)
             runs[name].append(res)
     print(f"\n{args.size} packets, {fmt} report, {args.rounds} rounds alternated")
-    print("| build | wall s (median, range) | CPU s | peak RSS MB | steal % |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, rs in runs.items():
-        def cell(key: str, fmt_: str = ".2f") -> str:
-            v = [x[key] for x in rs if x.get(key) is not None]
-            return (f"{statistics.median(v):{fmt_}} ({min(v):{fmt_}}-{max(v):{fmt_}})"
-                    if v else "-")
-        print(f"| {name} | {cell('seconds')} | {cell('cpu_s')} | {cell('peak_rss_mb', '.0f')} "
-              f"| {cell('steal_pct', '.0f')} |")
+    print_table("build", runs)
     old = statistics.median(x["seconds"] for x in runs["old"])
     new = statistics.median(x["seconds"] for x in runs["new"])
     print(f"\nnew / old median wall time: {new / old:.3f}")

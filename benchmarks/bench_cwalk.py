@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ab import command  # noqa: E402
+from bench_ab import command, print_table  # noqa: E402
 from bench_scaling import capture, run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -56,14 +56,7 @@ def main() -> None:
             print(json.dumps(res), flush=True)
             runs[name].append(res)
     print(f"\n{args.size} packets, {args.rounds} rounds, order rotated each round")
-    print("| command | wall s (median, range) | CPU s | peak RSS MB | steal % |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, rs in runs.items():
-        def cell(key: str, fmt: str = ".2f") -> str:
-            v = [x[key] for x in rs if x.get(key) is not None]
-            return f"{statistics.median(v):{fmt}} ({min(v):{fmt}}-{max(v):{fmt}})" if v else "-"
-        print(f"| {name} | {cell('seconds')} | {cell('cpu_s')} | {cell('peak_rss_mb', '.0f')} "
-              f"| {cell('steal_pct', '.0f')} |")
+    print_table("command", runs)
     med = {n: statistics.median(x["seconds"] for x in rs) for n, rs in runs.items()}
     print(f"\ntext / C walk: {med['text'] / med['cwalk']:.2f} (goal 2)   "
           f"JSON / text: {med['json'] / med['text']:.2f} (goal 1.3)")
