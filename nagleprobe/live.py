@@ -43,7 +43,7 @@ import numpy as np
 from .decode import ACK, FIN, RST, SYN, decode
 from .detect import detect
 from .flows import build_flows
-from .handshake import HANDSHAKE_ROWS, handshake_ends, handshake_mask, moved, shift_to
+from .handshake import handshake_ends, handshake_mask, moved, shift_to
 from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
 from .stream import ANALYSED

@@ -60,8 +60,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
     duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
     lost_ms = stall_ns.sum(axis=1) / 1e6
-    hold_n = np.bincount(det.holds["flow"], minlength=nflows)
-    hold_ms = np.bincount(det.holds["flow"], weights=det.holds["stall_ns"], minlength=nflows) / 1e6
+    hold_n = det.hold_count.reshape(-1, 2).sum(axis=1)
+    hold_ms = det.hold_ns.reshape(-1, 2).sum(axis=1) / 1e6
     why_not = det.why_not.reshape(nflows, 2, len(REASONS)).sum(axis=1)
     flows = {
         "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
