@@ -295,9 +295,9 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
 
     # The receiver's ACK behaviour: its pure ACKs of a lone segment, late or immediate.
     data_key = ev.lone_key
-    delay_at = ev.lone_gap - p.rtt_to[data_key ^ 1]
-    late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
-    quick = delay_at <= QUICK_ACK_MS * 1e6
+    cls = ack_classes(data_key, ev.lone_gap, p)
+    delay_at, quick = cls["delay"], cls["quick"]
+    late = cls["not_early"] & cls["not_long"]
     late_n = np.bincount(data_key[late], minlength=nkeys)
     quick_acks = np.bincount(data_key[quick], minlength=nkeys)
     late_median = np.full(nkeys, np.nan)
@@ -321,6 +321,16 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
                      held_behind_small=behind_small, held_behind_full=behind_full,
                      flavour=flavour, late_acks=late_n, late_ack_median_ms=late_median,
                      quick_acks=quick_acks, why_not=why_not, answered=answered)
+
+
+def ack_classes(key: np.ndarray, gap: np.ndarray, p: Params) -> dict[str, np.ndarray]:
+    """Pure ACKs of a lone segment (the data's direction `key`, the time from the data to
+    the ACK, ns): their delay less the path to the receiver (ns), and whether it is within
+    QUICK_ACK_MS ("quick"), at least DELACK_MIN_MS ("not_early"), at most DELACK_MAX_MS
+    ("not_long"): a delayed ACK is both of the last two."""
+    delay = gap - p.rtt_to[key ^ 1]
+    return {"delay": delay, "quick": delay <= QUICK_ACK_MS * 1e6,
+            "not_early": delay >= DELACK_MIN_MS * 1e6, "not_long": delay <= DELACK_MAX_MS * 1e6}
 
 
 def weighted_median(values: np.ndarray, groups: np.ndarray, weights: np.ndarray

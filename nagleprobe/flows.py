@@ -517,6 +517,7 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     out["tunnel"] = np.asarray(c.at("tunnel", r), dtype=np.int64) if "tunnel" in c.cols or \
         c.ends is not None else np.zeros(nflows, np.int64)
     out["packets"] = (ends - starts).astype(np.int64)
+    out["pieces"] = np.ones(nflows, np.int64)  # analysed whole (nagleprobe.pieces: more)
     out["first_ns"] = ts[starts]
     out["last_ns"] = ts[ends - 1]
 
@@ -542,6 +543,7 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
         at_max = np.bincount(key[rows[(seg["payload"][rows] == observed[fid[rows]])
                                       & (seg["payload"][rows] > 0)]], minlength=nflows * 2)
     out["mss"], out["mss_how"] = send_mss(mss_opt, syn_ts, maxpay, at_max)
+    out["mss_option"], out["syn_timestamps"] = mss_opt.reshape(-1, 2), syn_ts.reshape(-1, 2)
     ws = np.minimum(wscale.reshape(-1, 2), 14)  # RFC 7323: a larger shift counts as 14
     both_syn = (first_syn_of.reshape(-1, 2) >= 0).all(axis=1)
     out["wscale"] = np.where((ws >= 0).all(axis=1)[:, None], ws,
@@ -564,8 +566,9 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
     # (long paths, excerpts): their neighbours are looked up nearby, for few rows
     late = late[count[key[late]] == 0]
-    late_keys, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key[late]])
-    out.update(round_trips(rs, rc, count, smallest, upper, *sample_stats(late_keys, late_ns)))
+    late, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key[late]])
+    out["rtt_handshake_ms"] = np.stack([rc, rs], axis=1)  # [client, server]
+    out.update(round_trips(rs, rc, count, smallest, upper, *sample_stats(key[late], late_ns)))
     # per flow: segments resent, keepalives and window probes, first and last frame numbers
     out["retransmissions"] = np.bincount(fid[seg["retrans"]], minlength=nflows)
     out["keepalives"] = np.bincount(fid[seg["keepalive"]], minlength=nflows)
@@ -640,11 +643,10 @@ def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
     """The data rows `late` whose first ACK came too late to rule out a delayed ACK (`mss`:
     each one's send MSS): where that ACK acknowledged two full segments or more (sent at
     once), it; else the peer's next data that acknowledges the row (its answer, which
-    carries the ACK) still bounds the path from above. The usable rows' direction keys
-    (flow * 2 + dir) and turnarounds (ns), in row order."""
-    key = seg["flow"][late] * 2 + seg["dir"][late]
+    carries the ACK) still bounds the path from above. The usable rows and their
+    turnarounds (ns), in row order."""
     if not len(late):
-        return key, np.zeros(0, dtype=np.int64)
+        return late, np.zeros(0, dtype=np.int64)
     ts = seg["ts_ns"]
     by = seg["acked_by"][late]
     turn_ns = ts[by] - ts[late]
@@ -654,7 +656,7 @@ def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
     ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
     turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
     use = two_full | ok
-    return key[use], turn_ns[use]
+    return late[use], turn_ns[use]
 
 
 def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int

@@ -71,7 +71,7 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
             fl["rtt_how"].tolist(), fl["rtt_client_ms"].tolist(), fl["rtt_server_ms"].tolist(),
             fl["both_near"].tolist())] or [], dtype=object),
         "rtt_ms": np.round(fl["rtt_ms"], 3), "rtt_client_ms": np.round(fl["rtt_client_ms"], 3),
-        "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"],
+        "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"], "pieces": fl["pieces"],
         "retransmissions": fl["retransmissions"], "keepalives_or_probes": fl["keepalives"],
         "start_s": np.round((fl["first_ns"] - origin_ns) / 1e9, 6),
         "start_time": np.asarray(fl["first_ns"], dtype=np.int64),
