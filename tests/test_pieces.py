@@ -1,0 +1,209 @@
+"""A connection analysed in pieces (nagleprobe.pieces, driven by nagleprobe.stream) gives the
+result of the whole-connection analysis, holding a bounded number of its packets: on every
+sample cut into pieces of a few packets, on a connection that never closes, past 4 GiB of
+sequence space; and where a bound on what is carried makes a field uncertain, a warning
+says so."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from columns import Conversation
+from nagleprobe import analyze
+from nagleprobe.decode import decode
+from nagleprobe.handshake import HANDSHAKE_ROWS
+from nagleprobe.pieces import EXTRA_ROWS, LOOKAHEAD_ROWS, OVERLAP_ROWS, Limits
+from nagleprobe.read import CaptureInfo, CaptureReader
+from nagleprobe.stream import StreamAnalyzer
+from test_live import long_connection
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
+    p for p in (SAMPLES / "formats").iterdir() if p.name.endswith((".pcap", ".pcapng", ".gz")))
+TINY = 16  # packets held before a piece is analysed: every sample's connections are cut
+MAY_DIFFER = "may differ from the whole-connection analysis"
+
+
+def fed(cols: dict[str, np.ndarray], rows: int, **kw) -> tuple[dict, StreamAnalyzer]:
+    """The JSON document (as a dict) of decoded columns fed `rows` at a time."""
+    kw.setdefault("reorder_window_s", 0.0)
+    st = StreamAnalyzer(int(cols["ts_ns"][0]), idle_s=3600.0, workers=0, **kw)
+    for at in range(0, len(cols["frame"]), rows):
+        st.feed({k: v[at:at + rows] for k, v in cols.items()})
+    return st.finish(CaptureInfo(path="synthetic"), {}).to_dict(), st
+
+
+def in_pieces(path: Path, piece_rows: int, rows: int = 1, limits: Limits | None = None
+              ) -> tuple[object, StreamAnalyzer]:
+    """The streamed report of a capture fed `rows` packets at a time, a connection analysed
+    as a piece whenever it holds `piece_rows` packets."""
+    whole = analyze(str(path), whole_file=True)
+    # a connection is handed on soon after it closes, as in test_stream (a later packet is late)
+    window = max(0.05, 2 * np.nan_to_num(whole.flows["rtt_ms"].max()) / 1e3)
+    reader = CaptureReader(str(path))
+    skipped: Counter = Counter()
+    batches = list(reader)
+    cols = [decode(b, skipped) for b in batches]
+    cols = {k: np.concatenate([c[k] for c in cols]) for k in cols[0]}
+    st = StreamAnalyzer(int(batches[0].ts_ns[0]), window, 3600.0, workers=0,
+                        piece_rows=piece_rows, piece_limits=limits)
+    for at in range(0, len(cols["frame"]), rows):
+        st.feed({k: v[at:at + rows] for k, v in cols.items()})
+    skipped.update(reader.info.skipped)
+    return st.finish(reader.info, dict(skipped)), st
+
+
+def without_pieces(doc: dict) -> dict:
+    """The document without each flow's `pieces` (the one field that says how it was read)."""
+    doc = json.loads(json.dumps(doc))
+    for f in doc["flows"]:
+        assert f.pop("pieces") >= 1
+    return doc
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_every_sample_cut_into_pieces_of_16_packets_gives_the_whole_analysis(path):
+    """Fed one packet at a time, every connection analysed as a piece each time it holds 16
+    packets: the JSON document equals the whole-file analysis' in every field but `pieces`
+    (capture facts and warnings; per flow every column: roles, round trips and vantage,
+    packets, retransmissions, keepalives, frames, times, stalls and their cost, Nagle holds,
+    why-not counts, fix, relay, tcp.stream; per endpoint the Nagle verdict, evidence and
+    flavour, delayed-ACK timer, delayed and quick ACK counts, MSS, window scale; per stall
+    every field: flow, sender, endpoint, delay, bytes, behind_full, peer ACK delay,
+    reaction, frames S1/ACK/S2, times, confidence), and so are the notebook tables."""
+    whole = analyze(str(path), whole_file=True)
+    rep, st = in_pieces(path, TINY)
+    assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
+    for name in ("stalls", "endpoints"):
+        pd.testing.assert_frame_equal(getattr(rep, name), getattr(whole, name))
+    pd.testing.assert_frame_equal(rep.flows.drop(columns="pieces"),
+                                  whole.flows.drop(columns="pieces"))
+    long = rep.flows["packets"] > TINY + OVERLAP_ROWS + LOOKAHEAD_ROWS
+    assert (rep.flows["pieces"][long] > 1).all()
+    assert st.pieces >= long.sum()
+    assert not st.inexact
+
+
+def test_the_samples_give_connections_to_cut():
+    """Most connections of the samples are cut, and 45 are so long that packets before
+    their last piece were let go of (the handshake moved, the state carried)."""
+    flows = [analyze(str(p)).flows["packets"] for p in CAPTURES]
+    assert sum(int((f > TINY).sum()) for f in flows) >= 70
+    assert sum(int((f > TINY + OVERLAP_ROWS + LOOKAHEAD_ROWS).sum()) for f in flows) >= 40
+
+
+@pytest.mark.parametrize("piece_rows,rows", [(1, 7), (5, 3), (33, 7), (100, 50)])
+@pytest.mark.parametrize("name", ["bridge_any.pcap", "chain3_lo.pcap", "proxy_any.pcap",
+                                  "excerpt_long_echo_rtt80.pcap", "formats/port_reuse.pcap",
+                                  "neg_bulk_cwnd_netns.pcap", "long_server_split_rtt200_middle.pcap"])
+def test_any_piece_size_gives_the_whole_analysis(name, piece_rows, rows):
+    """Pieces of one packet or a hundred, fed a few packets at a time: copies of packets seen
+    twice (-i any), a relay chain, an excerpt without handshake, a 4-tuple reused, a bulk
+    transfer, a long path."""
+    path = SAMPLES / name
+    rep, _ = in_pieces(path, piece_rows, rows)
+    assert without_pieces(rep.to_dict()) == without_pieces(analyze(str(path), whole_file=True)
+                                                           .to_dict())
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_with_tiny_bounds_on_what_is_carried_a_difference_is_never_silent(path):
+    """One candidate and one ACK kept one by one (the others judged with the round trips
+    known then), one unacknowledged packet carried per direction: where the result differs
+    from the whole analysis, a warning names the connections and the field."""
+    rep, st = in_pieces(path, 8, rows=5, limits=Limits(1, 1, 1))
+    whole = analyze(str(path), whole_file=True)
+    if without_pieces(rep.to_dict()) != without_pieces(whole.to_dict()):
+        assert any(MAY_DIFFER in w for w in rep.capture["warnings"]), rep.capture["warnings"]
+        assert st.inexact
+
+
+def later_round_trip(rounds_between: int = 20) -> dict[str, np.ndarray]:
+    """A conversation whose first candidate is judged differently once a much shorter round
+    trip to the server is seen, far later: the handshake says 15 ms each way, so the
+    server's ACK 30 ms after the client's first small write is explained by the path (a
+    Nagle hold); a data -> answer pair 1 ms apart at the end shows the path is 1 ms, and
+    the whole analysis calls that first candidate a stall (an ACK delay of 29 ms)."""
+    conv = Conversation("10.0.0.1:40000", "10.0.0.2:8000")
+    t = conv.handshake(0.0, rtt_ms=30.0)
+    conv.send("c", t + 5, 6)  # S1
+    conv.ack("s", t + 35)  # A: 30 ms later
+    conv.send("c", t + 50, 7)  # S2: 15 ms after A (the round trip to the client)
+    conv.ack("s", t + 60)
+    t += 60
+    for _ in range(rounds_between):  # writes the server ACKs 100 ms later; think time
+        conv.send("c", t + 50, 100)
+        conv.ack("s", t + 150)
+        t += 150
+    conv.send("c", t + 50, 100)
+    conv.send("s", t + 51, 100)  # answered at once: the path to the server is 1 ms
+    return conv.columns()
+
+
+def test_a_later_shorter_round_trip_rejudges_the_candidates_kept():
+    """The candidates are kept raw and judged with the connection's final round trips, so
+    a stall that only a later round trip reveals is found in pieces too."""
+    cols = later_round_trip()
+    whole, _ = fed(cols, len(cols["frame"]))
+    got, st = fed(cols, 1, piece_rows=8)
+    assert whole["summary"]["stalls"] == 1 and whole["flows"][0]["pieces"] == 1
+    assert without_pieces(got) == without_pieces(whole)
+    assert got["flows"][0]["pieces"] > 5
+
+
+def test_a_verdict_judged_before_a_later_shorter_round_trip_is_named_in_a_warning():
+    """With no candidate kept one by one, the first one is judged (a Nagle hold) before the
+    round trip that makes it a stall is seen: the result differs, and a warning says where."""
+    cols = later_round_trip()
+    whole, _ = fed(cols, len(cols["frame"]))
+    got, st = fed(cols, 1, piece_rows=8, piece_limits=Limits(kept_candidates=0))
+    assert got["summary"]["stalls"] == 0 != whole["summary"]["stalls"]
+    assert st.inexact
+    assert any(MAY_DIFFER in w and "verdicts of candidates judged before the final round "
+               "trips were known" in w for w in got["capture"]["warnings"])
+
+
+def test_a_connection_that_never_closes_is_held_in_bounded_memory():
+    """200 rounds of a real conversation (3,800 stalls) on one connection that never
+    closes, fed 50 packets at a time, a piece each 64 packets: what is held at any time
+    (rows not yet analysed plus rows carried) never exceeds the limit, one feed and the
+    carried context, and the result is the one without a limit."""
+    cols = long_connection(200)
+    limit, feed = 64, 50
+    whole, _ = fed(cols, feed, piece_rows=1 << 40)
+    got, st = fed(cols, feed, piece_rows=limit)
+    assert whole["summary"]["stalls"] == 3800
+    assert without_pieces(got) == without_pieces(whole)
+    assert got["flows"][0]["pieces"] > 100
+    carried = OVERLAP_ROWS + LOOKAHEAD_ROWS + HANDSHAKE_ROWS + 2 * (EXTRA_ROWS + 2)
+    assert st.peak_held_rows <= limit + feed + carried
+    assert st.peak_held_rows < len(cols["frame"]) / 100
+
+
+def test_a_connection_past_4_gib_of_sequence_space_is_read_right_in_pieces():
+    """Each round of the conversation 128 MiB further on in the client's sequence space (as
+    if a bulk transfer not captured came between them): 5 GiB over the connection, the
+    sequence numbers wrap. Moved to just before each piece, the handshake lets every piece
+    read the packets as the whole analysis does: new data, not retransmissions, and the
+    same stalls."""
+    copies = 40
+    cols = long_connection(copies)
+    round_of = np.maximum(np.arange(len(cols["frame"])) - 3, 0) // ((len(cols["frame"]) - 3)
+                                                                    // copies)
+    client = cols["sport"] == cols["sport"][0]
+    jump = round_of.astype(np.int64) * (128 << 20)
+    cols["seq"][client] = (cols["seq"][client].astype(np.int64) + jump[client]) % (1 << 32)
+    acks = ~client & ((cols["flags"] & 0x10) != 0)
+    cols["ack"][acks] = (cols["ack"][acks].astype(np.int64) + jump[acks]) % (1 << 32)
+    assert int(jump.max()) > 1 << 32
+    whole, _ = fed(cols, len(cols["frame"]))
+    got, _ = fed(cols, 20, piece_rows=32)
+    assert whole["summary"]["stalls"] == copies * 19
+    assert without_pieces(got) == without_pieces(whole)
+    assert got["flows"][0]["retransmissions"] == 0 and got["flows"][0]["pieces"] > 50
