@@ -66,6 +66,7 @@ class Flows:
     flow: dict[str, np.ndarray]
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
     duplicates: int = 0  # copies of a packet (see DUPLICATE_WINDOW_NS) dropped, not in `seg`
+    near_copies: int = 0  # ... of them found within DUPLICATE_FIRST rows of the packet
     _runs: dict = field(default_factory=dict, repr=False)  # neighbour lookups, built on demand
 
     @property
@@ -229,14 +230,16 @@ def _group_order(ids: np.ndarray) -> np.ndarray:
 
 
 def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
-                ends: TupleEnds | None = None) -> Flows:
+                ends: TupleEnds | None = None, far_copies: bool = False) -> Flows:
     """Group decoded TCP packets into connections and classify every segment.
 
     `tuples`: each row's 4-tuple as an id 0..k-1, if the caller already knows them (the
     stream does); it saves finding them. Flows are numbered in the order of these ids (by
     default: by first appearance in time order), unless a 4-tuple is reused. `ends`: the
     endpoints of each of those tuples; `cols` then holds each row's direction (`from_low`)
-    instead of its addresses and ports.
+    instead of its addresses and ports. `far_copies`: look for copies of a packet up to
+    DUPLICATE_LOOKBACK rows back even where none is found nearer (`Flows.near_copies` then
+    says how many were found within DUPLICATE_FIRST rows).
     """
     n = len(cols["frame"])
     ts = cols["ts_ns"]
@@ -253,7 +256,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     raw_tup = tup
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     tup, from_low = tup[order], from_low[order]
-    copies = _duplicates(cols, order, tup, from_low)
+    copies, near = _duplicates(cols, order, tup, from_low, far_copies)
     if "known" in cols:  # rows already judged (a connection analysed in pieces: its context)
         known = cols["known"][order]
         copies = np.union1d(copies[known[copies] < 0], np.flatnonzero(known > 0))
@@ -306,28 +309,30 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     seg.update(_ack_links(seg, by_dir))
 
     flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
-    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies))
+    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
 
 
 def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
-                from_low: np.ndarray) -> np.ndarray:
+                from_low: np.ndarray, far: bool = False) -> tuple[np.ndarray, int]:
     """Positions in `order` (rows grouped by 4-tuple, in time order within; `tup` and
     `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
     them of the same 4-tuple and direction within DUPLICATE_WINDOW_NS: same seq, ack, flags,
     window, payload, IP ID and TCP timestamp (or none). Candidates are the pairs of rows whose
     32-bit mix of seq and ack is the same (few: a pure ACK and the data after it, duplicate
-    ACKs); only they are compared field by field."""
+    ACKs); only they are compared field by field. Rows further back than DUPLICATE_FIRST
+    are looked at only where a copy was found nearer, or with `far`. Also returns how many
+    copies were found that near."""
     n = len(order)
     if n < 2:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), 0
     key = cols["ack"] * np.uint32(0x9E3779B1)  # wraps: a mix, equal for equal pairs
     key ^= cols["seq"]
     key = key[order]  # one gather instead of two
     found = [_copies(cols, order, tup, from_low, key, range(1, min(DUPLICATE_FIRST, n - 1) + 1))]
-    if len(found[0]):  # copies come close together: without one nearby there are none
+    if len(found[0]) or far:  # copies come close together: without one nearby there are none
         found.append(_copies(cols, order, tup, from_low, key,
                              range(DUPLICATE_FIRST + 1, min(DUPLICATE_LOOKBACK, n - 1) + 1)))
-    return np.unique(np.concatenate(found))
+    return np.unique(np.concatenate(found)), len(np.unique(found[0]))
 
 
 def _copies(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,

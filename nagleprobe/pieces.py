@@ -161,6 +161,7 @@ class Ledger:
     dropped: bool = False  # rows were let go of (the handshake is moved from then on)
     rtt_handshake: np.ndarray = field(default_factory=lambda: np.full(2, np.nan))
     limits: Limits = field(default_factory=lambda: Limits())
+    near_copies: bool = False  # a copy of a packet was found right after it
 
     # ------------------------------------------------------------------ the pieces
     @classmethod
@@ -196,7 +197,14 @@ class Ledger:
             self.rows,
             {**new, "known": np.full(n_new, -1, np.int8), "kind": np.zeros(n_new, np.int8)}]))
         kind = rows.pop("kind")
-        f = build_flows(rows, np.zeros(len(rows["frame"]), np.int64), ends)
+        # copies of a packet are looked for as far back as the whole analysis looks once
+        # it has found one near; found only that far (before any near one in this
+        # connection), the whole analysis finds them only if the capture has near ones
+        f = build_flows(rows, np.zeros(len(rows["frame"]), np.int64), ends, far_copies=True)
+        self.near_copies |= f.near_copies > 0
+        if f.duplicates > f.near_copies and not self.near_copies:
+            self.inexact.add("the copies of packets seen twice (found only several packets "
+                             "after the original)")
         if f.count != 1:  # a SYN with a new ISN among rows carried: cannot happen (stream)
             raise ValueError(f"a piece of one connection gave {f.count} flows")
         seg = f.seg
@@ -232,10 +240,10 @@ class Ledger:
             if len(r):
                 before[k] = seg["ack_max"][r[-1]]
         self.pieces += 1
+        # copies of packets among the rows decided now (copies only, maybe)
+        self.duplicates += int(np.count_nonzero((rows["ts_ns"] >= self.cut)
+                                                & (rows["ts_ns"] < cut))) - (hi - lo)
         if hi > lo:
-            owned_rows = int(np.count_nonzero((rows["ts_ns"] >= self.cut)
-                                              & (rows["ts_ns"] < cut)))
-            self.duplicates += owned_rows - (hi - lo)
             if self.hs_open:
                 self._handshake(seg, src, rows, kind, lo, hi)
             self._own(f, src, rows, lo, hi, before, final, lim)

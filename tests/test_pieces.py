@@ -207,3 +207,29 @@ def test_a_connection_past_4_gib_of_sequence_space_is_read_right_in_pieces():
     assert whole["summary"]["stalls"] == copies * 19
     assert without_pieces(got) == without_pieces(whole)
     assert got["flows"][0]["retransmissions"] == 0 and got["flows"][0]["pieces"] > 50
+
+
+@pytest.mark.parametrize("delay_us", [300, 1000, 1900])
+def test_copies_of_packets_far_behind_their_original_are_found_across_pieces(delay_us, tmp_path,
+                                                                          monkeypatch):
+    """A bulk transfer captured twice (`-i any`), each copy up to 1.9 ms after its packet:
+    copies land up to 200 packets later, and those within DUPLICATE_LOOKBACK packets are
+    dropped, in pieces as in the whole analysis. The rows carried before each piece's own
+    (OVERLAP_ROWS, 32) are what this needs: with 16 the copies of the 1.9 ms capture are
+    counted otherwise (none of the samples needs any: the rows the rule looks back to are
+    carried anyway)."""
+    from replicate import seen_twice
+
+    path = tmp_path / "twice.pcap"
+    path.write_bytes(seen_twice("neg_bulk_cwnd_netns.pcap", delay_us * 1000)[0])
+    whole = analyze(str(path), whole_file=True)
+    assert whole.capture["skipped"]["duplicate"] > 100
+    rep, st = in_pieces(path, TINY, rows=7)
+    assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
+    assert not st.inexact
+    if delay_us == 1900:
+        import nagleprobe.pieces
+
+        monkeypatch.setattr(nagleprobe.pieces, "OVERLAP_ROWS", 16)
+        rep, _ = in_pieces(path, TINY, rows=7)
+        assert rep.capture["skipped"] != whole.capture["skipped"]
