@@ -338,7 +338,7 @@ class Ledger:
     def _answers(self, seg: dict[str, np.ndarray], final: bool) -> None:
         """The answers (the peer's next data after S2) of candidates kept that had none
         yet: the first data segment after S2 in this piece, if it is the peer's."""
-        for batch in [self.recent, *self.stalls]:
+        for batch in [self.recent]:  # (a candidate waiting for its answer stays there)
             if batch is None:
                 continue
             pending = np.flatnonzero(batch["answer_ns"] == ANSWER_PENDING)
@@ -366,12 +366,13 @@ class Ledger:
         if len(c["key"]) <= kept:
             return
         k = classify(c, p)
-        would = k["plain"] == -1
+        waits = c["answer_ns"] == ANSWER_PENDING  # kept here until its answer is seen
+        would = (k["plain"] == -1) & ~waits
         if would.any():
             self.stalls.append(_take(c, np.flatnonzero(would)))
-        others = np.flatnonzero(~would)
+        others = np.flatnonzero(~would & ~waits)
         old, keep = others[:max(len(others) - kept, 0)], others[max(len(others) - kept, 0):]
-        self.recent = _take(c, keep)
+        self.recent = _take(c, np.sort(np.r_[keep, np.flatnonzero(waits)]))
         if not len(old):
             return
         plain, s1_small, late_seen = k["plain"][old], k["s1_small"][old], k["late_seen"][old]

@@ -233,3 +233,28 @@ def test_copies_of_packets_far_behind_their_original_are_found_across_pieces(del
         monkeypatch.setattr(nagleprobe.pieces, "OVERLAP_ROWS", 16)
         rep, _ = in_pieces(path, TINY, rows=7)
         assert rep.capture["skipped"] != whole.capture["skipped"]
+
+
+def test_interleaved_connections_out_of_time_order_in_worker_threads(tmp_path):
+    """Thirty copies of three conversations, their records up to 3 ms out of time order,
+    read in 16 KiB chunks with a reorder window of 0.2 s and batches analysed in worker
+    threads: every connection is cut into pieces (rows are decided only once the reorder
+    window has passed them) and the result is the whole analysis'."""
+    from replicate import replicate
+
+    cap = tmp_path / "jitter.pcap"
+    cap.write_bytes(replicate(["echo_split_lo.pcap", "neg_bulk_cwnd_netns.pcap",
+                               "server_split_lo.pcap"], copies=10, every_ns=100_000_000,
+                              jitter_ns=3_000_000))
+    whole = analyze(str(cap), whole_file=True)
+    reader = CaptureReader(str(cap), chunk_bytes=16 << 10)
+    skipped: Counter = Counter()
+    st = None
+    for batch in reader:
+        st = st or StreamAnalyzer(int(batch.ts_ns[0]), 0.2, 3600.0, batch_rows=500,
+                                  piece_rows=TINY, workers=2)
+        st.feed(decode(batch, skipped))
+    skipped.update(reader.info.skipped)
+    rep = st.finish(reader.info, dict(skipped))
+    assert (rep.flows["pieces"] > 1).all() and len(rep.flows) == 30
+    assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
