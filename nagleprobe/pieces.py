@@ -185,22 +185,18 @@ class Ledger:
         final = safe_ns is None
         n_new = len(new["frame"])
         hs = dict(self.hs)
-        if self.pieces:  # the handshake moved to just before the rows carried
-            k = (hs["from_low"] != self.client_low).astype(np.int64)
-            end, top = handshake_ends(hs["seq"], hs["ack"], hs["payload"], hs["flags"], k, 2)
-            hs["seq"], hs["ack"] = moved(hs["seq"], hs["ack"], hs["flags"], k,
-                                         shift_to(self.seq_target, end),
-                                         shift_to(self.ack_target, top))
         nh = len(hs["frame"])
-        rows = _sorted(_cat([
+        rows = in_time_order(_cat([
             {**hs, "known": np.zeros(nh, np.int8), "kind": np.full(nh, _HS, np.int8)},
             self.rows,
             {**new, "known": np.full(n_new, -1, np.int8), "kind": np.zeros(n_new, np.int8)}]))
         kind = rows.pop("kind")
+        # the handshake moved to just before the rows carried (as analysed: `cols`)
+        cols = self._moved(rows, kind) if self.pieces else rows
         # copies of a packet are looked for as far back as the whole analysis looks once
         # it has found one near; found only that far (before any near one in this
         # connection), the whole analysis finds them only if the capture has near ones
-        f = build_flows(rows, np.zeros(len(rows["frame"]), np.int64), ends, far_copies=True)
+        f = build_flows(cols, np.zeros(len(rows["frame"]), np.int64), ends, far_copies=True)
         self.near_copies |= f.near_copies > 0
         if f.duplicates > f.near_copies and not self.near_copies:
             self.inexact.add("the copies of packets seen twice (found only several packets "
@@ -246,12 +242,37 @@ class Ledger:
         if hi > lo:
             if self.hs_open:
                 self._handshake(seg, src, rows, kind, lo, hi)
-            self._own(f, src, rows, lo, hi, before, final, lim)
+            self._own(f, src, cols, lo, hi, before, final, lim)
         if final:
             self.rows = _empty(self.rows)
             return
-        self._carry(f, src, rows, kind, lo, hi, s0, before, cut, lim)
+        self._carry(f, src, rows, cols, kind, lo, hi, s0, before, cut, lim)
         self.cut = cut
+
+    def _moved(self, rows: dict[str, np.ndarray], kind: np.ndarray) -> dict[str, np.ndarray]:
+        """`rows` with the handshake rows moved in sequence space (`handshake.moved`) so
+        that each direction's ends, and acknowledges, where its first row carried begins; a
+        SYN sent again with the same initial sequence number moves with them (one
+        connection, as in the whole analysis)."""
+        k = (rows["from_low"] != self.client_low).astype(np.int64)
+        h = np.flatnonzero(kind == _HS)
+        end, top = handshake_ends(rows["seq"][h], rows["ack"][h], rows["payload"][h],
+                                  rows["flags"][h], k[h], 2)
+        seq_shift, ack_shift = shift_to(self.seq_target, end), shift_to(self.ack_target, top)
+        syn = (rows["flags"] & (SYN | ACK)) == SYN
+        isn = np.full(2, -1, np.int64)
+        isn[k[h[syn[h]]]] = rows["seq"][h[syn[h]]]
+        again = np.flatnonzero(syn & (kind != _HS) & (rows["seq"] == isn[k]))
+        h = np.r_[h, again]
+        out = {**rows, "seq": rows["seq"].copy(), "ack": rows["ack"].copy()}
+        out["seq"][h], out["ack"][h] = moved(rows["seq"][h], rows["ack"][h], rows["flags"][h],
+                                             k[h], seq_shift, ack_shift)
+        return out
+
+    def syn_seq(self) -> int | None:
+        """The initial sequence number of the connection's first SYN (None without)."""
+        syn = np.flatnonzero((self.hs["flags"] & (SYN | ACK)) == SYN)
+        return int(self.hs["seq"][syn[0]]) if len(syn) else None
 
     def _handshake(self, seg: dict[str, np.ndarray], src: np.ndarray,
                    rows: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int) -> None:
@@ -270,9 +291,10 @@ class Ledger:
                                        rows_hs)])
         self.hs_open = self.packets + (hi - lo) < HANDSHAKE_ROWS or not self.syn_held.all()
 
-    def _own(self, f: Flows, src: np.ndarray, rows: dict[str, np.ndarray], lo: int, hi: int,
+    def _own(self, f: Flows, src: np.ndarray, cols: dict[str, np.ndarray], lo: int, hi: int,
              before: np.ndarray, final: bool, lim: Limits) -> None:
-        """Take the facts of the rows `lo`..`hi` of the piece's segments."""
+        """Take the facts of the rows `lo`..`hi` of the piece's segments (`cols`: the rows
+        as analysed)."""
         seg = f.seg
         ts, d = seg["ts_ns"], seg["dir"].astype(np.int64)
         own = slice(lo, hi)
@@ -329,7 +351,7 @@ class Ledger:
             lost = self.dropped_outstanding[k]
             acks = np.flatnonzero((d[own] == (k ^ 1)) & (seg["ack"][own] >= 0)) + lo
             if lost >= 0 and len(acks):
-                base = _base(rows["ack"][src[acks[-1]]], seg["ack"][acks[-1]])
+                base = _base(cols["ack"][src[acks[-1]]], seg["ack"][acks[-1]])
                 top = (int(seg["ack_max"][acks[-1]]) + base) % WRAP
                 if (top - lost) % WRAP < 1 << 31:
                     self.inexact.add("round trips of data not carried (more than "
@@ -428,9 +450,10 @@ class Ledger:
                           lambda j, m=m: (int(key[m][j]), int(gap[m][j])))
 
     def _carry(self, f: Flows, src: np.ndarray, rows: dict[str, np.ndarray],
-               kind: np.ndarray, lo: int, hi: int, s0: int, before: np.ndarray, cut: int,
-               lim: Limits) -> None:
-        """The rows the next piece needs, and where its handshake is to end."""
+               cols: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int, s0: int,
+               before: np.ndarray, cut: int, lim: Limits) -> None:
+        """The rows the next piece needs (`rows`, as captured), and where its handshake is
+        to end (in raw numbers: `cols`, the rows as analysed, give the relative ones')."""
         seg = f.seg
         ts, d = seg["ts_ns"], seg["dir"].astype(np.int64)
         n = len(ts)
@@ -464,7 +487,7 @@ class Ledger:
             if len(out) > lim.outstanding_rows:
                 lost = out[len(out) - lim.outstanding_rows - 1]
                 self.dropped_outstanding[k] = (int(end[lost]) + _base(
-                    rows["seq"][src[lost]], seg["seq"][lost])) % WRAP
+                    cols["seq"][src[lost]], seg["seq"][lost])) % WRAP
                 out = out[len(out) - lim.outstanding_rows:]
             keep[out] = True
         keep[:s] &= ~hs_seg[:s]
@@ -496,14 +519,14 @@ class Ledger:
                 continue
             r1 = r[0]
             if sent[r1] > 0:
-                self.seq_target[k] = (int(sent[r1]) + _base(rows["seq"][src[r1]],
+                self.seq_target[k] = (int(sent[r1]) + _base(cols["seq"][src[r1]],
                                                             seg["seq"][r1])) % WRAP
             prev = np.flatnonzero(d[:r1] == k)
             with_ack = np.flatnonzero((d == k) & (ack >= 0))
             if len(prev) and ack_max[prev[-1]] >= 0 and len(with_ack):
                 w = with_ack[0]
                 self.ack_target[k] = (int(ack_max[prev[-1]]) + _base(
-                    rows["ack"][src[w]], ack[w])) % WRAP
+                    cols["ack"][src[w]], ack[w])) % WRAP
 
     # ------------------------------------------------------------------ the results
     def facts(self) -> dict[str, np.ndarray]:
@@ -536,6 +559,7 @@ class Ledger:
             self.inexact.add("the MSS (inferred from the largest segments, which grew "
                              "after a piece had used it)")
         cand = _cat([*self.stalls, self.recent]) if self.recent is not None else None
+        self.stalls, self.recent = [], None  # (held once: a million stalls are 90 MB)
         if cand is None:
             cand = {k: np.zeros(0, np.int64) for k in CANDIDATE_COLUMNS}
             cand["new_data"] = cand["shut"] = np.zeros(0, bool)
@@ -598,7 +622,7 @@ def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
     """One 4-tuple's rows split into those of connections that ended (before the last SYN
     with a new initial sequence number: build_flows starts a connection there) and those of
     the last connection (None before it if there were no others)."""
-    rows = _sorted(rows)
+    rows = in_time_order(rows)
     syn = np.flatnonzero((rows["flags"] & (SYN | ACK)) == SYN)
     new_isn = syn[np.r_[True, rows["seq"][syn[1:]] != rows["seq"][syn[:-1]]]] if len(syn) \
         else syn
@@ -623,7 +647,7 @@ def _sentinel(store: dict, key: np.ndarray, value: np.ndarray, name: tuple, smal
             store[slot] = (record(int(j)), v)
 
 
-def _sorted(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def in_time_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Rows in time order, ties in capture order (frame numbers)."""
     order = np.lexsort((rows["frame"], rows["ts_ns"]))
     if np.array_equal(order, np.arange(len(order))):

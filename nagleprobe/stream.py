@@ -36,7 +36,7 @@ import pandas as pd
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
 from .detect import Detection, detect
 from .flows import Flows, build_flows
-from .pieces import PIECE_ROWS, Ledger, Limits, last_connection
+from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
@@ -186,6 +186,7 @@ def _finished(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnd
     flows, det = ledger.result()
     arrived = ({k: np.concatenate([a[k] for a in ledger.arrivals]) for k in ledger.arrivals[0]}
                if ledger.arrivals else {"flow": np.zeros(0, np.int64)})
+    ledger.arrivals = None
     return _part(flows, det, origin_ns, np.array([ledger.start_frame]), ledger.packets,
                  arrived, ledger.duplicates)
 
@@ -275,7 +276,9 @@ class StreamAnalyzer:
 
         if self._ledgers:
             reopened = self._pieced[tid] & syn_only
-            if reopened.any():  # a SYN on a connection analysed in pieces: it ends there
+            for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
+                reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
+            if reopened.any():  # a SYN with a new ISN on a connection analysed in pieces
                 self._reopen_pieced(cols, tid, from_low, reopened)
                 return
         self._same_isn(tid, syn_only, flags, cols)
@@ -325,10 +328,10 @@ class StreamAnalyzer:
 
     def _reopen_pieced(self, cols: dict[str, np.ndarray], tid: np.ndarray,
                        from_low: np.ndarray, reopened: np.ndarray) -> None:
-        """A SYN arrived for connections analysed in pieces (a new connection on the same
-        4-tuple, or the old one replayed): each ends just before its first such SYN (its
-        last piece is analysed now; packets older than the SYN that come later are late),
-        and its rows from the SYN on start a new connection."""
+        """A SYN with a new initial sequence number arrived for connections analysed in
+        pieces (a new connection on the same 4-tuple): each ends just before its first such
+        SYN (its last piece is analysed now; packets older than the SYN that come later are
+        late), and its rows from the SYN on start a new connection."""
         ts = cols["ts_ns"]
         first = np.full(len(self._rows), np.iinfo(np.int64).max)
         np.minimum.at(first, tid[reopened], ts[reopened])
@@ -344,33 +347,43 @@ class StreamAnalyzer:
         self.feed({k: v[~before] for k, v in cols.items()})
 
     def _pieces(self, tids: np.ndarray) -> None:
-        """Analyse the rows held of the 4-tuples `tids` as the next piece of their
-        connection (the first makes its Ledger): rows older than the reorder window are
-        decided, the state needed for the next piece carried."""
+        """Analyse the rows held of the 4-tuples `tids` as the next pieces of their
+        connection (piece_rows rows each, in time order; the first makes its Ledger): rows
+        older than the reorder window are decided, the state needed for the next piece
+        carried."""
         rows = self._take_rows(tids)
         safe = self.now - self.reorder_window_ns
         ends = self._tuples.ends(tids)
         for j, t in enumerate(tids.tolist()):
             led = self._ledgers.get(t)
             one = _one_tuple(ends, j)
+            mine = in_time_order(rows.pop(t))
             if led is None:
-                last, ended = last_connection(rows[t])
+                mine, ended = last_connection(mine)
                 if ended is not None:  # connections before a new SYN: analysed whole now
                     self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
                                        self.origin_ns, self._parts.arrivals is not None))
-                    self._cut[t] = int(last["ts_ns"][0])
-                led = self._ledgers[t] = Ledger.first(last, one, safe, self.piece_limits)
-                self._pieced[t] = True
-                if self._parts.arrivals is None:
-                    led.arrivals = None
+                    self._cut[t] = int(mine["ts_ns"][0])
             else:
                 self._carried -= led.held_rows
-                led.add(rows[t], one, safe)
+            n = len(mine["frame"])
+            size = -(-n // -(-n // self.piece_rows)) if n else 1  # pieces of even size
+            for at in range(0, n, size):
+                piece = {k: v[at:at + size] for k, v in mine.items()}
+                if led is None:
+                    led = self._ledgers[t] = Ledger.first(piece, one, safe, self.piece_limits)
+                    self._pieced[t] = True
+                    if self._parts.arrivals is None:
+                        led.arrivals = None
+                else:
+                    led.add(piece, one, safe)
+                self.pieces += 1
+                self._count_arrivals(led)
+            del mine
             self._carried += led.held_rows
             self._cut[t] = led.cut
-            self.pieces += 1
-            self._count_arrivals(led)
         self.peak_held_rows = max(self.peak_held_rows, int(self._rows.sum()) + self._carried)
+        release_free_memory()  # (a piece's working memory is tens of MB)
 
     def _count_arrivals(self, led: Ledger) -> None:
         """Count the data arrivals a piece kept for linking relays against MAX_ARRIVALS."""
