@@ -258,3 +258,23 @@ def test_interleaved_connections_out_of_time_order_in_worker_threads(tmp_path):
     rep = st.finish(reader.info, dict(skipped))
     assert (rep.flows["pieces"] > 1).all() and len(rep.flows) == 30
     assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
+
+
+@pytest.mark.parametrize("isn_step", [0, 1_000_000])
+def test_a_4tuple_opened_again_while_analysed_in_pieces(isn_step, tmp_path):
+    """The same 4-tuple three times, 2 s apart: with new initial sequence numbers a SYN ends
+    the connection analysed in pieces and starts the next (as the whole analysis splits
+    them); with the same ones (a replayed capture) they are one connection, as the stream
+    analyses them without pieces, the handshake's SYN sent again moving with it."""
+    from replicate import replicate
+
+    cap = tmp_path / "reuse.pcap"
+    cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=3, every_ns=2_000_000_000,
+                              port_step=0, isn_step=isn_step))
+    plain, _ = in_pieces(cap, 1 << 40, rows=7)
+    rep, st = in_pieces(cap, TINY, rows=7)
+    assert without_pieces(rep.to_dict()) == without_pieces(plain.to_dict())
+    assert len(rep.flows) == (3 if isn_step else 1) and st.pieces > 10
+    if isn_step:
+        assert without_pieces(rep.to_dict()) == without_pieces(
+            analyze(str(cap), whole_file=True).to_dict())
