@@ -33,10 +33,14 @@ no longer holds is carried in a `Ledger`:
   connection is named in a warning (`Ledger.inexact`), as when an MSS that had to be
   inferred grew after a piece used it, or data not yet acknowledged had to be let go of.
 
-What is held per connection is therefore at most the limit plus the carried rows (bounded:
-OVERLAP_ROWS + LOOKAHEAD_ROWS + 2 * (OUTSTANDING_ROWS + 16) + the handshake, and the rows
-still inside the reorder window), the kept candidates and ACKs and a few hundred numbers,
-whatever the connection's length; what grows is its result (its stalls).
+What is held per connection is therefore bounded whatever its length: at most PIECE_ROWS
+packets not yet analysed (the stream checks after each chunk it reads, so add those of
+that chunk) and the rows carried: OVERLAP_ROWS + LOOKAHEAD_ROWS + 2 * (EXTRA_ROWS +
+OUTSTANDING_ROWS) + the handshake (at most HANDSHAKE_ROWS + 2) + the packets still inside
+the reorder window; the candidates and ACKs kept one by one, up to LATE_GAPS delays per
+direction and a few hundred numbers. What grows is its result: its stalls (kept raw until
+it ends, then its rows of the stalls table) and, up to relay.MAX_ARRIVALS for the whole
+capture, its data segments for linking relays.
 """
 
 from __future__ import annotations
@@ -45,11 +49,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .decode import ACK, SYN
 from .detect import (ANSWER_PENDING, CANDIDATE_COLUMNS, Detection, Evidence, ack_classes,
                      classify, decide, evidence, params)
 from .flows import (DUPLICATE_LOOKBACK, NEARBY, TYPICAL_SAMPLES, Flows, build_flows,
                     late_samples, round_trips, sample_stats, send_mss, turn_samples)
-from .decode import ACK, SYN
 from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
 from .tuples import TupleEnds
 
@@ -201,8 +205,8 @@ class Ledger:
         if f.duplicates > f.near_copies and not self.near_copies:
             self.inexact.add("the copies of packets seen twice (found only several packets "
                              "after the original)")
-        if f.count != 1:  # a SYN with a new ISN among rows carried: cannot happen (stream)
-            raise ValueError(f"a piece of one connection gave {f.count} flows")
+        if f.count != 1:  # the stream ends a connection before a SYN with a new ISN
+            raise AssertionError(f"a piece of one connection gave {f.count} flows")
         seg = f.seg
         src = _positions(rows["frame"], seg["frame"])  # each segment's row in `rows`
         if not self.pieces:

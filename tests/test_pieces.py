@@ -151,7 +151,7 @@ def test_a_later_shorter_round_trip_rejudges_the_candidates_kept():
     a stall that only a later round trip reveals is found in pieces too."""
     cols = later_round_trip()
     whole, _ = fed(cols, len(cols["frame"]))
-    got, st = fed(cols, 1, piece_rows=8)
+    got, _ = fed(cols, 1, piece_rows=8)
     assert whole["summary"]["stalls"] == 1 and whole["flows"][0]["pieces"] == 1
     assert without_pieces(got) == without_pieces(whole)
     assert got["flows"][0]["pieces"] > 5
