@@ -505,8 +505,10 @@ class Ledger:
         carry |= tail
         carry &= kind != _HS
         decided = rows["ts_ns"] < cut
+        analysed = np.zeros(len(rows["frame"]), dtype=bool)  # not a copy of another
+        analysed[src] = True
         known = np.where(decided & (rows["known"] < 0),
-                         np.where(_present(rows["frame"], seg["frame"]), 0, 1),
+                         np.where(analysed, 0, 1),
                          rows["known"]).astype(np.int8)
         new_kind = np.where(tail, 0, _EXTRA).astype(np.int8)
         self.rows = {**_take(rows, np.flatnonzero(carry)),
@@ -663,11 +665,6 @@ def _positions(frames: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Index in `frames` (distinct) of each of `wanted` (all present)."""
     order = np.argsort(frames, kind="stable")
     return order[np.searchsorted(frames[order], wanted)]
-
-
-def _present(frames: np.ndarray, among: np.ndarray) -> np.ndarray:
-    """Whether each of `frames` is among `among`."""
-    return np.isin(frames, among)
 
 
 def _base(raw: int, rel: int) -> int:
