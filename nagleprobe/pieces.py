@@ -153,7 +153,8 @@ class Ledger:
     acks: dict[str, np.ndarray] = field(  # lone-segment ACKs kept one by one
         default_factory=lambda: {"key": np.zeros(0, np.int64), "gap": np.zeros(0, np.int64)})
     ack_counts: np.ndarray = field(default_factory=lambda: np.zeros((2, 2), np.int64))
-    late_gaps: list = field(default_factory=lambda: [{}, {}])  # gap ns -> count, per key
+    # per key: the distinct gaps (ns) of the late ACKs counted, ascending, and how many
+    late_gaps: list = field(default_factory=lambda: [(np.zeros(0, np.int64),) * 2] * 2)
     ack_sentinels: dict[tuple, tuple] = field(default_factory=dict)
     mss_used: set = field(default_factory=set)
     dropped_outstanding: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
@@ -434,19 +435,18 @@ class Ledger:
         self.ack_counts[:, 0] += np.bincount(key[late], minlength=2)
         self.ack_counts[:, 1] += np.bincount(key[cls["quick"]], minlength=2)
         for k in (0, 1):
-            values, counts = np.unique(gap[late & (key == k)], return_counts=True)
-            hist = self.late_gaps[k]
-            for v, n in zip(values.tolist(), counts.tolist()):
-                hist[v] = hist.get(v, 0) + n
-            if len(hist) > LATE_GAPS:
+            had, many = self.late_gaps[k]
+            values = np.r_[had, gap[late & (key == k)]]
+            weights = np.r_[many, np.ones(len(values) - len(had), np.int64)]
+            while True:
+                values, at = np.unique(values, return_inverse=True)
+                weights = np.bincount(at.reshape(-1), weights=weights).astype(np.int64)
+                if len(values) <= LATE_GAPS:
+                    break
                 self.inexact.add("the delayed-ACK median (more distinct delays than "
                                  f"{LATE_GAPS} were kept)")
-                while len(hist) > LATE_GAPS:  # coarser: neighbours merged
-                    merged: dict[int, int] = {}
-                    for v, n in hist.items():
-                        merged[v // 2 * 2] = merged.get(v // 2 * 2, 0) + n
-                    hist = merged
-                self.late_gaps[k] = hist
+                values = values // 2 * 2  # coarser: neighbours merged
+            self.late_gaps[k] = (values, weights)
         for rule, large in ACK_RULES.items():
             for side in (False, True):
                 m = cls[rule] == side
@@ -577,10 +577,10 @@ class Ledger:
             g = np.array([(*k, *v) for k, v in self.groups.items()], dtype=np.int64)
             groups = {"key": g[:, 0], "plain": g[:, 1], "s1_small": g[:, 2].astype(bool),
                       "late_seen": g[:, 3].astype(bool), "count": g[:, 4], "stall_ns": g[:, 5]}
-        hist = [(k, v, n) for k in (0, 1) for v, n in sorted(self.late_gaps[k].items())]
-        h = np.array(hist, dtype=np.int64).reshape(-1, 3)
+        (v0, n0), (v1, n1) = self.late_gaps
         lone_groups = {"late": self.ack_counts[:, 0], "quick": self.ack_counts[:, 1],
-                       "hist_key": h[:, 0], "hist_gap": h[:, 1], "hist_count": h[:, 2]}
+                       "hist_key": np.r_[np.zeros(len(v0), np.int64), np.ones(len(v1), np.int64)],
+                       "hist_gap": np.r_[v0, v1], "hist_count": np.r_[n0, n1]}
         ev = Evidence(cand, self.off.copy(), self.not_classic.copy(), self.acks["key"],
                       self.acks["gap"])
         det = decide(ev, p, 1, groups, lone_groups)

@@ -124,6 +124,21 @@ def test_with_tiny_bounds_on_what_is_carried_a_difference_is_never_silent(path):
         assert st.inexact
 
 
+@pytest.mark.parametrize("name", ["echo_split_lo.pcap", "server_split_lo.pcap",
+                                  "long_echo_split_rtt80_client.pcap",
+                                  "classic_bulk_win200_netns.pcap"])
+def test_candidates_and_acks_judged_early_are_counted_as_the_whole_analysis_counts_them(name):
+    """One candidate and one lone-segment ACK kept one by one: the others are judged with
+    the round trips known then and counted (holds, why-not reasons, delayed and quick ACKs,
+    the delayed-ACK timer from their delays); where the final round trips move none of them
+    across a threshold, the result is the whole analysis', and no warning is given."""
+    path = SAMPLES / name
+    rep, st = in_pieces(path, 8, rows=3, limits=Limits(kept_candidates=1, kept_acks=1))
+    assert without_pieces(rep.to_dict()) == without_pieces(analyze(str(path), whole_file=True)
+                                                           .to_dict())
+    assert not st.inexact and not rep.capture["warnings"]
+
+
 def later_round_trip(rounds_between: int = 20) -> dict[str, np.ndarray]:
     """A conversation whose first candidate is judged differently once a much shorter round
     trip to the server is seen, far later: the handshake says 15 ms each way, so the
