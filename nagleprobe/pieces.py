@@ -479,9 +479,10 @@ class Ledger:
             if len(data):
                 look.append(data[-1])  # the last data
             for e in look:  # and the rows that set the highest seq and ACK up to them
-                keep[e] = True
-                for value, col in ((top[e], end), (sent[e], end), (ack_max[e], ack)):
-                    hit = every[(every <= e) & (col[every] == value)]
+                keep[e] = True  # (up to and before it: its own sent_before)
+                for value, col, upto in ((top[e], end, e), (sent[e], end, e - 1),
+                                         (ack_max[e], ack, e)):
+                    hit = every[(every <= upto) & (col[every] == value)]
                     if len(hit) and value >= 0:
                         keep[hit[-1]] = True
             keep[every[-1]] = True
