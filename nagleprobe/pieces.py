@@ -51,7 +51,7 @@ import numpy as np
 
 from .decode import ACK, SYN
 from .detect import (ANSWER_PENDING, CANDIDATE_COLUMNS, Detection, Evidence, ack_classes,
-                     classify, decide, evidence, params)
+                     classify, decide, evidence, params, small)
 from .flows import (DUPLICATE_LOOKBACK, NEARBY, TYPICAL_SAMPLES, Flows, build_flows,
                     late_samples, round_trips, sample_stats, send_mss, turn_samples)
 from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
@@ -156,7 +156,10 @@ class Ledger:
     # per key: the distinct gaps (ns) of the late ACKs counted, ascending, and how many
     late_gaps: list = field(default_factory=lambda: [(np.zeros(0, np.int64),) * 2] * 2)
     ack_sentinels: dict[tuple, tuple] = field(default_factory=dict)
-    mss_used: set = field(default_factory=set)
+    # per MSS used by a piece (client's, server's): per direction the distinct payload sizes
+    # it compared with it; and (direction, MSS) of the late round-trip samples taken
+    mss_used: dict = field(default_factory=dict)
+    late_mss: set = field(default_factory=set)
     dropped_outstanding: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)
     inexact: set = field(default_factory=set)  # why a field may differ from the whole's
@@ -330,12 +333,15 @@ class Ledger:
         mss = self.facts()["mss"].reshape(-1)
         late = paired[mine & ~undelayed]
         late = late[self.undelayed.count[d[late]] == 0]  # (needed only without undelayed)
+        self.late_mss.update((int(k), int(mss[k])) for k in np.unique(d[late]))
         late, late_ns = late_samples(seg, late, mss[d[late]])
         self.late.add(d[late], ts[late], frame[late], late_ns)
 
         facts = self.facts()
         p = params(facts)
-        self.mss_used.add(tuple(p.mss.tolist()))
+        sizes = self.mss_used.setdefault(tuple(p.mss.tolist()), [np.zeros(0, np.int64)] * 2)
+        for k in (0, 1):
+            sizes[k] = np.union1d(sizes[k], pay[(d == k) & (pay > 0)])
         ev = evidence(f, p.mss, owned=own, open_end=not final)
         self.off += ev.off
         self.not_classic += ev.not_classic
@@ -405,6 +411,9 @@ class Ledger:
         plain, s1_small, late_seen = k["plain"][old], k["s1_small"][old], k["late_seen"][old]
         gap = c["released_ns"][old] - c["small_ns"][old]
         key = c["key"][old]
+        sizes = self.mss_used.setdefault(tuple(p.mss.tolist()), [np.zeros(0, np.int64)] * 2)
+        for d in (0, 1):  # S1 judged small or not with this MSS
+            sizes[d] = np.union1d(sizes[d], c["small_bytes"][old][key == d])
         for group in set(zip(key.tolist(), plain.tolist(), s1_small.tolist(),
                              late_seen.tolist())):
             m = ((key == group[0]) & (plain == group[1]) & (s1_small == group[2])
@@ -562,9 +571,7 @@ class Ledger:
         reasons why a field may differ from the whole-connection analysis in `inexact`."""
         facts = self.facts()
         p = params(facts)
-        if any(m != tuple(p.mss.tolist()) for m in self.mss_used):
-            self.inexact.add("the MSS (inferred from the largest segments, which grew "
-                             "after a piece had used it)")
+        self._check_mss(p.mss)
         cand = _cat([*self.stalls, self.recent]) if self.recent is not None else None
         self.stalls, self.recent = [], None  # (held once: a million stalls are 90 MB)
         if cand is None:
@@ -587,6 +594,25 @@ class Ledger:
         det = decide(ev, p, 1, groups, lone_groups)
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
+
+    def _check_mss(self, mss: np.ndarray) -> None:
+        """Whether a piece that used another MSS (inferred from the largest segments, no
+        SYN) judged a segment otherwise than the final MSS does: small or not, below it or
+        not; or took a late round-trip sample with it (two full segments) that counts."""
+        final = mss.tolist()
+        moved = False
+        for used, sizes in self.mss_used.items():
+            for k in (0, 1):
+                old, new, v = used[k], final[k], sizes[k]
+                if old != new:
+                    moved |= bool(((small(v, np.int64(old)) != small(v, np.int64(new)))
+                                   | ((v < old) != (v < new))
+                                   | ((v <= max(old, 1)) != (v <= max(new, 1)))).any())
+        fallback = (self.undelayed.count == 0) & (self.late.count > 0)
+        moved |= any(fallback[k] and m != final[k] for k, m in self.late_mss)
+        if moved:
+            self.inexact.add("the MSS (inferred from the largest segments, which grew "
+                             "after a piece had used it)")
 
     def _check_sentinels(self, p) -> None:
         """Whether the final round trips move a candidate or ACK judged before across a
