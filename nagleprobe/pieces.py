@@ -31,14 +31,16 @@ no longer holds is carried in a `Ledger`:
   the two kept closest to its threshold: if the final round trips would move one of
   them across it, an older verdict may differ from the whole analysis', and the
   connection is named in a warning (`Ledger.inexact`), as when an MSS that had to be
-  inferred grew after a piece used it, or data not yet acknowledged had to be let go of.
+  inferred changed after a piece judged a segment with it that the final MSS judges
+  otherwise, or data not yet acknowledged had to be let go of.
 
 What is held per connection is therefore bounded whatever its length: at most PIECE_ROWS
 packets not yet analysed (the stream checks after each chunk it reads, so add those of
 that chunk) and the rows carried: OVERLAP_ROWS + LOOKAHEAD_ROWS + 2 * (EXTRA_ROWS +
 OUTSTANDING_ROWS) + the handshake (at most HANDSHAKE_ROWS + 2) + the packets still inside
 the reorder window; the candidates and ACKs kept one by one, up to LATE_GAPS delays per
-direction and a few hundred numbers. What grows is its result: its stalls (kept raw until
+direction, without a SYN a bit per payload size for each of up to MSS_KEPT inferred MSS
+values (16 KB each), and a few hundred numbers. What grows is its result: its stalls (kept raw until
 it ends, then its rows of the stalls table) and, up to relay.MAX_ARRIVALS for the whole
 capture, its data segments for linking relays.
 """
@@ -68,6 +70,7 @@ KEPT_CANDIDATES = 4096  # candidates that are not stalls, kept one by one until 
 KEPT_ACKS = 4096  # lone-segment ACKs kept one by one
 OUTSTANDING_ROWS = 4096  # data rows not yet acknowledged carried per direction
 LATE_GAPS = 1 << 14  # distinct delays of late ACKs counted exactly per direction
+MSS_KEPT = 8  # MSS values inferred (no SYN) whose judged payload sizes are kept
 # the rules whose outcome moves with the round trips (detect.classify): the value each
 # is monotonic in, and whether it holds for large values
 ROUND_TRIP_RULES = {"early": ("reaction", False), "slow": ("reaction", True),
@@ -158,7 +161,7 @@ class Ledger:
     ack_sentinels: dict[tuple, tuple] = field(default_factory=dict)
     # per MSS used by a piece (client's, server's): per direction the distinct payload sizes
     # it compared with it; and (direction, MSS) of the late round-trip samples taken
-    mss_used: dict = field(default_factory=dict)
+    mss_used: dict = field(default_factory=dict)  # (2, 65536) bits each
     late_mss: set = field(default_factory=set)
     dropped_outstanding: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)
@@ -339,9 +342,7 @@ class Ledger:
 
         facts = self.facts()
         p = params(facts)
-        sizes = self.mss_used.setdefault(tuple(p.mss.tolist()), [np.zeros(0, np.int64)] * 2)
-        for k in (0, 1):
-            sizes[k] = np.union1d(sizes[k], pay[(d == k) & (pay > 0)])
+        self._compared(p.mss, facts["mss_how"].reshape(-1), d, pay)
         ev = evidence(f, p.mss, owned=own, open_end=not final)
         self.off += ev.off
         self.not_classic += ev.not_classic
@@ -411,9 +412,8 @@ class Ledger:
         plain, s1_small, late_seen = k["plain"][old], k["s1_small"][old], k["late_seen"][old]
         gap = c["released_ns"][old] - c["small_ns"][old]
         key = c["key"][old]
-        sizes = self.mss_used.setdefault(tuple(p.mss.tolist()), [np.zeros(0, np.int64)] * 2)
-        for d in (0, 1):  # S1 judged small or not with this MSS
-            sizes[d] = np.union1d(sizes[d], c["small_bytes"][old][key == d])
+        # (S1 judged small or not with this MSS)
+        self._compared(p.mss, self.facts()["mss_how"].reshape(-1), key, c["small_bytes"][old])
         for group in set(zip(key.tolist(), plain.tolist(), s1_small.tolist(),
                              late_seen.tolist())):
             m = ((key == group[0]) & (plain == group[1]) & (s1_small == group[2])
@@ -595,15 +595,34 @@ class Ledger:
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
 
+    def _compared(self, mss: np.ndarray, how: np.ndarray, key: np.ndarray,
+                  payload: np.ndarray) -> None:
+        """Note the payload sizes (of directions `key`) judged with `mss` where it is not the
+        SYN's (inferred, it may change): a bit per size, per direction and MSS used (at most
+        MSS_KEPT of them; past that the MSS is named in a warning)."""
+        if (how == "syn").all():
+            return
+        used = tuple(mss.tolist())
+        if used not in self.mss_used and len(self.mss_used) >= MSS_KEPT:
+            self.inexact.add("the MSS (inferred from the largest segments, which grew "
+                             "after a piece had used it)")
+            return
+        packed = self.mss_used.setdefault(used, np.zeros((2, 1 << 13), dtype=np.uint8))
+        bits = np.unpackbits(packed, axis=1).astype(bool)
+        for k in (0, 1):
+            if how[k] != "syn":
+                bits[k, np.minimum(payload[(key == k) & (payload > 0)], (1 << 16) - 1)] = True
+        self.mss_used[used] = np.packbits(bits, axis=1)
+
     def _check_mss(self, mss: np.ndarray) -> None:
         """Whether a piece that used another MSS (inferred from the largest segments, no
         SYN) judged a segment otherwise than the final MSS does: small or not, below it or
         not; or took a late round-trip sample with it (two full segments) that counts."""
         final = mss.tolist()
         moved = False
-        for used, sizes in self.mss_used.items():
+        for used, packed in self.mss_used.items():
             for k in (0, 1):
-                old, new, v = used[k], final[k], sizes[k]
+                old, new, v = used[k], final[k], np.flatnonzero(np.unpackbits(packed[k]))
                 if old != new:
                     moved |= bool(((small(v, np.int64(old)) != small(v, np.int64(new)))
                                    | ((v < old) != (v < new))
