@@ -1,13 +1,15 @@
 """Memory of one connection that never closes: `nagleprobe watch` (sliding window) against
-`nagleprobe analyze` (holds the connection's packets until the end).
+`nagleprobe analyze` (the stream analyses a connection holding PIECE_ROWS packets in pieces).
 
-Builds a pcap of one TCP connection of N packets that never closes: the handshake of the
-real sample samples/echo_split_lo.pcap, then its request/answer rounds repeated with the
-sequence and acknowledgement numbers and times moved on by one round each copy (about 19
-stalls per 100 packets). Runs each command under /usr/bin/time -v and prints wall time,
-peak RSS and stalls found. Not a test: run it by hand
+Builds a pcap of one TCP connection of N packets that never closes: the handshake of a
+real sample (samples/echo_split_lo.pcap by default), then its request/answer rounds
+repeated with the sequence and acknowledgement numbers and times moved on by one round each
+copy (about 19 stalls per 100 packets for echo_split_lo; none for echo_nodelay_lo). Runs
+each command under /usr/bin/time -v and prints wall time, peak RSS and stalls found (and
+for analyze the pieces). Not a test: run it by hand
 
     python3 benchmarks/bench_live.py [--packets 1000000 5000000] [--skip-analyze]
+        [--skip-watch] [--source samples/echo_nodelay_lo.pcap] [--rounds 3]
 
 The captures are cached in benchmarks/out/ (ignored by git).
 """
@@ -40,9 +42,9 @@ def records(raw: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-def build(path: Path, packets: int) -> None:
+def build(path: Path, packets: int, source: Path = SOURCE) -> None:
     """The never-closing connection of `packets` packets (see the module's docstring)."""
-    raw = SOURCE.read_bytes()
+    raw = source.read_bytes()
     recs = records(raw)
     fin = next(i for i, (_, f) in enumerate(recs) if f[47] & 0x05)  # first FIN/RST (IPv4)
     head, body = recs[:3], recs[3:fin]
@@ -108,24 +110,40 @@ def main() -> None:
     ap.add_argument("--packets", type=int, nargs="+", default=[1_000_000, 5_000_000])
     ap.add_argument("--window", type=int, default=4096)
     ap.add_argument("--skip-analyze", action="store_true")
+    ap.add_argument("--skip-watch", action="store_true")
+    ap.add_argument("--source", type=Path, default=SOURCE,
+                    help="the sample whose handshake and rounds make the connection")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each command (median, range)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     nagleprobe = [sys.executable, "-m", "nagleprobe"]
+    stem = "" if args.source.resolve() == SOURCE else f"{args.source.stem}_"
     for n in args.packets:
-        path = OUT / f"never_closing_{n}.pcap"
+        path = OUT / f"never_closing_{stem}{n}.pcap"
         if not path.exists():
-            build(path, n)
-        wall, rss, out = measure([*nagleprobe, "watch", "--format", "jsonl",
-                                  "--window", str(args.window), str(path)])
-        final = json.loads(out.splitlines()[-1])
-        print(f"watch --window {args.window}  {n:>10,} packets: {wall:6.1f} s, "
-              f"peak RSS {rss / 1024:7.0f} MB, {final['stalls']:,} stalls", flush=True)
+            build(path, n, args.source)
+        if not args.skip_watch:
+            runs = [measure([*nagleprobe, "watch", "--format", "jsonl", "--window",
+                             str(args.window), str(path)]) for _ in range(args.rounds)]
+            final = json.loads(runs[0][2].splitlines()[-1])
+            print(f"watch --window {args.window}  {n:>10,} packets: {_figures(runs)}, "
+                  f"{final['stalls']:,} stalls", flush=True)
         if not args.skip_analyze:
-            wall, rss, out = measure([*nagleprobe, "analyze", "--format", "json", "-q",
-                                      str(path)])
-            stalls = sum(f["stalls"] for f in json.loads(out)["flows"])
-            print(f"analyze               {n:>10,} packets: {wall:6.1f} s, "
-                  f"peak RSS {rss / 1024:7.0f} MB, {stalls:,} stalls", flush=True)
+            runs = [measure([*nagleprobe, "analyze", "--format", "json", "-q", str(path)])
+                    for _ in range(args.rounds)]
+            flows = json.loads(runs[0][2])["flows"]
+            print(f"analyze               {n:>10,} packets: {_figures(runs)}, "
+                  f"{sum(f['stalls'] for f in flows):,} stalls, "
+                  f"{sum(f['pieces'] for f in flows):,} pieces", flush=True)
+
+
+def _figures(runs: list[tuple[float, int, str]]) -> str:
+    """Median wall time and peak RSS of the runs, with their ranges."""
+    wall = sorted(r[0] for r in runs)
+    rss = sorted(r[1] / 1024 for r in runs)
+    med = lambda v: v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2  # noqa: E731
+    return (f"{med(wall):6.1f} s ({wall[0]:.1f}-{wall[-1]:.1f}), peak RSS {med(rss):7.0f} MB "
+            f"({rss[0]:.0f}-{rss[-1]:.0f})")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,9 @@ class Detection:
     data."""
 
     stalls: dict[str, np.ndarray]
-    holds: dict[str, np.ndarray]
+    holds: dict[str, np.ndarray]  # (of the candidates given one by one, see `decide`)
+    hold_count: np.ndarray  # Nagle holds of each direction's sender
+    hold_ns: np.ndarray  # ... and what they cost (S1 -> S2), in all
     nagle_off_proofs: np.ndarray  # small segments sent while a small one was unacknowledged
     not_classic_proofs: np.ndarray  # ... while a full-sized one was unacknowledged
     held_behind_small: np.ndarray  # stalls and holds whose S1 was small
@@ -88,6 +90,42 @@ class Detection:
     answered: np.ndarray  # per stall: the peer sent data right after S2
 
 
+@dataclass
+class Params:
+    """What the rule takes from the flow facts (`params`), per flow * 2 + dir: its sender's
+    MSS, the round trip from the capture point to its sender (ns, 0 if unknown) and what
+    that path usually takes at most (ns); per flow, the confidence lost for how its round
+    trips are known."""
+
+    mss: np.ndarray
+    rtt_to: np.ndarray
+    typical_to: np.ndarray
+    penalty: np.ndarray
+
+
+# A coupled candidate (S2, the late ACK A, S1) as the rule reads it, before any threshold:
+# its direction (flow * 2 + dir), the three packets' frames and times, S2's and S1's
+# bytes, whether S2 was new data, whether Y's window was shut, and the time of the peer's
+# data answering S2 (-1: none; ANSWER_PENDING: not seen yet, the connection goes on).
+CANDIDATE_COLUMNS = ("key", "small_frame", "ack_frame", "released_frame", "small_ns", "ack_ns",
+                     "released_ns", "held_bytes", "small_bytes", "new_data", "shut", "answer_ns")
+ANSWER_PENDING = -2
+
+
+@dataclass
+class Evidence:
+    """What the chain found, thresholds not yet applied (`evidence`): the coupled candidates
+    (CANDIDATE_COLUMNS), the Nagle-off and not-classic proofs per flow * 2 + dir, and the
+    pure ACKs of a lone segment (the data's direction and the time from the data to the
+    ACK, ns)."""
+
+    candidates: dict[str, np.ndarray]
+    off: np.ndarray
+    not_classic: np.ndarray
+    lone_key: np.ndarray
+    lone_gap: np.ndarray
+
+
 def small(payload: np.ndarray, mss: np.ndarray) -> np.ndarray:
     """A partial segment: smaller than the MSS, or (TSO) larger but not a multiple of it."""
     m = np.maximum(mss, 1)
@@ -96,49 +134,131 @@ def small(payload: np.ndarray, mss: np.ndarray) -> np.ndarray:
 
 def detect(f: Flows) -> Detection:
     """Run the evidence chain over every segment of every flow (the structural part
-    compiled when built, see nagleprobe/_detect.c; else `_chain_numpy`)."""
-    s = f.seg
-    nflows = f.count
-    mss = np.ascontiguousarray(f.flow["mss"].reshape(-1), dtype=np.int64)
+    compiled when built, see nagleprobe/_detect.c; else `_chain_numpy`) and apply the rule."""
+    p = params(f.flow)
+    return decide(evidence(f, p.mss), p, f.count)
+
+
+def params(flow: dict[str, np.ndarray]) -> Params:
+    """The rule's inputs from flow facts (`Flows.flow`: mss, the round trips, rtt_how)."""
+    mss = np.ascontiguousarray(flow["mss"].reshape(-1), dtype=np.int64)
     # round trip from the capture point to the client / server (unknown counts as 0),
     # indexed by flow * 2 + dir: the sender of dir 0 is the client
-    rtt_to = np.nan_to_num(np.stack([f.flow["rtt_client_ms"], f.flow["rtt_server_ms"]], axis=1)
+    rtt_to = np.nan_to_num(np.stack([flow["rtt_client_ms"], flow["rtt_server_ms"]], axis=1)
                            .reshape(-1) * 1e6).astype(np.int64)
-    typical_to = np.nan_to_num(f.flow["rtt_typical_ms"].reshape(-1) * 1e6).astype(np.int64)
+    typical_to = np.nan_to_num(flow["rtt_typical_ms"].reshape(-1) * 1e6).astype(np.int64)
+    return Params(mss, rtt_to, typical_to, _penalty(flow["rtt_how"]))
+
+
+def _penalty(rtt_how: np.ndarray) -> np.ndarray:
+    """Per flow, the confidence lost for how its round trips are known."""
+    how = np.asarray(rtt_how, dtype=object)
+    return (RTT_UNKNOWN_PENALTY * (how == "none")
+            + RTT_FROM_DATA_PENALTY * (how != "handshake")).astype(float)
+
+
+def evidence(f: Flows, mss: np.ndarray, owned: slice | None = None,
+             open_end: bool = False) -> Evidence:
+    """The coupled candidates, proofs and lone-segment ACKs of the flows (`mss`: per flow *
+    2 + dir). With `owned` (a range of rows), only those whose S2, proof or ACK lies in it;
+    with `open_end`, packets after the last row may follow, so a candidate with no data
+    after S2 has its answer ANSWER_PENDING."""
+    s = f.seg
     chain = _chain_numpy if _compiled is None else _chain_compiled
     S2, A, S1, YA, answer, off, not_classic, lone_row, lone_data = chain(f, mss)
+    if owned is not None:
+        lo, hi = owned.start, owned.stop
+        m = (S2 >= lo) & (S2 < hi)
+        S2, A, S1, YA, answer = S2[m], A[m], S1[m], YA[m], answer[m]
+        m = (lone_row >= lo) & (lone_row < hi)
+        lone_row, lone_data = lone_row[m], lone_data[m]
+        off_out, nc_out = _proofs(f, mss, np.r_[0:lo, hi:len(s["flow"])])
+        off, not_classic = off - off_out, not_classic - nc_out
+    fid, d, ts, pay, frame = s["flow"], s["dir"], s["ts_ns"], s["payload"], s["frame"]
+    window = s["window"]
+    answer_ns = np.where(answer >= 0, ts[np.maximum(answer, 0)], -1)
+    if open_end and len(S2):  # no data after S2 yet: the answer may come later
+        last_data = np.full(f.count, -1, dtype=np.int64)
+        data = np.flatnonzero(pay > 0)
+        last_data[fid[data]] = data
+        answer_ns[S2 == last_data[fid[S2]]] = ANSWER_PENDING
+    cand = {"key": fid[S2] * 2 + d[S2], "small_frame": frame[S1], "ack_frame": frame[A],
+            "released_frame": frame[S2], "small_ns": ts[S1], "ack_ns": ts[A],
+            "released_ns": ts[S2], "held_bytes": pay[S2], "small_bytes": pay[S1],
+            "new_data": s["new_data"][S2],
+            "shut": (window[A] == 0) | ((YA >= 0) & (window[np.maximum(YA, 0)] == 0)),
+            "answer_ns": answer_ns}
+    return Evidence(cand, off, not_classic, fid[lone_data] * 2 + d[lone_data],
+                    ts[lone_row] - ts[lone_data])
 
-    fid, d, ts, pay = s["flow"], s["dir"], s["ts_ns"], s["payload"]
-    key = fid[S2] * 2 + d[S2]
-    s1_small = small(pay[S1], mss[key])
-    to_sender, to_receiver = rtt_to[key], rtt_to[key ^ 1]
-    ack_delay = ts[A] - ts[S1] - to_receiver
-    reaction = ts[S2] - ts[A]
+
+def classify(c: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
+    """Apply the thresholds to candidates (CANDIDATE_COLUMNS): why each is not a stall
+    ("plain": index in REASONS of the first rule that rules it out, -1 if none, before the
+    vetoes of a proven Nagle rule), whether S1 was small, the ACK's delay and S2's reaction
+    (ns), whether the ACK looked late where captured, and the four rules that depend on the
+    round trips ("early": S2 before the ACK could arrive, "slow": S2 later than the path
+    explains, "short" and "long": the ACK delay below or above the timers' range)."""
+    key = c["key"]
+    s1_small = small(c["small_bytes"], p.mss[key])
+    to_sender, to_receiver = p.rtt_to[key], p.rtt_to[key ^ 1]
+    gap = c["ack_ns"] - c["small_ns"]
+    ack_delay = gap - to_receiver
+    reaction = c["released_ns"] - c["ack_ns"]
     # causality: S2 cannot be seen before the fastest the path has been, and is seen within
     # what the path usually takes (both give or take a slack)
-    usual = np.maximum(to_sender, typical_to[key])
+    usual = np.maximum(to_sender, p.typical_to[key])
     slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * to_sender).astype(np.int64)
     usual_slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * usual).astype(np.int64)
-    window = s["window"]
-    shut = (window[A] == 0) | ((YA >= 0) & (window[np.maximum(YA, 0)] == 0))
-    late_reaction = reaction > usual + usual_slack
-    corked = np.abs(ts[S2] - ts[S1] - CORK_MS * 1e6) <= CORK_TOLERANCE_MS * 1e6
-
+    early = reaction < to_sender - slack
+    slow = reaction > usual + usual_slack
+    corked = np.abs(c["released_ns"] - c["small_ns"] - CORK_MS * 1e6) <= CORK_TOLERANCE_MS * 1e6
+    short = ack_delay < DELACK_MIN_MS * 1e6
+    long = ack_delay > DELACK_MAX_MS * 1e6
     # why each candidate is not a stall (index in REASONS, the first that applies; -1: it is),
     # first without the vetoes of a proven rule (nagle_off, not_classic), which come third
-    rules = [~s["new_data"][S2], shut, None, None, reaction < to_sender - slack,
-             late_reaction & corked, late_reaction, ack_delay < DELACK_MIN_MS * 1e6,
-             ack_delay > DELACK_MAX_MS * 1e6]
+    rules = [~c["new_data"], c["shut"], None, None, early, slow & corked, slow, short, long]
     plain = np.select([r for r in rules if r is not None],
                       [j for j, r in enumerate(rules) if r is not None], -1)
+    return {"plain": plain, "s1_small": s1_small, "ack_delay": ack_delay, "reaction": reaction,
+            "late_seen": gap >= DELACK_MIN_MS * 1e6,  # the ACK looked late where captured
+            "early": early, "slow": slow, "short": short, "long": long}
+
+
+def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] | None = None,
+           lone_groups: dict[str, np.ndarray] | None = None) -> Detection:
+    """The stalls, holds and per-direction verdicts of the evidence. A connection analysed
+    in pieces (nagleprobe.pieces) gives, besides the candidates it kept one by one, the
+    others already classified in `groups` (key, plain, s1_small, late_seen, count, and
+    stall_ns: their S1 -> S2 gaps in all), and its lone-segment ACKs already classified in
+    `lone_groups` (per flow * 2 + dir: late, quick; and the late ones' gaps as a histogram:
+    hist_key, hist_gap, hist_count). `holds` lists the holds among the candidates only."""
+    c = ev.candidates
+    k = classify(c, p)
+    n = len(c["key"])
+    key, plain, s1_small, late_seen = c["key"], k["plain"], k["s1_small"], k["late_seen"]
+    gap_ns = c["released_ns"] - c["small_ns"]
+    weight = None
+    if groups is not None and len(groups["key"]):
+        key = np.r_[key, groups["key"]]
+        plain = np.r_[plain, groups["plain"]]
+        s1_small = np.r_[s1_small, groups["s1_small"]]
+        late_seen = np.r_[late_seen, groups["late_seen"]]
+        gap_ns = np.r_[gap_ns, groups["stall_ns"]]
+        weight = np.r_[np.ones(n, np.int64), groups["count"]]
+    nkeys = nflows * 2
+
+    def count(m: np.ndarray, by: np.ndarray | None = None, size: int = nkeys) -> np.ndarray:
+        out = np.bincount(key[m] if by is None else by, minlength=size,
+                          weights=None if weight is None else weight[m])
+        return out.astype(np.int64)
 
     # A proof of Nagle off (or of Minshall's rule) vetoes a sender's stalls (those behind a
     # full segment) when it is seen at least as often as they are: an ACK the capture lost
     # makes one false proof, and must not wipe out a sender's stalls.
     would = plain == -1
-    off_proven = (off > 0) & (off >= np.bincount(key[would], minlength=nflows * 2))
-    not_classic_proven = (not_classic > 0) & (
-        not_classic >= np.bincount(key[would & ~s1_small], minlength=nflows * 2))
+    off_proven = (ev.off > 0) & (ev.off >= count(would))
+    not_classic_proven = (ev.not_classic > 0) & (ev.not_classic >= count(would & ~s1_small))
     reason = plain.copy()
     vetoable = (plain < 0) | (plain > NOT_CLASSIC)
     vetoed = vetoable & off_proven[key]
@@ -146,48 +266,85 @@ def detect(f: Flows) -> Detection:
     reason[vetoable & ~vetoed & ~s1_small & not_classic_proven[key]] = NOT_CLASSIC
     stall, hold = reason == -1, reason == NAGLE_HOLD
 
-    late_seen = ts[A] - ts[S1] >= DELACK_MIN_MS * 1e6  # the ACK looked late where captured
     rejected = (reason >= 0) & late_seen
-    why_not = np.bincount(key[rejected] * len(REASONS) + reason[rejected],
-                          minlength=nflows * 2 * len(REASONS)).reshape(nflows * 2, len(REASONS))
+    why_not = count(rejected, key[rejected] * len(REASONS) + reason[rejected],
+                    nkeys * len(REASONS)).reshape(nkeys, len(REASONS))
     held = stall | hold
-    behind_small = np.bincount(key[held & s1_small], minlength=nflows * 2)
-    behind_full = np.bincount(key[held & ~s1_small], minlength=nflows * 2)
+    behind_small = count(held & s1_small)
+    behind_full = count(held & ~s1_small)
     flavour = np.select([off_proven, not_classic_proven & (behind_small > 0),
                          ~not_classic_proven & (behind_full > 0)],
                         ["off", "minshall", "classic"], "unknown").astype(object)
+    hold_ns = np.bincount(key[hold], weights=gap_ns[hold], minlength=nkeys).astype(np.int64)
 
     def events(m: np.ndarray) -> dict[str, np.ndarray]:
-        r2, ra, r1 = S2[m], A[m], S1[m]
-        return {"flow": fid[r2], "dir": d[r2], "small_row": r1, "ack_row": ra,
-                "released_row": r2, "small_frame": s["frame"][r1], "ack_frame": s["frame"][ra],
-                "released_frame": s["frame"][r2], "small_ns": ts[r1], "ack_ns": ts[ra],
-                "released_ns": ts[r2], "held_bytes": pay[r2], "small_bytes": pay[r1],
-                "behind_full": ~s1_small[m], "stall_ns": ts[r2] - ts[r1],
-                "ack_delay_ns": ack_delay[m], "reaction_ns": reaction[m]}
+        kk = c["key"][m]
+        return {"flow": kk >> 1, "dir": (kk & 1).astype(np.int8),
+                **{name: c[name][m] for name in ("small_frame", "ack_frame", "released_frame",
+                                                 "small_ns", "ack_ns", "released_ns",
+                                                 "held_bytes", "small_bytes")},
+                "behind_full": ~k["s1_small"][m], "stall_ns": gap_ns[:n][m],
+                "ack_delay_ns": k["ack_delay"][m], "reaction_ns": k["reaction"][m]}
 
-    stalls, holds = events(stall), events(hold)
-    stalls["confidence"] = _confidence(stalls, f.flow["rtt_how"])
-    nxt = answer[stall]
-    answered = (nxt >= 0) & (ts[np.maximum(nxt, 0)] - ts[S2[stall]]
-                             <= to_receiver[stall] + ANSWER_MS * 1_000_000)
+    stalls, holds = events(stall[:n]), events(hold[:n])
+    stalls["confidence"] = _confidence(stalls, p.penalty)
+    answer = c["answer_ns"][stall[:n]]
+    answered = (answer >= 0) & (answer - stalls["released_ns"]
+                                <= p.rtt_to[(stalls["flow"] * 2 + stalls["dir"]) ^ 1]
+                                + ANSWER_MS * 1_000_000)
 
     # The receiver's ACK behaviour: its pure ACKs of a lone segment, late or immediate.
-    data_key = fid[lone_data] * 2 + d[lone_data]
-    delay_at = ts[lone_row] - ts[lone_data] - rtt_to[data_key ^ 1]
-    late = (delay_at >= DELACK_MIN_MS * 1e6) & (delay_at <= DELACK_MAX_MS * 1e6)
-    quick = delay_at <= QUICK_ACK_MS * 1e6
-    late_n = np.bincount(data_key[late], minlength=nflows * 2)
-    late_median = np.full(nflows * 2, np.nan)
-    if late.any():
-        groups, med, _, _ = _grouped_median(delay_at[late] / 1e6, data_key[late])
-        late_median[groups] = med
-    quick_acks = np.bincount(data_key[quick], minlength=nflows * 2)
-    return Detection(stalls=stalls, holds=holds, nagle_off_proofs=off,
-                     not_classic_proofs=not_classic, held_behind_small=behind_small,
-                     held_behind_full=behind_full, flavour=flavour, late_acks=late_n,
-                     late_ack_median_ms=late_median, quick_acks=quick_acks, why_not=why_not,
-                     answered=answered)
+    data_key = ev.lone_key
+    cls = ack_classes(data_key, ev.lone_gap, p)
+    delay_at, quick = cls["delay"], cls["quick"]
+    late = cls["not_early"] & cls["not_long"]
+    late_n = np.bincount(data_key[late], minlength=nkeys)
+    quick_acks = np.bincount(data_key[quick], minlength=nkeys)
+    late_median = np.full(nkeys, np.nan)
+    values, at = delay_at[late] / 1e6, data_key[late]
+    if lone_groups is None:
+        if late.any():
+            groups_, med, _, _ = _grouped_median(values, at)
+            late_median[groups_] = med
+    else:
+        late_n = late_n + lone_groups["late"]
+        quick_acks = quick_acks + lone_groups["quick"]
+        hk = lone_groups["hist_key"]
+        values = np.r_[values, (lone_groups["hist_gap"] - p.rtt_to[hk ^ 1]) / 1e6]
+        at = np.r_[at, hk]
+        many = np.r_[np.ones(int(late.sum()), np.int64), lone_groups["hist_count"]]
+        if len(values):
+            groups_, med = weighted_median(values, at, many)
+            late_median[groups_] = med
+    return Detection(stalls=stalls, holds=holds, hold_count=count(hold), hold_ns=hold_ns,
+                     nagle_off_proofs=ev.off, not_classic_proofs=ev.not_classic,
+                     held_behind_small=behind_small, held_behind_full=behind_full,
+                     flavour=flavour, late_acks=late_n, late_ack_median_ms=late_median,
+                     quick_acks=quick_acks, why_not=why_not, answered=answered)
+
+
+def ack_classes(key: np.ndarray, gap: np.ndarray, p: Params) -> dict[str, np.ndarray]:
+    """Pure ACKs of a lone segment (the data's direction `key`, the time from the data to
+    the ACK, ns): their delay less the path to the receiver (ns), and whether it is within
+    QUICK_ACK_MS ("quick"), at least DELACK_MIN_MS ("not_early"), at most DELACK_MAX_MS
+    ("not_long"): a delayed ACK is both of the last two."""
+    delay = gap - p.rtt_to[key ^ 1]
+    return {"delay": delay, "quick": delay <= QUICK_ACK_MS * 1e6,
+            "not_early": delay >= DELACK_MIN_MS * 1e6, "not_long": delay <= DELACK_MAX_MS * 1e6}
+
+
+def weighted_median(values: np.ndarray, groups: np.ndarray, weights: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `groups` and the median of each one's `values`, each value counted
+    `weights` times (> 0): what `flows.grouped_median` gives for the values repeated."""
+    order = np.lexsort((values, groups))
+    v, g, w = values[order], groups[order], weights[order].astype(np.int64)
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    upto = np.cumsum(w)  # values up to and including each, over all groups
+    before = np.r_[0, upto][first]  # values of the earlier groups
+    total = np.diff(np.r_[before, upto[-1]])
+    pick = lambda rank: v[np.searchsorted(upto, before + rank, side="right")]  # noqa: E731
+    return g[first], (pick(total // 2) + pick((total - 1) // 2)) / 2
 
 
 def _chain_compiled(f: Flows, mss: np.ndarray) -> tuple:
@@ -215,10 +372,8 @@ def _chain_numpy(f: Flows, mss: np.ndarray) -> tuple:
     question, so the costly lookups run on few rows."""
     s = f.seg
     fid, d = s["flow"], s["dir"]
-    nflows = f.count
     key = fid * 2 + d
     pay, flags, seq, ack, end = s["payload"], s["flags"], s["seq"], s["ack"], s["end"]
-    is_small = lambda r: small(pay[r], mss[key[r]])  # noqa: E731
 
     # coupled: S2 smaller than the MSS; A Y's last packet before S2; S1 X's last data
     rows = np.flatnonzero((pay > 0) & ~s["keepalive"])
@@ -237,17 +392,7 @@ def _chain_numpy(f: Flows, mss: np.ndarray) -> tuple:
     x_data, y_data = f.after(rows, data=True)
     answer = np.where((y_data >= 0) & ((x_data < 0) | (y_data < x_data)), y_data, -1)
 
-    # a small new segment sent while the previous one, small or full, was unacknowledged
-    nr = np.flatnonzero(s["new_data"] & ~s["keepalive"])
-    nr = nr[is_small(nr)]
-    other = f.before(nr)[1]
-    p = f.before(nr, data=True)[0]
-    pp = np.maximum(p, 0)
-    y_ack_seen = np.where(other >= 0, s["ack_max"][np.maximum(other, 0)], -1)  # Y's ACKs so far
-    unacked = (p >= 0) & s["new_data"][pp] & (end[pp] == seq[nr]) & (y_ack_seen < end[pp])
-    p_small = is_small(pp)
-    off = np.bincount(key[nr[unacked & p_small]], minlength=nflows * 2)
-    not_classic = np.bincount(key[nr[unacked & ~p_small]], minlength=nflows * 2)
+    off, not_classic = _proofs(f, mss, np.arange(len(fid)))
 
     # pure ACKs of a lone segment (no larger than the MSS, the only data outstanding)
     ar = np.flatnonzero((pay == 0) & ((flags & (SYN | FIN | RST | ACK)) == ACK))
@@ -260,6 +405,25 @@ def _chain_numpy(f: Flows, mss: np.ndarray) -> tuple:
     return rows, A, S1, YA, answer, off, not_classic, ar[lone], D[lone]
 
 
+def _proofs(f: Flows, mss: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Among `rows`, the small new segments sent while the previous one, small (Nagle off)
+    or full-sized (not classic Nagle), was unacknowledged: how many per flow * 2 + dir."""
+    s = f.seg
+    key = s["flow"] * 2 + s["dir"]
+    pay, seq, end = s["payload"], s["seq"], s["end"]
+    is_small = lambda r: small(pay[r], mss[key[r]])  # noqa: E731
+    nr = rows[s["new_data"][rows] & ~s["keepalive"][rows]]
+    nr = nr[is_small(nr)]
+    other = f.before(nr)[1]
+    p = f.before(nr, data=True)[0]
+    pp = np.maximum(p, 0)
+    y_ack_seen = np.where(other >= 0, s["ack_max"][np.maximum(other, 0)], -1)  # Y's ACKs so far
+    unacked = (p >= 0) & s["new_data"][pp] & (end[pp] == seq[nr]) & (y_ack_seen < end[pp])
+    p_small = is_small(pp)
+    return (np.bincount(key[nr[unacked & p_small]], minlength=len(mss)),
+            np.bincount(key[nr[unacked & ~p_small]], minlength=len(mss)))
+
+
 def timer_name(ms: float | None) -> str:
     """The stack whose delayed-ACK timer a delay matches ("Linux-like"), or ""."""
     if ms is None:
@@ -270,9 +434,10 @@ def timer_name(ms: float | None) -> str:
     return ""
 
 
-def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
+def _confidence(st: dict[str, np.ndarray], penalty: np.ndarray) -> np.ndarray:
     """Repetition with a stable delay, and a delay at a known timer, raise confidence; round
-    trips known only from data, or not at all, lower it."""
+    trips known only from data, or not at all, lower it (`penalty` per flow, or each flow's
+    rtt_how)."""
     m = len(st["flow"])
     if not m:
         return np.zeros(0)
@@ -283,8 +448,7 @@ def _confidence(st: dict[str, np.ndarray], rtt_how: np.ndarray) -> np.ndarray:
     near_timer = np.zeros(m, dtype=bool)
     for _, _, low, high in TIMER_BANDS:
         near_timer |= (delay >= low) & (delay <= high)
-    how = np.asarray(rtt_how, dtype=object)  # per flow
-    penalty = (RTT_UNKNOWN_PENALTY * (how == "none")
-               + RTT_FROM_DATA_PENALTY * (how != "handshake")).astype(float)
+    if penalty.dtype == object:  # rtt_how
+        penalty = _penalty(penalty)
     conf = conf - penalty[st["flow"]]
     return np.round(np.minimum(conf + 0.05 * near_timer, 0.99), 2)

@@ -66,6 +66,7 @@ class Flows:
     flow: dict[str, np.ndarray]
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
     duplicates: int = 0  # copies of a packet (see DUPLICATE_WINDOW_NS) dropped, not in `seg`
+    near_copies: int = 0  # ... of them found within DUPLICATE_FIRST rows of the packet
     _runs: dict = field(default_factory=dict, repr=False)  # neighbour lookups, built on demand
 
     @property
@@ -229,14 +230,16 @@ def _group_order(ids: np.ndarray) -> np.ndarray:
 
 
 def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
-                ends: TupleEnds | None = None) -> Flows:
+                ends: TupleEnds | None = None, far_copies: bool = False) -> Flows:
     """Group decoded TCP packets into connections and classify every segment.
 
     `tuples`: each row's 4-tuple as an id 0..k-1, if the caller already knows them (the
     stream does); it saves finding them. Flows are numbered in the order of these ids (by
     default: by first appearance in time order), unless a 4-tuple is reused. `ends`: the
     endpoints of each of those tuples; `cols` then holds each row's direction (`from_low`)
-    instead of its addresses and ports.
+    instead of its addresses and ports. `far_copies`: look for copies of a packet up to
+    DUPLICATE_LOOKBACK rows back even where none is found nearer (`Flows.near_copies` then
+    says how many were found within DUPLICATE_FIRST rows).
     """
     n = len(cols["frame"])
     ts = cols["ts_ns"]
@@ -253,7 +256,10 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     raw_tup = tup
     order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
     tup, from_low = tup[order], from_low[order]
-    copies = _duplicates(cols, order, tup, from_low)
+    copies, near = _duplicates(cols, order, tup, from_low, far_copies)
+    if "known" in cols:  # rows already judged (a connection analysed in pieces: its context)
+        known = cols["known"][order]
+        copies = np.union1d(copies[known[copies] < 0], np.flatnonzero(known > 0))
     if len(copies):  # the same packet seen twice: keep the first copy only
         keep = np.ones(n, dtype=bool)
         keep[copies] = False
@@ -303,28 +309,30 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     seg.update(_ack_links(seg, by_dir))
 
     flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
-    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies))
+    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
 
 
 def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
-                from_low: np.ndarray) -> np.ndarray:
+                from_low: np.ndarray, far: bool = False) -> tuple[np.ndarray, int]:
     """Positions in `order` (rows grouped by 4-tuple, in time order within; `tup` and
     `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
     them of the same 4-tuple and direction within DUPLICATE_WINDOW_NS: same seq, ack, flags,
     window, payload, IP ID and TCP timestamp (or none). Candidates are the pairs of rows whose
     32-bit mix of seq and ack is the same (few: a pure ACK and the data after it, duplicate
-    ACKs); only they are compared field by field."""
+    ACKs); only they are compared field by field. Rows further back than DUPLICATE_FIRST
+    are looked at only where a copy was found nearer, or with `far`. Also returns how many
+    copies were found that near."""
     n = len(order)
     if n < 2:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), 0
     key = cols["ack"] * np.uint32(0x9E3779B1)  # wraps: a mix, equal for equal pairs
     key ^= cols["seq"]
     key = key[order]  # one gather instead of two
     found = [_copies(cols, order, tup, from_low, key, range(1, min(DUPLICATE_FIRST, n - 1) + 1))]
-    if len(found[0]):  # copies come close together: without one nearby there are none
+    if len(found[0]) or far:  # copies come close together: without one nearby there are none
         found.append(_copies(cols, order, tup, from_low, key,
                              range(DUPLICATE_FIRST + 1, min(DUPLICATE_LOOKBACK, n - 1) + 1)))
-    return np.unique(np.concatenate(found))
+    return np.unique(np.concatenate(found)), len(np.unique(found[0]))
 
 
 def _copies(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
@@ -514,6 +522,7 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     out["tunnel"] = np.asarray(c.at("tunnel", r), dtype=np.int64) if "tunnel" in c.cols or \
         c.ends is not None else np.zeros(nflows, np.int64)
     out["packets"] = (ends - starts).astype(np.int64)
+    out["pieces"] = np.ones(nflows, np.int64)  # analysed whole (nagleprobe.pieces: more)
     out["first_ns"] = ts[starts]
     out["last_ns"] = ts[ends - 1]
 
@@ -529,28 +538,17 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     maxpay = np.zeros(nflows * 2, dtype=np.int64)
     np.maximum.at(maxpay, key, seg["payload"])
 
-    # send MSS of each direction: what the peer announced, less 12 bytes of timestamps.
-    # Without it, the largest segment of the flow if it was sent at least twice (a sender
-    # fills segments to the MSS again and again; one large segment may just be a message),
-    # else a guess: the usual Ethernet MSS, or the largest segment if larger.
-    both_ts = (syn_ts[0::2] & syn_ts[1::2]).repeat(2)
-    peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
-    observed = np.maximum(maxpay[0::2], maxpay[1::2])
+    # send MSS of each direction (see send_mss)
     at_max = np.zeros(nflows * 2, dtype=np.int64)
+    peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
     no_syn = (peer_mss.reshape(-1, 2) <= 0).any(axis=1)
     if no_syn.any():  # count the largest segments only in the flows that need it
+        observed = np.maximum(maxpay[0::2], maxpay[1::2])
         rows = np.flatnonzero(no_syn[fid])
         at_max = np.bincount(key[rows[(seg["payload"][rows] == observed[fid[rows]])
                                       & (seg["payload"][rows] > 0)]], minlength=nflows * 2)
-    repeated = ((at_max[0::2] >= 2) | (at_max[1::2] >= 2)) & (observed >= DEFAULT_MSS_FLOOR)
-    observed, repeated = observed.repeat(2), repeated.repeat(2)
-    # (not below 1: an announced MSS of 12 or less stays as it is)
-    mss = np.where(peer_mss > 12, peer_mss - 12 * both_ts,
-                   np.where(peer_mss > 0, peer_mss,
-                            np.where(repeated, observed, np.maximum(observed, GUESSED_MSS))))
-    out["mss"] = mss.reshape(-1, 2)
-    out["mss_how"] = np.select([peer_mss > 0, repeated], ["syn", "inferred"],
-                               "guessed").astype(object).reshape(-1, 2)
+    out["mss"], out["mss_how"] = send_mss(mss_opt, syn_ts, maxpay, at_max)
+    out["mss_option"], out["syn_timestamps"] = mss_opt.reshape(-1, 2), syn_ts.reshape(-1, 2)
     ws = np.minimum(wscale.reshape(-1, 2), 14)  # RFC 7323: a larger shift counts as 14
     both_syn = (first_syn_of.reshape(-1, 2) >= 0).all(axis=1)
     out["wscale"] = np.where((ws >= 0).all(axis=1)[:, None], ws,
@@ -568,43 +566,74 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     rs = np.where(syn_before >= 0, (ts[sa0] - ts[np.maximum(syn_before, 0)]) / 1e6, nan)
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
-    # and the data -> ACK turnarounds that cannot hold a delayed ACK: ACKs that carry data
-    # (piggybacked on an answer), that came too soon to be delayed, or that acknowledge two
-    # full segments or more (which must be ACKed at once). The smallest sample of each side
-    # counts: one inflated by ARP, a queue or the peer's think time cannot hide the path.
+    # and the data -> ACK turnarounds that cannot hold a delayed ACK (see round_trips)
     count, smallest, upper, late = _turn_stats(seg, key, nflows * 2)
-    turn, typical = np.full(nflows * 2, np.nan), np.full(nflows * 2, np.nan)
-    known = count > 0
-    turn[known], typical[known] = smallest[known] / 1e6, upper[known] / 1e6
-    # (the upper quartile says how long the path usually takes at most: the reaction
-    # window's upper end allows for it, and one inflated sample does not move it)
     # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
     # (long paths, excerpts): their neighbours are looked up nearby, for few rows
-    late = late[~known[key[late]]]
-    if len(late):
-        by = seg["acked_by"][late]
-        turn_ns = ts[by] - ts[late]
-        two_full = _acks_two_full(seg, by, out["mss"].reshape(-1)[key[late]])
-        # where the first ACK may have been delayed, the peer's next data (its answer,
-        # which carries the ACK) still bounds the path from above
-        answer = _next_in_direction(seg, by, data=True)
-        ok = ~two_full & (answer >= 0)
-        ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
-        turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
-        use = two_full | ok
-        groups, low, high = _sample_stats(key[late[use]], turn_ns[use])
-        turn[groups], typical[groups] = low / 1e6, high / 1e6
+    late = late[count[key[late]] == 0]
+    late, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key[late]])
+    out["rtt_handshake_ms"] = np.stack([rc, rs], axis=1)  # [client, server]
+    out.update(round_trips(rs, rc, count, smallest, upper, *sample_stats(key[late], late_ns)))
+    # per flow: segments resent, keepalives and window probes, first and last frame numbers
+    out["retransmissions"] = np.bincount(fid[seg["retrans"]], minlength=nflows)
+    out["keepalives"] = np.bincount(fid[seg["keepalive"]], minlength=nflows)
+    frame = seg["frame"].astype(np.int64)
+    out["first_frame"] = np.minimum.reduceat(frame, starts) if nflows else frame[:0]
+    out["last_frame"] = np.maximum.reduceat(frame, starts) if nflows else frame[:0]
+    return out
+
+
+def send_mss(mss_opt: np.ndarray, syn_ts: np.ndarray, maxpay: np.ndarray, at_max: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The send MSS of each direction and how it is known ([flow, dir] arrays), from per
+    flow * 2 + dir: the MSS option of its first SYN (-1 without), whether that SYN carried
+    timestamps, its largest payload and how many of its segments had the flow's largest
+    payload (counted only where a SYN is missing). The MSS is what the peer announced, less
+    12 bytes of timestamps. Without it, the largest segment of the flow if it was sent at
+    least twice (a sender fills segments to the MSS again and again; one large segment may
+    just be a message), else a guess: the usual Ethernet MSS, or the largest segment if
+    larger."""
+    both_ts = (syn_ts[0::2] & syn_ts[1::2]).repeat(2)
+    peer_mss = mss_opt.reshape(-1, 2)[:, ::-1].reshape(-1)
+    observed = np.maximum(maxpay[0::2], maxpay[1::2])
+    repeated = ((at_max[0::2] >= 2) | (at_max[1::2] >= 2)) & (observed >= DEFAULT_MSS_FLOOR)
+    observed, repeated = observed.repeat(2), repeated.repeat(2)
+    # (not below 1: an announced MSS of 12 or less stays as it is)
+    mss = np.where(peer_mss > 12, peer_mss - 12 * both_ts,
+                   np.where(peer_mss > 0, peer_mss,
+                            np.where(repeated, observed, np.maximum(observed, GUESSED_MSS))))
+    how = np.select([peer_mss > 0, repeated], ["syn", "inferred"], "guessed").astype(object)
+    return mss.reshape(-1, 2), how.reshape(-1, 2)
+
+
+def round_trips(rs: np.ndarray, rc: np.ndarray, count: np.ndarray, smallest: np.ndarray,
+                upper: np.ndarray, late_keys: np.ndarray, late_low: np.ndarray,
+                late_high: np.ndarray) -> dict[str, np.ndarray]:
+    """The round trips from the capture point and the vantage, per flow: from the
+    handshake's (`rs` to the server and back, `rc` to the client, ms, NaN if unknown) and
+    the data -> ACK turnarounds of each flow * 2 + dir that cannot hold a delayed ACK (ACKs
+    that carry data, piggybacked on an answer; that came too soon to be delayed; or that
+    acknowledge two full segments or more, which must be ACKed at once): how many, the
+    smallest and the upper quartile (ns, `_turn_stats`). Where a direction has none, the
+    pairs whose first ACK may have been delayed (their keys, smallest and upper quartile:
+    `late_samples`) bound the path from above. The smallest sample of each side counts: one
+    inflated by ARP, a queue or the peer's think time cannot hide the path; the upper
+    quartile says how long the path usually takes at most (the reaction window's upper end
+    allows for it, and one inflated sample does not move it)."""
+    turn, typical = np.full(len(count), np.nan), np.full(len(count), np.nan)
+    known = count > 0
+    turn[known], typical[known] = smallest[known] / 1e6, upper[known] / 1e6
+    turn[late_keys], typical[late_keys] = late_low / 1e6, late_high / 1e6
     has_data = ~np.isnan(turn)  # without data samples, the handshake's
     typical = np.where(has_data, typical, np.stack([rs, rc], axis=1).reshape(-1))
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
     from_data = has_data[1::2] & has_data[0::2]
     rc = np.fmin(rc, turn[1::2])
     rs = np.fmin(rs, turn[0::2])
-    out["rtt_client_ms"], out["rtt_server_ms"], out["rtt_ms"] = rc, rs, rc + rs
-    out["rtt_typical_ms"] = typical.reshape(-1, 2)[:, ::-1]  # [client, server]
-    out["rtt_how"] = np.select([from_hs, from_data | ~np.isnan(rc + rs)],
-                               ["handshake", "data/ACK pairs"], "none").astype(object)
-
+    out = {"rtt_client_ms": rc, "rtt_server_ms": rs, "rtt_ms": rc + rs,
+           "rtt_typical_ms": typical.reshape(-1, 2)[:, ::-1],  # [client, server]
+           "rtt_how": np.select([from_hs, from_data | ~np.isnan(rc + rs)],
+                                ["handshake", "data/ACK pairs"], "none").astype(object)}
     total = rc + rs
     near_c = rc <= np.maximum(NEAR_MS, 0.1 * total)
     near_s = rs <= np.maximum(NEAR_MS, 0.1 * total)
@@ -614,11 +643,32 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     return out
 
 
+def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The data rows `late` whose first ACK came too late to rule out a delayed ACK (`mss`:
+    each one's send MSS): where that ACK acknowledged two full segments or more (sent at
+    once), it; else the peer's next data that acknowledges the row (its answer, which
+    carries the ACK) still bounds the path from above. The usable rows and their
+    turnarounds (ns), in row order."""
+    if not len(late):
+        return late, np.zeros(0, dtype=np.int64)
+    ts = seg["ts_ns"]
+    by = seg["acked_by"][late]
+    turn_ns = ts[by] - ts[late]
+    two_full = _acks_two_full(seg, by, mss)
+    answer = _next_in_direction(seg, by, data=True)
+    ok = ~two_full & (answer >= 0)
+    ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
+    turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
+    use = two_full | ok
+    return late[use], turn_ns[use]
+
+
 def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The data -> ACK turnarounds that cannot hold a delayed ACK (the ACK carries data or
     came within UNDELAYED_MS), per direction group `key` (flow * 2 + dir): how many, the
-    smallest and the upper quartile (`_sample_stats`), in nanoseconds; and the rows with
+    smallest and the upper quartile (`sample_stats`), in nanoseconds; and the rows with
     data whose ACK came later than that (in row order). Compiled (nagleprobe/_flows.c) when
     built, else `_turn_stats_numpy`."""
     if _compiled is None:
@@ -636,16 +686,27 @@ def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
 def _turn_stats_numpy(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`_turn_stats` with numpy alone (the reference for the compiled version)."""
+    paired, _, turn_ns, undelayed = turn_samples(seg)
+    groups, low, high = sample_stats(key[paired[undelayed]], turn_ns[undelayed])
+    count = np.bincount(key[paired[undelayed]], minlength=ngroups).astype(np.int64)
+    smallest, upper = np.zeros(ngroups, dtype=np.int64), np.zeros(ngroups, dtype=np.int64)
+    smallest[groups], upper[groups] = low, high
+    return count, smallest, upper, paired[~undelayed]
+
+
+def turn_samples(seg: dict[str, np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every data -> ACK turnaround: the rows with payload whose first covering ACK
+    (`acked_by`) came at or after them (in row order), those ACK rows, the turnarounds (ns),
+    and which cannot hold a delayed ACK (the ACK carries data or came within UNDELAYED_MS)."""
     ts = seg["ts_ns"]
     paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
     by = seg["acked_by"][paired]
     turn_ns = ts[by] - ts[paired]
-    undelayed = ((seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)) & (turn_ns >= 0)
-    groups, low, high = _sample_stats(key[paired[undelayed]], turn_ns[undelayed])
-    count = np.bincount(key[paired[undelayed]], minlength=ngroups).astype(np.int64)
-    smallest, upper = np.zeros(ngroups, dtype=np.int64), np.zeros(ngroups, dtype=np.int64)
-    smallest[groups], upper[groups] = low, high
-    return count, smallest, upper, paired[~undelayed & (turn_ns >= 0)]
+    keep = turn_ns >= 0
+    paired, by, turn_ns = paired[keep], by[keep], turn_ns[keep]
+    undelayed = (seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)
+    return paired, by, turn_ns, undelayed
 
 
 def vantage_basis(rtt_how: str, rc: float, rs: float, both_near: bool) -> str:
@@ -692,7 +753,7 @@ def grouped_median(values: np.ndarray, groups: np.ndarray
 TYPICAL_SAMPLES = 16  # the upper quartile is taken over a direction's first this many samples
 
 
-def _sample_stats(keys: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sample_stats(keys: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The distinct `keys` (ascending) and, for each, the smallest of its samples `ns`
     (non-negative int64 nanoseconds, in time order within a key) and the upper quartile of
     its first TYPICAL_SAMPLES samples (the sample at rank floor(0.75 * (count - 1))): what

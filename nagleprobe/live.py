@@ -5,15 +5,16 @@ growing file, or tcpdump run on an interface) and cannot wait for connections to
 connection pool or a gRPC channel lives for days. So every open connection is analysed
 again and again on a sliding window of its packets:
 
-* per 4-tuple the analyser holds its handshake (the first HANDSHAKE_ROWS packets without
-  payload: SYN, SYN/ACK, the ACK; they carry the MSS, the window scale, the roles and the
-  handshake's round trips) and the last `window_rows` packets after it (the tail). Nothing
+* per 4-tuple the analyser holds its handshake (`handshake.handshake_mask`: its first packet
+  and the first HANDSHAKE_ROWS packets without payload: SYN, SYN/ACK, the ACK; they carry
+  the MSS, the window scale, the roles and the handshake's round trips) and the last
+  `window_rows` packets after it (the tail). Nothing
   else: what is held per connection is at most `window_rows + HANDSHAKE_ROWS` packets of
   `ANALYSED` columns (about 70 bytes each), whatever the connection's length;
 * each analysis runs the batch pipeline (`build_flows` -> `detect`) on the handshake and
   the tail of the connections that received packets. Once the tail no longer follows the
   handshake, the handshake's sequence and acknowledgement numbers are moved to just before
-  the tail (`_rebased`), so the sequence space of a connection that sent gigabytes since its
+  the tail (`_rebased`, with `handshake.moved`), so the sequence space of a connection that sent gigabytes since its
   SYN is still read right;
 * a stall is reported once: the released segment's (S2's) frame number is remembered per
   connection while it is held, and a stall found again in a later window is not reported
@@ -42,6 +43,7 @@ import numpy as np
 from .decode import ACK, FIN, RST, SYN, decode
 from .detect import detect
 from .flows import build_flows
+from .handshake import handshake_ends, handshake_mask, moved, shift_to
 from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
 from .stream import ANALYSED
@@ -49,7 +51,6 @@ from .tuples import TupleTable
 from .words import human_count, human_ms
 
 DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed
-HANDSHAKE_ROWS = 4  # the first packets without payload of a connection, held for its life
 DEFAULT_SUMMARY_S = 10.0
 CLOSED_GRACE_S = 2.0  # a closed connection's packets are let go of this long after its last
 LIVE_CHUNK_BYTES = 1 << 20
@@ -140,7 +141,7 @@ class LiveAnalyzer:
         rank[order] = rank_sorted
         rank += self._seen[tid]
         flags = cols["flags"]
-        hs = (rank < HANDSHAKE_ROWS) & (cols["payload"] == 0) & ((flags & (FIN | RST)) == 0)
+        hs = handshake_mask(rank, cols["payload"], flags)
         self._seen += np.bincount(tid, minlength=len(self._seen))
         # a SYN opens the 4-tuple again; FIN from both ends or RST closes it
         syn = (flags & (SYN | ACK)) == SYN
@@ -191,30 +192,27 @@ class LiveAnalyzer:
 
     def _rebased(self, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The window with the handshake of each connection whose tail was cut moved in
-        sequence space to just before the tail: per direction, its sequence numbers (and
-        the peer's acknowledgements of them) shifted so the handshake ends where the
-        tail's first packet of that direction starts."""
+        sequence space to just before the tail (`handshake.moved`): per direction, its
+        sequence numbers (and the peer's acknowledgements of them) shifted so the handshake
+        ends where the tail's first packet of that direction starts."""
         tid, hs, fl = w["tid"], w["hs"], w["from_low"]
         cut = self._trimmed[tid]
         if not (cut & hs).any():
             return w
-        seq, ack = w["seq"].astype(np.int64), w["ack"].astype(np.int64)
         k = tid * 2 + fl  # (tuple, direction) of each row's sender
         size = 2 * len(self._trimmed)
         tail = np.flatnonzero(cut & ~hs)
         first_tail = np.full(size, -1, np.int64)
-        first_tail[k[tail[::-1]]] = seq[tail[::-1]]  # the first tail row of each direction
-        hrows = np.flatnonzero(cut & hs)
-        hs_end = np.full(size, -1, np.int64)
-        syn = ((w["flags"][hrows] & SYN) != 0).astype(np.int64)
-        hs_end[k[hrows]] = (seq[hrows] + syn) % (1 << 32)  # the last handshake row wins
-        shift = np.where((first_tail >= 0) & (hs_end >= 0), (first_tail - hs_end) % (1 << 32), 0)
+        first_tail[k[tail[::-1]]] = w["seq"][tail[::-1]]  # the first tail row of each direction
+        h = np.flatnonzero(cut & hs)
+        hs_end, _ = handshake_ends(w["seq"][h], w["ack"][h], w["payload"][h], w["flags"][h],
+                                   k[h], size)
+        shift = shift_to(first_tail, hs_end)
+        peer_shift = shift.reshape(-1, 2)[:, ::-1].reshape(-1)  # acks move with the peer's seq
         out = dict(w)
-        s, a = seq.copy(), ack.copy()
-        s[hrows] = (seq[hrows] + shift[k[hrows]]) % (1 << 32)
-        acked = hrows[(w["flags"][hrows] & ACK) != 0]
-        a[acked] = (ack[acked] + shift[k[acked] ^ 1]) % (1 << 32)
-        out["seq"], out["ack"] = s.astype(w["seq"].dtype), a.astype(w["ack"].dtype)
+        out["seq"], out["ack"] = w["seq"].copy(), w["ack"].copy()
+        out["seq"][h], out["ack"][h] = moved(w["seq"][h], w["ack"][h], w["flags"][h], k[h],
+                                             shift, peer_shift)
         return out
 
     def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:

@@ -45,13 +45,15 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
             chunk_bytes: int = 32 << 20, *,
             strict: bool = False, whole_file: bool = False, reorder_window_s: float = DEFAULT_REORDER_WINDOW_S,
             batch_rows: int | None = None, progress: Progress | None = None,
-            idle_s: float = DEFAULT_IDLE_S) -> Report:
+            idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None) -> Report:
     """Analyse one capture (pcap/pcapng, optionally gzip): a path, "-" for stdin, or a binary
     file object (an open file, `io.BytesIO`, a pipe or socket stream), read from where it
     stands and left open; the report names it by its `name` ("<stream>" without one).
 
     Streams by default: memory is bounded by the connections open at a time (see
-    `nagleprobe.stream`; `reorder_window_s` is its reorder window). `whole_file` decodes everything
+    `nagleprobe.stream`; `reorder_window_s` is its reorder window), and a connection holding
+    `piece_rows` packets (default `nagleprobe.pieces.PIECE_ROWS`) is analysed in pieces, so
+    what is held of one that never closes is bounded too. `whole_file` decodes everything
     first and analyses it at once (the reference the streamed result must equal).
     Raises `nagleprobe.CaptureError` for input that cannot be read at all. A damaged capture
     (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
@@ -91,7 +93,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
             early.append(chunk)
         loader.join()
         return _with_files(reader, _analyze_stream(reader, skipped, early, chunks, reorder_window_s,
-                                                   batch_rows, idle_s))
+                                                   batch_rows, idle_s, piece_rows))
     finally:
         loader.join()
 
@@ -123,7 +125,7 @@ def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Prog
 def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: deque,
                     chunks: Iterator[tuple[int | None, dict[str, np.ndarray]]],
                     reorder_window_s: float, batch_rows: int | None,
-                    idle_s: float = DEFAULT_IDLE_S) -> Report:
+                    idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None) -> Report:
     from .stream import StreamAnalyzer
 
     stream = None
@@ -133,10 +135,12 @@ def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: 
             chunk = None
             if stream is None and first_ns is not None:
                 kw = {} if batch_rows is None else {"batch_rows": batch_rows}
+                if piece_rows is not None:
+                    kw["piece_rows"] = piece_rows
                 stream = StreamAnalyzer(first_ns, reorder_window_s, idle_s, **kw)
             if stream is not None:
                 stream.feed(cols)
-                if reader.strict and stream.late_packets:
+                if reader.strict and (stream.late_packets or stream.late_in_pieces):
                     raise CaptureError(reader.path, "a TCP packet arrived more than "
                                        f"{reorder_window_s:g} s (capture time) after its "
                                        "connection closed (raise --reorder-window)",

@@ -39,8 +39,9 @@ import numpy as np
 import pandas as pd
 
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
-from .detect import detect
-from .flows import build_flows
+from .detect import Detection, detect
+from .flows import Flows, build_flows
+from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
@@ -165,14 +166,34 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: Tuple
     """build_flows -> detect -> report columns for one batch of whole connections, and its
     data arrivals for linking relays (unless `relays` is off: too many kept already)."""
     flows = build_flows(cols, tuples, ends)
-    out = report_columns(flows, detect(flows), origin_ns)
+    return _part(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
+                 len(flows.seg["flow"]),
+                 arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
+                 flows.duplicates)
+
+
+def _part(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
+          tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int) -> _Part:
+    """The report columns of analysed flows as one batch's result."""
+    out = report_columns(flows, det, origin_ns)
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
             table_[k] = _interned(table_[k])
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 flows.seg["frame"][flows.starts], len(flows.seg["flow"]),
-                 arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
-                 flows.duplicates)
+                 first_frame, tcp_packets, arrived, duplicates)
+
+
+def _finished(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
+              origin_ns: int) -> _Part:
+    """The last piece of a connection analysed in pieces, and its result."""
+    ledger.add(rows if rows is not None else {k: v[:0] for k, v in ledger.hs.items()}, ends,
+               None)
+    flows, det = ledger.result()
+    arrived = ({k: np.concatenate([a[k] for a in ledger.arrivals]) for k in ledger.arrivals[0]}
+               if ledger.arrivals else {"flow": np.zeros(0, np.int64)})
+    ledger.arrivals = None
+    return _part(flows, det, origin_ns, np.array([ledger.start_frame]), ledger.packets,
+                 arrived, ledger.duplicates)
 
 
 @dataclass
@@ -196,11 +217,14 @@ class StreamAnalyzer:
     `reorder_window_s`: capture time a closed connection waits for stragglers (the reorder window).
     `batch_rows`: rows of finished connections gathered before they are analysed together.
     `workers`: threads analysing batches in parallel (0: all in the calling thread).
+    `piece_rows`: a connection holding this many packets is analysed as a piece
+    (`nagleprobe.pieces`), its state carried to the next; `piece_limits` bound that state.
     Call `finish` for the report, or `close` to stop the threads without one.
     """
 
     def __init__(self, origin_ns: int, reorder_window_s: float, idle_s: float,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None,
+                 piece_rows: int = PIECE_ROWS, piece_limits: Limits | None = None) -> None:
         self.origin_ns = origin_ns
         workers = default_workers() if workers is None else workers
         self._pool = ThreadPoolExecutor(workers, "nagleprobe-analyse") if workers > 0 else None
@@ -217,6 +241,15 @@ class StreamAnalyzer:
         self.same_isn_reuse = 0  # SYNs reusing a closed connection's 4-tuple and ISN
         self.first_reuse_frame: int | None = None
         self.peak_pending_rows = 0
+        self.piece_rows = max(int(piece_rows), 1)
+        self.piece_limits = piece_limits or Limits()
+        self.pieced = 0  # connections analysed in pieces (finished)
+        self.pieces = 0  # pieces analysed
+        self.inexact: dict[str, int] = {}  # why pieced results may differ: connections
+        self.late_in_pieces = 0  # packets older than what a piece of their connection decided
+        self.peak_held_rows = 0  # rows held (not yet analysed, or carried by a piece)
+        self._carried = 0  # rows carried by the ledgers
+        self._ledgers: dict[int, Ledger] = {}
         self.batches = 0  # analysed so far
         self._hand_ons = 0
         # per 4-tuple state, indexed by tuple id (first appearance)
@@ -226,6 +259,8 @@ class StreamAnalyzer:
         self._last_syn = np.zeros(0, dtype=np.int64)  # raw seq of its last SYN, -1 if none
         self._handed_on = np.zeros(0, dtype=bool)
         self._rows = np.zeros(0, dtype=np.int64)  # rows held
+        self._pieced = np.zeros(0, dtype=bool)  # analysed in pieces so far (has a Ledger)
+        self._cut = np.zeros(0, dtype=np.int64)  # rows older than this are late
         self._pending: list[_Held] = []
         self._parts = _Parts()
 
@@ -244,10 +279,21 @@ class StreamAnalyzer:
         self._tick(int(ts.min()))
         syn_only = (flags & (SYN | ACK)) == SYN
 
+        if self._ledgers:
+            reopened = self._pieced[tid] & syn_only
+            for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
+                reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
+            if reopened.any():  # a SYN with a new ISN on a connection analysed in pieces
+                self._reopen_pieced(cols, tid, from_low, reopened)
+                return
         self._same_isn(tid, syn_only, flags, cols)
         keep = self._reopen(tid, syn_only, cols["seq"], ts)
+        self.late_packets += int(n - keep.sum())
+        older = keep & (ts < self._cut[tid])  # than what a piece of the connection decided
+        if older.any():
+            self.late_in_pieces += int(older.sum())
+            keep &= ~older
         if not keep.all():
-            self.late_packets += int(n - keep.sum())
             if self.first_late_frame is None:
                 self.first_late_frame = int(cols["frame"][np.argmin(keep)])
             cols = {k: v[keep] for k, v in cols.items()}
@@ -276,8 +322,112 @@ class StreamAnalyzer:
         self._rows += np.bincount(tid, minlength=len(self._rows))
         self._pending.append(_Held({**{k: cols[k] for k in HELD if k != "from_low"},
                                     "from_low": from_low}, tid))
-        self.peak_pending_rows = max(self.peak_pending_rows, int(self._rows.sum()))
+        held = int(self._rows.sum())
+        self.peak_pending_rows = max(self.peak_pending_rows, held)
+        self.peak_held_rows = max(self.peak_held_rows, held + self._carried)
+        self.now = max(self.now, int(ts.max()))
+        long = np.flatnonzero(self._rows >= self.piece_rows)
+        if len(long):
+            self._pieces(long)
         self._tick(int(ts.max()))
+
+    def _reopen_pieced(self, cols: dict[str, np.ndarray], tid: np.ndarray,
+                       from_low: np.ndarray, reopened: np.ndarray) -> None:
+        """A SYN with a new initial sequence number arrived for connections analysed in
+        pieces (a new connection on the same 4-tuple): each ends just before its first such
+        SYN (its last piece is analysed now; packets older than the SYN that come later are
+        late), and its rows from the SYN on start a new connection."""
+        ts = cols["ts_ns"]
+        first = np.full(len(self._rows), np.iinfo(np.int64).max)
+        np.minimum.at(first, tid[reopened], ts[reopened])
+        before = ts < first[tid]
+        self.feed({k: v[before] for k, v in cols.items()})
+        ended = np.flatnonzero(first < np.iinfo(np.int64).max)
+        done = np.zeros(len(self._rows), dtype=bool)
+        done[ended] = True
+        self._hand_on(done & self._pieced, finished_only=True)
+        self._handed_on[ended] = False
+        self._closed[ended] = 0
+        self._cut[ended] = first[ended]
+        self.feed({k: v[~before] for k, v in cols.items()})
+
+    def _pieces(self, tids: np.ndarray) -> None:
+        """Analyse the rows held of the 4-tuples `tids` as the next pieces of their
+        connection (piece_rows rows each, in time order; the first makes its Ledger): rows
+        older than the reorder window are decided, the state needed for the next piece
+        carried."""
+        rows = self._take_rows(tids)
+        safe = self.now - self.reorder_window_ns
+        ends = self._tuples.ends(tids)
+        for j, t in enumerate(tids.tolist()):
+            led = self._ledgers.get(t)
+            one = _one_tuple(ends, j)
+            mine = in_time_order(rows.pop(t))
+            if led is None:
+                mine, ended = last_connection(mine)
+                if ended is not None:  # connections before a new SYN: analysed whole now
+                    self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
+                                       self.origin_ns, self._parts.arrivals is not None))
+                    self._cut[t] = int(mine["ts_ns"][0])
+            else:
+                self._carried -= led.held_rows
+            n = len(mine["frame"])
+            size = -(-n // -(-n // self.piece_rows)) if n else 1  # pieces of even size
+            for at in range(0, n, size):
+                piece = {k: v[at:at + size] for k, v in mine.items()}
+                if led is None:
+                    led = self._ledgers[t] = Ledger.first(piece, one, safe, self.piece_limits)
+                    self._pieced[t] = True
+                    if self._parts.arrivals is None:
+                        led.arrivals = None
+                else:
+                    led.add(piece, one, safe)
+                self.pieces += 1
+                self._count_arrivals(led)
+            del mine
+            self._carried += led.held_rows
+            self._cut[t] = led.cut
+        self.peak_held_rows = max(self.peak_held_rows, int(self._rows.sum()) + self._carried)
+        release_free_memory()  # (a piece's working memory is tens of MB)
+
+    def _count_arrivals(self, led: Ledger) -> None:
+        """Count the data arrivals a piece kept for linking relays against MAX_ARRIVALS."""
+        p = self._parts
+        if led.arrivals is None or p.arrivals is None:
+            led.arrivals = None
+            return
+        p.arrival_count += len(led.arrivals[-1]["flow"]) if led.arrivals else 0
+        if p.arrival_count > MAX_ARRIVALS:
+            p.arrivals = None
+            for other in self._ledgers.values():
+                other.arrivals = None
+
+    def _take_rows(self, tids: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
+        """The rows held of the 4-tuples `tids` (each one's columns), no longer held."""
+        want = np.zeros(len(self._rows), dtype=bool)
+        want[tids] = True
+        parts: dict[int, list] = {t: [] for t in tids.tolist()}
+        pending = []
+        for part in self._pending:
+            take = want[part.tid]
+            if part.live is not None:
+                take &= part.live
+            out = np.flatnonzero(take)
+            if len(out):
+                t_of = part.tid[out]
+                order = np.argsort(t_of, kind="stable")
+                out, t_of = out[order], t_of[order]
+                cuts = np.flatnonzero(np.r_[True, t_of[1:] != t_of[:-1]])
+                for a, b in zip(cuts, np.r_[cuts[1:], len(out)]):
+                    parts[int(t_of[a])].append({k: v[out[a:b]] for k, v in part.cols.items()})
+                part = part.without(take, len(out))
+            if part is not None:
+                pending.append(part)
+        self._pending = pending
+        self._rows[tids] = 0
+        return {t: ({k: np.concatenate([x[k] for x in p]) for k in p[0]} if p else
+                    {k: np.zeros(0, dt) for k, dt in HELD.items()})
+                for t, p in parts.items()}
 
     def _tick(self, ts: int) -> None:
         """Advance the capture clock to `ts`; analyse the connections finished by then once
@@ -286,7 +436,8 @@ class StreamAnalyzer:
         self.now = ts if self.now is None else max(self.now, ts)
         closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
         idle = self._last_ts + self.idle_ns <= self.now  # open, but silent that long
-        done = (closed | idle) & (self._last_ts + self.reorder_window_ns <= self.now) & (self._rows > 0)
+        done = ((closed | idle) & (self._last_ts + self.reorder_window_ns <= self.now)
+                & ((self._rows > 0) | self._pieced))
         ready = int(self._rows[done].sum())
         if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
             self.idle_flushed += int((done & ~closed).sum())
@@ -298,7 +449,8 @@ class StreamAnalyzer:
         self._tuples = TupleTable()
         self._last_ts = self._last_syn = self._rows = np.zeros(0, dtype=np.int64)
         self._closed = np.zeros(0, dtype=np.uint8)
-        self._handed_on = np.zeros(0, dtype=bool)
+        self._handed_on = self._pieced = np.zeros(0, dtype=bool)
+        self._cut = np.zeros(0, dtype=np.int64)
         release_free_memory()
 
     def _grow(self, k: int) -> None:
@@ -308,6 +460,8 @@ class StreamAnalyzer:
         self._last_syn = np.concatenate([self._last_syn, np.full(k, -1, np.int64)])
         self._handed_on = np.concatenate([self._handed_on, np.zeros(k, bool)])
         self._rows = np.concatenate([self._rows, np.zeros(k, np.int64)])
+        self._pieced = np.concatenate([self._pieced, np.zeros(k, bool)])
+        self._cut = np.concatenate([self._cut, np.full(k, np.iinfo(np.int64).min)])
 
     def _same_isn(self, tid: np.ndarray, syn_only: np.ndarray, flags: np.ndarray,
                   cols: dict[str, np.ndarray]) -> None:
@@ -365,9 +519,30 @@ class StreamAnalyzer:
         self._closed[again] = 0
         return keep
 
-    def _hand_on(self, done: np.ndarray) -> None:
+    def _hand_on(self, done: np.ndarray, finished_only: bool = False) -> None:
         """Analyse the rows of the finished tuples `done` (bool per tuple) in batches of about
-        batch_rows rows (whole tuples each), and let go of them."""
+        batch_rows rows (whole tuples each), and let go of them. Connections analysed in
+        pieces have their last piece analysed (alone, with `finished_only`)."""
+        pieced = np.flatnonzero(done & self._pieced)
+        if len(pieced):
+            done = done.copy()
+            rows = self._take_rows(pieced)
+            ends = self._tuples.ends(pieced)
+            for j, t in enumerate(pieced.tolist()):
+                led = self._ledgers.pop(t)
+                self._carried -= led.held_rows
+                self._add(_finished(led, rows[t], _one_tuple(ends, j), self.origin_ns),
+                          counted=led.arrivals is not None)
+                for why in led.inexact:
+                    self.inexact[why] = self.inexact.get(why, 0) + 1
+                self.pieced += 1
+                self.pieces += 1
+            self._pieced[pieced] = False
+            self._cut[pieced] = np.iinfo(np.int64).min
+            self._handed_on[pieced] = True
+            done[pieced] = False
+        if finished_only or not done.any():
+            return
         sizes = np.where(done, self._rows, 0)
         before = np.cumsum(done) - done  # finished tuples before each
         label = np.where(done, np.maximum((np.cumsum(sizes) - sizes) // self.batch_rows,
@@ -441,7 +616,8 @@ class StreamAnalyzer:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def _add(self, part: _Part) -> None:
+    def _add(self, part: _Part, counted: bool = False) -> None:
+        """Keep one batch's result (`counted`: its arrivals were counted already)."""
         p = self._parts
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
@@ -455,7 +631,7 @@ class StreamAnalyzer:
             # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
             release_free_memory()
         if p.arrivals is not None:  # kept for relay linking while there are not too many
-            p.arrival_count += len(part.arrivals["flow"])
+            p.arrival_count += 0 if counted else len(part.arrivals["flow"])
             p.arrivals.append(part.arrivals)
             if p.arrival_count > MAX_ARRIVALS:
                 p.arrivals = None
@@ -463,8 +639,8 @@ class StreamAnalyzer:
     # ------------------------------------------------------------------ output
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
         """Analyse everything still held (end of input) and join the batches into a Report."""
-        if self._pending:
-            self._hand_on(self._rows > 0)
+        if self._pending or self._ledgers:
+            self._hand_on((self._rows > 0) | self._pieced)
         self._take_results(all=True)
         self.close()
         self._free_tuples()
@@ -485,6 +661,14 @@ class StreamAnalyzer:
             warnings.append(f"{self.idle_flushed} connections were idle for more than "
                             f"{self.idle_ns / 1e9:g} s (capture time) and were analysed "
                             "before they closed (raise --idle-timeout to wait longer)")
+        for why, n in sorted(self.inexact.items()):
+            warnings.append(f"{n} of the connections analysed in pieces may differ from the "
+                            f"whole-connection analysis in {why}")
+        if self.late_in_pieces:
+            warnings.append(f"{self.late_in_pieces} TCP packets arrived more than "
+                            f"{self.reorder_window_ns / 1e9:g} s (capture time) after later "
+                            "packets of their connection, which was being analysed in "
+                            "pieces, and were left out of it")
         if self.same_isn_reuse:
             warnings.append(f"{self.same_isn_reuse} connections reuse the 4-tuple and the "
                             "initial sequence number of one that closed before them "
@@ -494,6 +678,11 @@ class StreamAnalyzer:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
+
+
+def _one_tuple(ends: TupleEnds, j: int) -> TupleEnds:
+    """The endpoints of the `j`th of several tuples, as the only one."""
+    return TupleEnds(**{k: None if v is None else v[j:j + 1] for k, v in vars(ends).items()})
 
 
 def _join(p: _Parts, capture: dict) -> Report:

@@ -60,11 +60,9 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
     duration = (fl["last_ns"] - fl["first_ns"]) / 1e9
     lost_ms = stall_ns.sum(axis=1) / 1e6
-    hold_n = np.bincount(det.holds["flow"], minlength=nflows)
-    hold_ms = np.bincount(det.holds["flow"], weights=det.holds["stall_ns"], minlength=nflows) / 1e6
+    hold_n = det.hold_count.reshape(-1, 2).sum(axis=1)
+    hold_ms = det.hold_ns.reshape(-1, 2).sum(axis=1) / 1e6
     why_not = det.why_not.reshape(nflows, 2, len(REASONS)).sum(axis=1)
-    retrans = np.bincount(f.seg["flow"][f.seg["retrans"]], minlength=nflows)
-    keepalive = np.bincount(f.seg["flow"][f.seg["keepalive"]], minlength=nflows)
     flows = {
         "id": np.arange(nflows), "client": fl["client"], "server": fl["server"],
         "roles": fl["roles"], "tunnel": np.asarray(fl["tunnel"], dtype=np.int64),
@@ -73,8 +71,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
             fl["rtt_how"].tolist(), fl["rtt_client_ms"].tolist(), fl["rtt_server_ms"].tolist(),
             fl["both_near"].tolist())] or [], dtype=object),
         "rtt_ms": np.round(fl["rtt_ms"], 3), "rtt_client_ms": np.round(fl["rtt_client_ms"], 3),
-        "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"],
-        "retransmissions": retrans, "keepalives_or_probes": keepalive,
+        "rtt_server_ms": np.round(fl["rtt_server_ms"], 3), "packets": fl["packets"], "pieces": fl["pieces"],
+        "retransmissions": fl["retransmissions"], "keepalives_or_probes": fl["keepalives"],
         "start_s": np.round((fl["first_ns"] - origin_ns) / 1e9, 6),
         "start_time": np.asarray(fl["first_ns"], dtype=np.int64),
         "stalls": stall_n.sum(axis=1), "stall_ms": np.round(lost_ms, 3),
@@ -88,9 +86,7 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     flows.update(advice.fix_columns(np.stack([fl["client"], fl["server"]], axis=1), stall_n,
                                     stall_ns, timers, answered, hold_n, hold_ms, duration))
     # Wireshark frame numbers of each flow's first and last packet
-    frame = f.seg["frame"].astype(np.int64)
-    flows["first_frame"] = np.minimum.reduceat(frame, f.starts) if nflows else frame[:0]
-    flows["last_frame"] = np.maximum.reduceat(frame, f.starts) if nflows else frame[:0]
+    flows["first_frame"], flows["last_frame"] = fl["first_frame"], fl["last_frame"]
 
     order = np.lexsort((st["released_frame"], st["flow"]))
     sides = np.array(SIDES, dtype=object)

@@ -45,6 +45,10 @@ def _flow_notes(f: dict[str, Any], options_cut: bool = False) -> list[str]:
         guessed.append("round trips unknown (no handshake, no undelayed data/ACK pair)")
     if guessed:
         out.append("inferred: " + "; ".join(guessed))
+    if f.get("pieces", 1) > 1:
+        out.append(f"analysed in {human_count(f['pieces'])} pieces (a long connection, held "
+                   "a piece at a time; the result is the whole connection's unless a warning "
+                   "says otherwise)")
     if f["nagle_hold_ms"] >= HOLD_TEXT_MS:  # on a LAN they cost microseconds: JSON only
         ms = f["nagle_hold_ms"]
         share = ms / (1e3 * f["duration_s"]) if f["duration_s"] else 0.0

@@ -20,7 +20,8 @@ from capgen import pcap_records
 from capture_env import require_capture
 from nagleprobe import analyze
 from nagleprobe.decode import decode
-from nagleprobe.live import HANDSHAKE_ROWS, MAX_UNANALYSED_ROWS, LiveAnalyzer
+from nagleprobe.handshake import HANDSHAKE_ROWS
+from nagleprobe.live import MAX_UNANALYSED_ROWS, LiveAnalyzer
 from nagleprobe.read import CaptureReader
 from splitwrite import free_port
 

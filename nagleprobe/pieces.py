@@ -1,0 +1,738 @@
+"""A connection too long to hold whole, analysed in pieces with its state carried forward.
+
+The stream (`nagleprobe.stream`) holds each connection's packets until it closes. A
+connection that never closes (a connection pool, a gRPC channel) would be held whole, so
+once a connection's held packets reach a limit its packets are analysed as a *piece*: its
+handshake (`handshake.handshake_mask`), the rows carried from the piece before and its new
+rows go through the same `build_flows` and `detect.evidence` as any connection, and the
+piece *owns* (decides about) the rows up to a cut: every fact anchored at an owned row is
+taken from this piece, once. What the whole-connection analysis takes from packets a piece
+no longer holds is carried in a `Ledger`:
+
+* rows: the last OVERLAP_ROWS rows before the cut (the lookbacks counted in rows: copies
+  of a packet, an ACK's previous row) and those after it (at least LOOKAHEAD_ROWS: the
+  next rows looked at after an ACK), contiguous; and before them, per direction, the few
+  rows the rule looks back to however far they lie (the last two packets, the last data,
+  the rows that set the highest sequence number and ACK sent so far, and the data not yet
+  acknowledged, whose round trip is measured when its ACK comes). The handshake is moved
+  in sequence space (`handshake.moved`) so that it ends, and acknowledges, where the
+  first row carried begins: sequence numbers, retransmissions and ACKs read exactly as in
+  the whole connection, past 4 GiB too;
+* facts: packets, retransmissions, frames and times; the largest segments (the MSS when
+  no SYN says it); the round-trip samples (how many, the smallest, the first
+  TYPICAL_SAMPLES in time order, for the handshake, undelayed and late ACKs); the Nagle
+  proofs; the relays' data arrivals;
+* the rule's candidates (S1, the late ACK, S2) and the lone-segment ACKs, raw, judged once
+  the connection ends with its final round trips, MSS and proofs (`detect.decide`): the
+  stalls, the vetoes of a proven Nagle rule and the confidence (repeats across the whole
+  connection) then equal the whole-connection analysis'. Of candidates that are not
+  stalls only the last KEPT_CANDIDATES are kept one by one (and KEPT_ACKS ACKs); older
+  ones are judged with the facts known then and counted, with, per rule and direction,
+  the two kept closest to its threshold: if the final round trips would move one of
+  them across it, an older verdict may differ from the whole analysis', and the
+  connection is named in a warning (`Ledger.inexact`), as when an MSS that had to be
+  inferred changed after a piece judged a segment with it that the final MSS judges
+  otherwise, or data not yet acknowledged had to be let go of.
+
+What is held per connection is therefore bounded whatever its length: at most PIECE_ROWS
+packets not yet analysed (the stream checks after each chunk it reads, so add those of
+that chunk) and the rows carried: OVERLAP_ROWS + LOOKAHEAD_ROWS + 2 * (EXTRA_ROWS +
+OUTSTANDING_ROWS) + the handshake (at most HANDSHAKE_ROWS + 2) + the packets still inside
+the reorder window; the candidates and ACKs kept one by one, up to LATE_GAPS delays per
+direction, without a SYN a bit per payload size for each of up to MSS_KEPT inferred MSS
+values (16 KB each), and a few hundred numbers. What grows is its result: its stalls (kept raw until
+it ends, then its rows of the stalls table) and, up to relay.MAX_ARRIVALS for the whole
+capture, its data segments for linking relays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .decode import ACK, SYN
+from .detect import (
+    ANSWER_PENDING,
+    CANDIDATE_COLUMNS,
+    Detection,
+    Evidence,
+    ack_classes,
+    classify,
+    decide,
+    evidence,
+    params,
+    small,
+)
+from .flows import (
+    DUPLICATE_LOOKBACK,
+    NEARBY,
+    TYPICAL_SAMPLES,
+    Flows,
+    build_flows,
+    late_samples,
+    round_trips,
+    sample_stats,
+    send_mss,
+    turn_samples,
+)
+from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
+from .tuples import TupleEnds
+
+PIECE_ROWS = 1 << 18  # a connection holding this many packets is analysed as a piece
+OVERLAP_ROWS = max(DUPLICATE_LOOKBACK, NEARBY)  # contiguous rows before a piece's own
+LOOKAHEAD_ROWS = NEARBY  # ... and after them
+# rows carried per direction from before those (besides data not yet acknowledged): its
+# last two packets and its last data, and for each the rows that set the highest sequence
+# number sent (up to it and before it) and the highest ACK sent up to it
+EXTRA_ROWS = 3 * 4
+KEPT_CANDIDATES = 4096  # candidates that are not stalls, kept one by one until the end
+KEPT_ACKS = 4096  # lone-segment ACKs kept one by one
+OUTSTANDING_ROWS = 4096  # data rows not yet acknowledged carried per direction
+LATE_GAPS = 1 << 14  # distinct delays of late ACKs counted exactly per direction
+MSS_KEPT = 8  # MSS values inferred (no SYN) whose judged payload sizes are kept
+# the rules whose outcome moves with the round trips (detect.classify): the value each
+# is monotonic in, and whether it holds for large values
+ROUND_TRIP_RULES = {"early": ("reaction", False), "slow": ("reaction", True),
+                    "short": ("gap", False), "long": ("gap", True)}
+ACK_RULES = {"quick": False, "not_early": True, "not_long": False}
+_HS, _EXTRA = 1, 2  # kinds of carried rows (0: the contiguous ones)
+
+
+def _empty(like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v[:0] for k, v in like.items()}
+
+
+def _cat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    parts = [p for p in parts if p is not None]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _take(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[rows] for k, v in cols.items()}
+
+
+@dataclass
+class _Samples:
+    """Round-trip samples of one kind per direction: how many, the smallest, and the
+    first TYPICAL_SAMPLES in time order (time, frame, value)."""
+
+    count: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    smallest: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    first: list = field(default_factory=lambda: [np.zeros((0, 3), np.int64)] * 2)
+
+    def add(self, key: np.ndarray, ts: np.ndarray, frame: np.ndarray, ns: np.ndarray) -> None:
+        for d in (0, 1):
+            m = key == d
+            if not m.any():
+                continue
+            low = int(ns[m].min())
+            self.smallest[d] = low if self.count[d] == 0 else min(int(self.smallest[d]), low)
+            self.count[d] += int(m.sum())
+            both = np.concatenate([self.first[d], np.stack([ts[m], frame[m], ns[m]], axis=1)])
+            self.first[d] = both[np.lexsort((both[:, 1], both[:, 0]))][:TYPICAL_SAMPLES]
+
+    def upper(self) -> np.ndarray:
+        """The upper quartile of each direction's first samples (flows.sample_stats)."""
+        out = np.zeros(2, np.int64)
+        for d in (0, 1):
+            if len(self.first[d]):
+                out[d] = sample_stats(np.zeros(len(self.first[d]), np.int64),
+                                      self.first[d][:, 2])[2][0]
+        return out
+
+
+@dataclass
+class Ledger:
+    """What one connection analysed in pieces carries from piece to piece (see the module's
+    docstring). Made by the first piece (`Ledger.first`); each piece is `add`ed, the last
+    with `final`; then `result` gives its flow facts and detection."""
+
+    flow: dict[str, np.ndarray]  # the first piece's flow facts (one flow)
+    client_low: bool  # the client is the tuple's lower endpoint
+    hs: dict[str, np.ndarray]  # the handshake rows, as captured
+    rows: dict[str, np.ndarray]  # rows carried to the next piece (with "known", "kind")
+    cut: int = np.iinfo(np.int64).min  # rows before this time were decided
+    pieces: int = 0
+    seq_target: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
+    ack_target: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
+    packets: int = 0
+    duplicates: int = 0
+    retransmissions: int = 0
+    keepalives: int = 0
+    first_frame: int = np.iinfo(np.int64).max
+    last_frame: int = -1
+    last_ns: int = np.iinfo(np.int64).min
+    maxpay: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    at_max: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    undelayed: _Samples = field(default_factory=_Samples)
+    late: _Samples = field(default_factory=_Samples)
+    off: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    not_classic: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    recent: dict[str, np.ndarray] | None = None  # candidates kept one by one (newest)
+    stalls: list[dict[str, np.ndarray]] = field(default_factory=list)  # ... that were stalls
+    groups: dict[tuple, list[int]] = field(default_factory=dict)  # older ones, counted
+    sentinels: dict[tuple, tuple] = field(default_factory=dict)  # (key, rule, side) -> record
+    acks: dict[str, np.ndarray] = field(  # lone-segment ACKs kept one by one
+        default_factory=lambda: {"key": np.zeros(0, np.int64), "gap": np.zeros(0, np.int64)})
+    ack_counts: np.ndarray = field(default_factory=lambda: np.zeros((2, 2), np.int64))
+    # per key: the distinct gaps (ns) of the late ACKs counted, ascending, and how many
+    late_gaps: list = field(default_factory=lambda: [(np.zeros(0, np.int64),) * 2] * 2)
+    ack_sentinels: dict[tuple, tuple] = field(default_factory=dict)
+    # per MSS used by a piece (client's, server's): per direction the distinct payload sizes
+    # it compared with it; and (direction, MSS) of the late round-trip samples taken
+    mss_used: dict = field(default_factory=dict)  # (2, 65536) bits each
+    late_mss: set = field(default_factory=set)
+    dropped_outstanding: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
+    arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)
+    inexact: set = field(default_factory=set)  # why a field may differ from the whole's
+    start_frame: int = -1  # frame of its first packet (in time order)
+    hs_open: bool = True  # the handshake may still grow
+    syn_held: np.ndarray = field(default_factory=lambda: np.zeros(2, bool))
+    dropped: bool = False  # rows were let go of (the handshake is moved from then on)
+    rtt_handshake: np.ndarray = field(default_factory=lambda: np.full(2, np.nan))
+    limits: Limits = field(default_factory=lambda: Limits())
+    near_copies: bool = False  # a copy of a packet was found right after it
+
+    # ------------------------------------------------------------------ the pieces
+    @classmethod
+    def first(cls, rows: dict[str, np.ndarray], ends: TupleEnds, safe_ns: int | None,
+              limits: Limits | None = None) -> Ledger:
+        """The ledger of a connection after its first piece, `rows` all its rows so far
+        (HELD columns of the stream, with from_low; any order)."""
+        led = cls(flow={}, client_low=True, hs=_empty(rows),
+                  rows=_empty({**rows, "known": np.zeros(0, np.int8),
+                                          "kind": np.zeros(0, np.int8)}),
+                  limits=limits or Limits())
+        led.add(rows, ends, safe_ns)
+        return led
+
+    def add(self, new: dict[str, np.ndarray], ends: TupleEnds, safe_ns: int | None) -> None:
+        """Analyse the next piece: the carried rows and `new` ones (HELD columns with
+        from_low), deciding about the rows before `safe_ns` (later ones may still be joined
+        by rows out of time order) but the last LOOKAHEAD_ROWS; all of them if `safe_ns`
+        is None (the connection ended)."""
+        lim = self.limits
+        final = safe_ns is None
+        n_new = len(new["frame"])
+        hs = dict(self.hs)
+        nh = len(hs["frame"])
+        rows = in_time_order(_cat([
+            {**hs, "known": np.zeros(nh, np.int8), "kind": np.full(nh, _HS, np.int8)},
+            self.rows,
+            {**new, "known": np.full(n_new, -1, np.int8), "kind": np.zeros(n_new, np.int8)}]))
+        kind = rows.pop("kind")
+        # the handshake moved to just before the rows carried (as analysed: `cols`)
+        cols = self._moved(rows, kind) if self.pieces else rows
+        # copies of a packet are looked for as far back as the whole analysis looks once
+        # it has found one near; found only that far (before any near one in this
+        # connection), the whole analysis finds them only if the capture has near ones
+        f = build_flows(cols, np.zeros(len(rows["frame"]), np.int64), ends, far_copies=True)
+        self.near_copies |= f.near_copies > 0
+        if f.duplicates > f.near_copies and not self.near_copies:
+            self.inexact.add("the copies of packets seen twice (found only several packets "
+                             "after the original)")
+        if f.count != 1:  # the stream ends a connection before a SYN with a new ISN
+            raise AssertionError(f"a piece of one connection gave {f.count} flows")
+        seg = f.seg
+        src = _positions(rows["frame"], seg["frame"])  # each segment's row in `rows`
+        if not self.pieces:
+            self.start_frame = int(seg["frame"][0])
+            self.client_low = bool(rows["from_low"][src[0]]) == (int(seg["dir"][0]) == 0)
+        # what the handshake says (roles, MSS, window scale: the same in every piece once
+        # it is held); its round trips while nothing was let go of (then exact)
+        self.flow = dict(f.flow)
+        rt = f.flow["rtt_handshake_ms"][0]
+        if not self.dropped:
+            self.rtt_handshake = rt.copy()
+        elif np.isnan(self.rtt_handshake[1]):  # (time alone: SYN -> SYN/ACK)
+            self.rtt_handshake[1] = rt[1]
+        ts, d = seg["ts_ns"], seg["dir"].astype(np.int64)
+        n = len(ts)
+        if final:
+            cut = np.iinfo(np.int64).max
+        else:
+            cut = int(ts[n - LOOKAHEAD_ROWS]) if n > LOOKAHEAD_ROWS else self.cut
+            cut = max(min(cut, safe_ns), self.cut)
+        lo = int(np.searchsorted(ts, self.cut, side="left"))
+        hi = int(np.searchsorted(ts, cut, side="left"))
+        contiguous = np.flatnonzero(kind[src] == 0)
+        s0 = int(contiguous[0]) if len(contiguous) else n
+        if not self.dropped:
+            s0 = 0
+        # the highest ACK each direction had sent before the contiguous rows (exact)
+        before = np.full(2, -1, np.int64)
+        for k in (0, 1):
+            r = np.flatnonzero(d[:s0] == k)
+            if len(r):
+                before[k] = seg["ack_max"][r[-1]]
+        self.pieces += 1
+        # copies of packets among the rows decided now (copies only, maybe)
+        self.duplicates += int(np.count_nonzero((rows["ts_ns"] >= self.cut)
+                                                & (rows["ts_ns"] < cut))) - (hi - lo)
+        if hi > lo:
+            if self.hs_open:
+                self._handshake(seg, src, rows, kind, lo, hi)
+            self._own(f, src, cols, lo, hi, before, final, lim)
+        if final:
+            self.rows = _empty(self.rows)
+            return
+        self._carry(f, src, rows, cols, kind, lo, hi, s0, before, cut, lim)
+        self.cut = cut
+
+    def _moved(self, rows: dict[str, np.ndarray], kind: np.ndarray) -> dict[str, np.ndarray]:
+        """`rows` with the handshake rows moved in sequence space (`handshake.moved`) so
+        that each direction's ends, and acknowledges, where its first row carried begins; a
+        SYN sent again with the same initial sequence number moves with them (one
+        connection, as in the whole analysis)."""
+        k = (rows["from_low"] != self.client_low).astype(np.int64)
+        h = np.flatnonzero(kind == _HS)
+        end, top = handshake_ends(rows["seq"][h], rows["ack"][h], rows["payload"][h],
+                                  rows["flags"][h], k[h], 2)
+        seq_shift, ack_shift = shift_to(self.seq_target, end), shift_to(self.ack_target, top)
+        syn = (rows["flags"] & (SYN | ACK)) == SYN
+        isn = np.full(2, -1, np.int64)
+        isn[k[h[syn[h]]]] = rows["seq"][h[syn[h]]]
+        again = np.flatnonzero(syn & (kind != _HS) & (rows["seq"] == isn[k]))
+        h = np.r_[h, again]
+        out = {**rows, "seq": rows["seq"].copy(), "ack": rows["ack"].copy()}
+        out["seq"][h], out["ack"][h] = moved(rows["seq"][h], rows["ack"][h], rows["flags"][h],
+                                             k[h], seq_shift, ack_shift)
+        return out
+
+    def syn_seq(self) -> int | None:
+        """The initial sequence number of the connection's first SYN (None without)."""
+        syn = np.flatnonzero((self.hs["flags"] & (SYN | ACK)) == SYN)
+        return int(self.hs["seq"][syn[0]]) if len(syn) else None
+
+    def _handshake(self, seg: dict[str, np.ndarray], src: np.ndarray,
+                   rows: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int) -> None:
+        """Hold for the connection's life the handshake among its rows lo..hi (by their rank
+        among all its packets, copies left out) and the first SYN of each direction."""
+        pos = np.arange(lo, hi)
+        flags = seg["flags"][pos]
+        hs = handshake_mask(self.packets + pos - lo, seg["payload"][pos], flags)
+        for k in (0, 1):
+            syn = np.flatnonzero(((flags & SYN) != 0) & (seg["dir"][pos] == k))
+            if len(syn) and not self.syn_held[k]:
+                hs[syn[0]] = self.syn_held[k] = True
+        rows_hs = src[pos[hs]]
+        kind[rows_hs] = _HS
+        self.hs = _cat([self.hs, _take({k: v for k, v in rows.items() if k != "known"},
+                                       rows_hs)])
+        self.hs_open = self.packets + (hi - lo) < HANDSHAKE_ROWS or not self.syn_held.all()
+
+    def _own(self, f: Flows, src: np.ndarray, cols: dict[str, np.ndarray], lo: int, hi: int,
+             before: np.ndarray, final: bool, lim: Limits) -> None:
+        """Take the facts of the rows `lo`..`hi` of the piece's segments (`cols`: the rows
+        as analysed)."""
+        seg = f.seg
+        ts, d = seg["ts_ns"], seg["dir"].astype(np.int64)
+        own = slice(lo, hi)
+        frame = seg["frame"]
+        self.packets += hi - lo
+        self.retransmissions += int(np.count_nonzero(seg["retrans"][own]))
+        self.keepalives += int(np.count_nonzero(seg["keepalive"][own]))
+        self.first_frame = min(self.first_frame, int(frame[own].min()))
+        self.last_frame = max(self.last_frame, int(frame[own].max()))
+        self.last_ns = max(self.last_ns, int(ts[own].max()))
+        pay = seg["payload"]
+        for k in (0, 1):
+            p = pay[own][d[own] == k]
+            p = p[p > 0]
+            if not len(p):
+                continue
+            top = int(p.max())
+            if top > self.maxpay[k]:
+                self.maxpay[k], self.at_max[k] = top, 0
+            if top == self.maxpay[k]:
+                self.at_max[k] += int(np.count_nonzero(p == top))
+        # round-trip samples whose ACK is owned, and not acknowledged before the
+        # contiguous rows (by a packet let go of)
+        paired, by, turn, undelayed = turn_samples(seg)
+        mine = (by >= lo) & (by < hi) & (seg["end"][paired] > before[d[paired] ^ 1])
+        u = mine & undelayed
+        self.undelayed.add(d[paired[u]], ts[paired[u]], frame[paired[u]], turn[u])
+        mss = self.facts()["mss"].reshape(-1)
+        late = paired[mine & ~undelayed]
+        late = late[self.undelayed.count[d[late]] == 0]  # (needed only without undelayed)
+        self.late_mss.update((int(k), int(mss[k])) for k in np.unique(d[late]))
+        late, late_ns = late_samples(seg, late, mss[d[late]])
+        self.late.add(d[late], ts[late], frame[late], late_ns)
+
+        facts = self.facts()
+        p = params(facts)
+        self._compared(p.mss, facts["mss_how"].reshape(-1), d, pay)
+        ev = evidence(f, p.mss, owned=own, open_end=not final)
+        self.off += ev.off
+        self.not_classic += ev.not_classic
+        self._answers(seg, final)
+        c = ev.candidates
+        self.recent = c if self.recent is None else _cat([self.recent, c])
+        self._judge_candidates(p, lim.kept_candidates)
+        self.acks = {"key": np.r_[self.acks["key"], ev.lone_key],
+                     "gap": np.r_[self.acks["gap"], ev.lone_gap]}
+        self._judge_acks(p, lim.kept_acks)
+        if self.arrivals is not None:
+            r = np.flatnonzero(seg["new_data"][own]) + lo
+            self.arrivals.append({"flow": np.zeros(len(r), np.int64),
+                                  "dir": d[r].astype(np.int8), "ts_ns": ts[r],
+                                  "payload": pay[r].astype(np.int32)})
+        # data let go of before its ACK came: its round trip was not measured
+        for k in (0, 1):
+            lost = self.dropped_outstanding[k]
+            acks = np.flatnonzero((d[own] == (k ^ 1)) & (seg["ack"][own] >= 0)) + lo
+            if lost >= 0 and len(acks):
+                base = _base(cols["ack"][src[acks[-1]]], seg["ack"][acks[-1]])
+                top = (int(seg["ack_max"][acks[-1]]) + base) % WRAP
+                if (top - lost) % WRAP < 1 << 31:
+                    self.inexact.add("round trips of data not carried (more than "
+                                     f"{lim.outstanding_rows} packets unacknowledged)")
+
+    def _answers(self, seg: dict[str, np.ndarray], final: bool) -> None:
+        """The answers (the peer's next data after S2) of candidates kept that had none
+        yet: the first data segment after S2 in this piece, if it is the peer's."""
+        for batch in [self.recent]:  # (a candidate waiting for its answer stays there)
+            if batch is None:
+                continue
+            pending = np.flatnonzero(batch["answer_ns"] == ANSWER_PENDING)
+            if not len(pending):
+                continue
+            data = np.flatnonzero(seg["payload"] > 0)
+            dts, dfr = seg["ts_ns"][data], seg["frame"][data]
+            for j in pending.tolist():
+                t, fr = int(batch["released_ns"][j]), int(batch["released_frame"][j])
+                at = int(np.searchsorted(dts, t, side="left"))
+                while at < len(data) and dts[at] == t and dfr[at] <= fr:
+                    at += 1
+                if at < len(data):
+                    nxt = data[at]
+                    mine = int(seg["dir"][nxt]) == int(batch["key"][j]) & 1
+                    batch["answer_ns"][j] = -1 if mine else int(seg["ts_ns"][nxt])
+                elif final:
+                    batch["answer_ns"][j] = -1
+
+    def _judge_candidates(self, p, kept: int) -> None:
+        """Keep the stalls (by the facts known now) and the newest `kept` others one by
+        one; count the older others by verdict, keeping the ones nearest each round-trip
+        rule's threshold."""
+        c = self.recent
+        if len(c["key"]) <= kept:
+            return
+        k = classify(c, p)
+        waits = c["answer_ns"] == ANSWER_PENDING  # kept here until its answer is seen
+        would = (k["plain"] == -1) & ~waits
+        if would.any():
+            self.stalls.append(_take(c, np.flatnonzero(would)))
+        others = np.flatnonzero(~would & ~waits)
+        old, keep = others[:max(len(others) - kept, 0)], others[max(len(others) - kept, 0):]
+        self.recent = _take(c, np.sort(np.r_[keep, np.flatnonzero(waits)]))
+        if not len(old):
+            return
+        plain, s1_small, late_seen = k["plain"][old], k["s1_small"][old], k["late_seen"][old]
+        gap = c["released_ns"][old] - c["small_ns"][old]
+        key = c["key"][old]
+        # (S1 judged small or not with this MSS)
+        self._compared(p.mss, self.facts()["mss_how"].reshape(-1), key, c["small_bytes"][old])
+        for group in set(zip(key.tolist(), plain.tolist(), s1_small.tolist(),
+                             late_seen.tolist())):
+            m = ((key == group[0]) & (plain == group[1]) & (s1_small == group[2])
+                 & (late_seen == group[3]))
+            g = self.groups.setdefault(group, [0, 0])
+            g[0] += int(m.sum())
+            g[1] += int(gap[m].sum())
+        # the verdicts that the round trips can move (not resent data, not a shut window)
+        moves = c["new_data"][old] & ~c["shut"][old]
+        values = {"reaction": k["reaction"][old], "gap": c["ack_ns"][old] - c["small_ns"][old]}
+        for rule, (value, large) in ROUND_TRIP_RULES.items():
+            for side in (False, True):
+                m = moves & (k[rule][old] == side)
+                _sentinel(self.sentinels, key[m], values[value][m], (rule, side),
+                          side == large, lambda j, old=old, m=m: _take(c, old[m][[j]]))
+
+    def _judge_acks(self, p, kept: int) -> None:
+        """Keep the newest `kept` lone-segment ACKs one by one; count the older ones (late,
+        quick; the late ones' delays exactly), keeping the ones nearest each threshold."""
+        a = self.acks
+        extra = len(a["key"]) - kept
+        if extra <= 0:
+            return
+        key, gap = a["key"][:extra], a["gap"][:extra]
+        self.acks = {k: v[extra:] for k, v in a.items()}
+        cls = ack_classes(key, gap, p)
+        late = cls["not_early"] & cls["not_long"]
+        self.ack_counts[:, 0] += np.bincount(key[late], minlength=2)
+        self.ack_counts[:, 1] += np.bincount(key[cls["quick"]], minlength=2)
+        for k in (0, 1):
+            had, many = self.late_gaps[k]
+            values = np.r_[had, gap[late & (key == k)]]
+            weights = np.r_[many, np.ones(len(values) - len(had), np.int64)]
+            while True:
+                values, at = np.unique(values, return_inverse=True)
+                weights = np.bincount(at.reshape(-1), weights=weights).astype(np.int64)
+                if len(values) <= LATE_GAPS:
+                    break
+                self.inexact.add("the delayed-ACK median (more distinct delays than "
+                                 f"{LATE_GAPS} were kept)")
+                values = values // 2 * 2  # coarser: neighbours merged
+            self.late_gaps[k] = (values, weights)
+        for rule, large in ACK_RULES.items():
+            for side in (False, True):
+                m = cls[rule] == side
+                _sentinel(self.ack_sentinels, key[m], gap[m], (rule, side), side == large,
+                          lambda j, m=m: (int(key[m][j]), int(gap[m][j])))
+
+    def _carry(self, f: Flows, src: np.ndarray, rows: dict[str, np.ndarray],
+               cols: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int, s0: int,
+               before: np.ndarray, cut: int, lim: Limits) -> None:
+        """The rows the next piece needs (`rows`, as captured), and where its handshake is
+        to end (in raw numbers: `cols`, the rows as analysed, give the relative ones')."""
+        seg = f.seg
+        ts, d = seg["ts_ns"], seg["dir"].astype(np.int64)
+        n = len(ts)
+        s = max(s0, hi - OVERLAP_ROWS)
+        hs_seg = kind[src] == _HS
+        keep = np.zeros(n, dtype=bool)
+        end, sent, ack, ack_max = seg["end"], seg["sent_before"], seg["ack"], seg["ack_max"]
+        top = np.maximum(end, sent)  # the highest sequence number sent up to each row
+        at_s = before.copy()  # highest ACK of each direction before s
+        for k in (0, 1):
+            mine = np.flatnonzero((d[:s] == k) & ~hs_seg[:s])
+            every = np.flatnonzero(d[:s] == k)
+            if len(every):
+                at_s[k] = ack_max[every[-1]]
+            if not len(mine):
+                continue
+            look = list(mine[-2:])  # the last two packets
+            data = mine[seg["payload"][mine] > 0]
+            if len(data):
+                look.append(data[-1])  # the last data
+            for e in look:  # and the rows that set the highest seq and ACK up to them
+                keep[e] = True  # (up to and before it: its own sent_before)
+                for value, col, upto in ((top[e], end, e), (sent[e], end, e - 1),
+                                         (ack_max[e], ack, e)):
+                    hit = every[(every <= upto) & (col[every] == value)]
+                    if len(hit) and value >= 0:
+                        keep[hit[-1]] = True
+            keep[every[-1]] = True
+        for k in (0, 1):  # data not acknowledged yet (its round trip comes later)
+            out = np.flatnonzero((d[:s] == k) & ~hs_seg[:s] & (seg["payload"][:s] > 0)
+                                 & (end[:s] > sent[:s]) & (end[:s] > at_s[k ^ 1]))
+            if len(out) > lim.outstanding_rows:
+                lost = out[len(out) - lim.outstanding_rows - 1]
+                self.dropped_outstanding[k] = (int(end[lost]) + _base(
+                    cols["seq"][src[lost]], seg["seq"][lost])) % WRAP
+                out = out[len(out) - lim.outstanding_rows:]
+            keep[out] = True
+        keep[:s] &= ~hs_seg[:s]
+        self.dropped |= bool((~keep[:s] & ~hs_seg[:s]).any())
+        # rows from s on, as captured (copies too: the copies' lookback counts them)
+        first = (ts[s], seg["frame"][s]) if s < n else (cut, -1)
+        tail = (rows["ts_ns"] > first[0]) | ((rows["ts_ns"] == first[0])
+                                               & (rows["frame"] >= first[1]))
+        carry = np.zeros(len(rows["frame"]), dtype=bool)
+        carry[src[np.flatnonzero(keep[:s])]] = True
+        carry |= tail
+        carry &= kind != _HS
+        decided = rows["ts_ns"] < cut
+        analysed = np.zeros(len(rows["frame"]), dtype=bool)  # not a copy of another
+        analysed[src] = True
+        known = np.where(decided & (rows["known"] < 0),
+                         np.where(analysed, 0, 1),
+                         rows["known"]).astype(np.int8)
+        new_kind = np.where(tail, 0, _EXTRA).astype(np.int8)
+        self.rows = {**_take(rows, np.flatnonzero(carry)),
+                     "known": known[carry], "kind": new_kind[carry]}
+        # the handshake of the next piece ends where its first row of each direction
+        # begins: what that direction had sent and acknowledged before it
+        carried = np.zeros(n, dtype=bool)
+        carried[:s] = keep[:s]
+        carried[s:] = ~hs_seg[s:]
+        for k in (0, 1):
+            r = np.flatnonzero(carried & (d == k))
+            self.seq_target[k] = self.ack_target[k] = -1
+            if not len(r):
+                continue
+            r1 = r[0]
+            if sent[r1] > 0:
+                self.seq_target[k] = (int(sent[r1]) + _base(cols["seq"][src[r1]],
+                                                            seg["seq"][r1])) % WRAP
+            prev = np.flatnonzero(d[:r1] == k)
+            with_ack = np.flatnonzero((d == k) & (ack >= 0))
+            if len(prev) and ack_max[prev[-1]] >= 0 and len(with_ack):
+                w = with_ack[0]
+                self.ack_target[k] = (int(ack_max[prev[-1]]) + _base(
+                    cols["ack"][src[w]], ack[w])) % WRAP
+
+    # ------------------------------------------------------------------ the results
+    def facts(self) -> dict[str, np.ndarray]:
+        """The connection's flow facts from what was seen so far (one flow)."""
+        out = dict(self.flow)
+        observed = self.maxpay.max()
+        at_max = np.where(self.maxpay == observed, self.at_max, 0)
+        out["mss"], out["mss_how"] = send_mss(self.flow["mss_option"].reshape(-1),
+                                              self.flow["syn_timestamps"].reshape(-1),
+                                              self.maxpay, at_max)
+        rc, rs = self.rtt_handshake
+        without = np.flatnonzero((self.undelayed.count == 0) & (self.late.count > 0))
+        out.update(round_trips(np.array([rs]), np.array([rc]), self.undelayed.count,
+                               self.undelayed.smallest, self.undelayed.upper(), without,
+                               self.late.smallest[without], self.late.upper()[without]))
+        out.update(packets=np.array([self.packets]), pieces=np.array([self.pieces]),
+                   last_ns=np.array([self.last_ns]),
+                   retransmissions=np.array([self.retransmissions]),
+                   keepalives=np.array([self.keepalives]),
+                   first_frame=np.array([self.first_frame]),
+                   last_frame=np.array([self.last_frame]))
+        return out
+
+    def result(self) -> tuple[Flows, Detection]:
+        """The connection's flow facts and detection, judged with its final facts; the
+        reasons why a field may differ from the whole-connection analysis in `inexact`."""
+        facts = self.facts()
+        p = params(facts)
+        self._check_mss(p.mss)
+        cand = _cat([*self.stalls, self.recent]) if self.recent is not None else None
+        self.stalls, self.recent = [], None  # (held once: a million stalls are 90 MB)
+        if cand is None:
+            cand = {k: np.zeros(0, np.int64) for k in CANDIDATE_COLUMNS}
+            cand["new_data"] = cand["shut"] = np.zeros(0, bool)
+        cand["answer_ns"] = np.where(cand["answer_ns"] == ANSWER_PENDING, -1,
+                                     cand["answer_ns"])
+        self._check_sentinels(p)
+        groups = None
+        if self.groups:
+            g = np.array([(*k, *v) for k, v in self.groups.items()], dtype=np.int64)
+            groups = {"key": g[:, 0], "plain": g[:, 1], "s1_small": g[:, 2].astype(bool),
+                      "late_seen": g[:, 3].astype(bool), "count": g[:, 4], "stall_ns": g[:, 5]}
+        (v0, n0), (v1, n1) = self.late_gaps
+        lone_groups = {"late": self.ack_counts[:, 0], "quick": self.ack_counts[:, 1],
+                       "hist_key": np.r_[np.zeros(len(v0), np.int64), np.ones(len(v1), np.int64)],
+                       "hist_gap": np.r_[v0, v1], "hist_count": np.r_[n0, n1]}
+        ev = Evidence(cand, self.off.copy(), self.not_classic.copy(), self.acks["key"],
+                      self.acks["gap"])
+        det = decide(ev, p, 1, groups, lone_groups)
+        empty = {"flow": np.zeros(0, np.int64)}
+        return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
+
+    def _compared(self, mss: np.ndarray, how: np.ndarray, key: np.ndarray,
+                  payload: np.ndarray) -> None:
+        """Note the payload sizes (of directions `key`) judged with `mss` where it is not the
+        SYN's (inferred, it may change): a bit per size, per direction and MSS used (at most
+        MSS_KEPT of them; past that the MSS is named in a warning)."""
+        if (how == "syn").all():
+            return
+        used = tuple(mss.tolist())
+        if used not in self.mss_used and len(self.mss_used) >= MSS_KEPT:
+            self.inexact.add("the MSS (inferred from the largest segments, which grew "
+                             "after a piece had used it)")
+            return
+        packed = self.mss_used.setdefault(used, np.zeros((2, 1 << 13), dtype=np.uint8))
+        bits = np.unpackbits(packed, axis=1).astype(bool)
+        for k in (0, 1):
+            if how[k] != "syn":
+                bits[k, np.minimum(payload[(key == k) & (payload > 0)], (1 << 16) - 1)] = True
+        self.mss_used[used] = np.packbits(bits, axis=1)
+
+    def _check_mss(self, mss: np.ndarray) -> None:
+        """Whether a piece that used another MSS (inferred from the largest segments, no
+        SYN) judged a segment otherwise than the final MSS does: small or not, below it or
+        not; or took a late round-trip sample with it (two full segments) that counts."""
+        final = mss.tolist()
+        moved = False
+        for used, packed in self.mss_used.items():
+            for k in (0, 1):
+                old, new, v = used[k], final[k], np.flatnonzero(np.unpackbits(packed[k]))
+                if old != new:
+                    moved |= bool(((small(v, np.int64(old)) != small(v, np.int64(new)))
+                                   | ((v < old) != (v < new))
+                                   | ((v <= max(old, 1)) != (v <= max(new, 1)))).any())
+        fallback = (self.undelayed.count == 0) & (self.late.count > 0)
+        moved |= any(fallback[k] and m != final[k] for k, m in self.late_mss)
+        if moved:
+            self.inexact.add("the MSS (inferred from the largest segments, which grew "
+                             "after a piece had used it)")
+
+    def _check_sentinels(self, p) -> None:
+        """Whether the final round trips move a candidate or ACK judged before across a
+        threshold (then its verdict may differ from the whole analysis')."""
+        if self.sentinels:
+            recs = _cat([rec for rec, _ in self.sentinels.values()])
+            k = classify(recs, p)
+            for j, (_, rule, side) in enumerate(self.sentinels):
+                if bool(k[rule][j]) != side:
+                    self.inexact.add("verdicts of candidates judged before the final round "
+                                     "trips were known (more than "
+                                     f"{self.limits.kept_candidates} kept)")
+        if self.ack_sentinels:
+            items = list(self.ack_sentinels.items())
+            key = np.array([rec[0] for rec, _ in (v for _, v in items)], np.int64)
+            gap = np.array([rec[1] for rec, _ in (v for _, v in items)], np.int64)
+            cls = ack_classes(key, gap, p)
+            for j, ((_, rule, side), _) in enumerate(items):
+                if bool(cls[rule][j]) != side:
+                    self.inexact.add("the delayed and quick ACKs counted before the final "
+                                     f"round trips were known (more than {self.limits.kept_acks} "
+                                     "kept)")
+
+    @property
+    def held_rows(self) -> int:
+        return len(self.rows["frame"]) + len(self.hs["frame"])
+
+
+@dataclass
+class Limits:
+    """The bounds of a connection's carried state (tests set them tiny)."""
+
+    kept_candidates: int = KEPT_CANDIDATES
+    kept_acks: int = KEPT_ACKS
+    outstanding_rows: int = OUTSTANDING_ROWS
+
+
+def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
+                                                          dict[str, np.ndarray] | None]:
+    """One 4-tuple's rows split into those of connections that ended (before the last SYN
+    with a new initial sequence number: build_flows starts a connection there) and those of
+    the last connection (None before it if there were no others)."""
+    rows = in_time_order(rows)
+    syn = np.flatnonzero((rows["flags"] & (SYN | ACK)) == SYN)
+    new_isn = syn[np.r_[True, rows["seq"][syn[1:]] != rows["seq"][syn[:-1]]]] if len(syn) \
+        else syn
+    start = int(new_isn[-1]) if len(new_isn) else 0
+    if start == 0:
+        return rows, None
+    return _take(rows, np.arange(start, len(rows["frame"]))), _take(rows, np.arange(start))
+
+
+def _sentinel(store: dict, key: np.ndarray, value: np.ndarray, name: tuple, smallest: bool,
+              record) -> None:
+    """Keep in `store`, per key, the record whose `value` is nearest the rule's threshold
+    on this side of it: the smallest value if the rule holds for large ones, else the
+    largest."""
+    for k in np.unique(key).tolist():
+        m = np.flatnonzero(key == k)
+        j = m[np.argmin(value[m])] if smallest else m[np.argmax(value[m])]
+        v = int(value[j])
+        slot = (k, *name)
+        have = store.get(slot)
+        if have is None or (v < have[1] if smallest else v > have[1]):
+            store[slot] = (record(int(j)), v)
+
+
+def in_time_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Rows in time order, ties in capture order (frame numbers)."""
+    order = np.lexsort((rows["frame"], rows["ts_ns"]))
+    if np.array_equal(order, np.arange(len(order))):
+        return rows
+    return _take(rows, order)
+
+
+def _positions(frames: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index in `frames` (distinct) of each of `wanted` (all present)."""
+    order = np.argsort(frames, kind="stable")
+    return order[np.searchsorted(frames[order], wanted)]
+
+
+def _base(raw: int, rel: int) -> int:
+    """What a relative sequence (or ACK) number adds to give the raw one, modulo 2**32."""
+    return (int(raw) - int(rel)) % WRAP
