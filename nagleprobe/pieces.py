@@ -43,6 +43,9 @@ direction, without a SYN a bit per payload size for each of up to MSS_KEPT infer
 values (16 KB each), and a few hundred numbers. What grows is its result: its stalls (kept raw until
 it ends, then its rows of the stalls table) and, up to relay.MAX_ARRIVALS for the whole
 capture, its data segments for linking relays.
+
+Over 500 lines: what a piece carries, how the next piece takes it back and how the pieces'
+facts merge are one ledger; split, each half would have to know the other's rows.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ a new connection, as in the whole-file analysis.
 
 Over 500 lines: a 4-tuple's life here (open, closed, past the reorder window, idle, reused
 with a new ISN), the batches handed to worker threads and the joining of their results in
-the whole-file analysis's order all read and write the same per-tuple arrays; split apart,
+the whole-file analysis's order, and the hand-on of long connections' pieces, all read
+and write the same per-tuple arrays; split apart,
 each piece would need the others' state.
 """
 
