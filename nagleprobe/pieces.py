@@ -334,6 +334,8 @@ class Ledger:
         own = slice(lo, hi)
         frame = seg["frame"]
         self.packets += hi - lo
+        if self.dropped and np.isnan(self.rtt_handshake[0]):
+            self._client_round_trip(seg, src, cols, lo, hi)
         self.retransmissions += int(np.count_nonzero(seg["retrans"][own]))
         self.keepalives += int(np.count_nonzero(seg["keepalive"][own]))
         self.first_frame = min(self.first_frame, int(frame[own].min()))
@@ -391,6 +393,26 @@ class Ledger:
                 if (top - lost) % WRAP < 1 << 31:
                     self.inexact.add("round trips of data not carried (more than "
                                      f"{lim.outstanding_rows} packets unacknowledged)")
+
+    def _client_round_trip(self, seg: dict[str, np.ndarray], src: np.ndarray,
+                           cols: dict[str, np.ndarray], lo: int, hi: int) -> None:
+        """The handshake's round trip to the client (SYN/ACK -> the client's first ACK of
+        it) when that ACK comes after packets were let go of (the handshake moved): the
+        first owned client packet whose highest ACK so far covers the SYN/ACK as captured."""
+        hs = self.hs
+        sa = np.flatnonzero((hs["flags"] & (SYN | ACK)) == (SYN | ACK))
+        if not len(sa):
+            return
+        sa_end = (int(hs["seq"][sa[0]]) + 1) % WRAP
+        sa_ts = int(hs["ts_ns"][sa[0]])
+        mine = np.flatnonzero((seg["dir"][lo:hi] == 0) & (seg["ack"][lo:hi] >= 0)) + lo
+        if not len(mine):
+            return
+        base = _base(cols["ack"][src[mine[0]]], seg["ack"][mine[0]])
+        top = (seg["ack_max"][mine] + base) % WRAP
+        covers = np.flatnonzero((top - sa_end) % WRAP < 1 << 31)
+        if len(covers):
+            self.rtt_handshake[0] = (int(seg["ts_ns"][mine[covers[0]]]) - sa_ts) / 1e6
 
     def _answers(self, seg: dict[str, np.ndarray], final: bool) -> None:
         """The answers (the peer's next data after S2) of candidates kept that had none

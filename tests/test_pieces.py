@@ -347,3 +347,27 @@ def test_random_conversations_in_pieces_give_the_whole_analysis(handshake, rtt, 
         assert any(MAY_DIFFER in w for w in got["capture"]["warnings"])
     else:
         assert without_pieces(got) == without_pieces(whole)
+
+
+def test_the_handshake_round_trip_to_the_client_measured_after_packets_were_let_go_of():
+    """SYN, SYN/ACK, then sixty window updates of the server before the client's ACK of the
+    SYN/ACK: by then packets were let go of and the handshake moved, yet its round trip to
+    the client (30.5 ms) is the whole analysis' (it decides the flow's `rtt_how`)."""
+    from columns import A, S
+
+    conv = Conversation("10.0.0.1:40000", "10.0.0.2:8000")
+    c, s = conv.nxt["c"], conv.nxt["s"]
+    conv.rows += [dict(t_ms=0.0, src=conv.ep["c"], dst=conv.ep["s"], seq=c, flags=S, mss=1460),
+                  dict(t_ms=1.0, src=conv.ep["s"], dst=conv.ep["c"], seq=s, ack=c + 1,
+                       flags=S | A, mss=1460)]
+    conv.nxt = {"c": c + 1, "s": s + 1}
+    t = 1.0
+    for j in range(60):
+        t += 0.5
+        conv.ack("s", t, win=100 + j)
+    conv.ack("c", t + 0.5)
+    cols = conv.columns()
+    whole, _ = fed(cols, len(cols["frame"]), piece_rows=1 << 40)
+    got, st_ = fed(cols, 1, piece_rows=8)
+    assert whole["flows"][0]["rtt_client_ms"] == 30.5
+    assert without_pieces(got) == without_pieces(whole) and not st_.inexact
