@@ -70,6 +70,8 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     s_flow = stalls["flow"]
     s1, whole = stalls["small_bytes"], stalls["small_bytes"] + stalls["held_bytes"]
     arr = _near_a_stall(arr, np.r_[s1, whole], stalls["small_time"])
+    if not len(arr["flow"]):  # no data arrived where it could have fed a stall
+        return out
     recv_side = 1 - arr["dir"].astype(np.int64)  # data of dir d is received by side 1 - d
     sent_side = (stalls["sender"] == "server").astype(np.int64)
     match = np.full(len(s_flow), -1, dtype=np.int64)  # the upstream arrival of each stall
