@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import numpy as np
+from hypothesis import strategies as st
 
 from nagleprobe.decode import TCP_COLUMNS
 
@@ -73,3 +74,45 @@ class Conversation:
 
     def columns(self) -> dict[str, np.ndarray]:
         return packets(self.rows)
+
+
+# Random conversations for the property tests: events (kind, who, gap, then, size), played
+# by `play`: small writes answered by ACKs after delays around the delayed-ACK timers and
+# the round trip (often the stall's shape), other writes and ACKs, retransmissions and zero
+# windows; `extra` kinds: "burst" (twelve writes of one side), "twice" (the last packet seen
+# again, as `-i any` does).
+GAP = st.sampled_from([0.01, 0.05, 1.0, 2.5, 5.0, 24.0, 39.0, 40.0, 41.0, 90.0, 200.0, 700.0])
+KINDS = ("send", "ack", "resend", "zero window", "nagle", "nagle", "nagle, zero window")
+
+
+def event_strategy(extra: tuple[str, ...] = ()) -> st.SearchStrategy:
+    """One random event of the kinds above (and `extra`)."""
+    return st.tuples(st.sampled_from([*KINDS, *extra]), st.sampled_from(["c", "s"]), GAP, GAP,
+                     st.sampled_from([1, 10, 100, 1447, 1448, 2896, 3000]))
+
+
+def play(conv: Conversation, t: float, evs: list[tuple]) -> None:
+    """Add the events to the conversation, from time `t` (ms)."""
+    for what, who, gap, then, size in evs:
+        t += gap
+        if what.startswith("nagle"):  # a small write, the peer's (late?) ACK, the next
+            conv.send(who, t, size)
+            t += then
+            conv.ack("s" if who == "c" else "c", t, win=0 if "zero" in what else 512)
+            t += gap / 100
+            conv.send(who, t, size)
+        elif what == "send":
+            conv.send(who, t, size)
+        elif what == "burst":
+            for _ in range(12):
+                conv.send(who, t, size)
+                t += 0.01
+        elif what == "ack":
+            conv.ack(who, t)
+        elif what == "resend":
+            conv.send(who, t, size, seq=conv.nxt[who] - size)
+        elif what == "twice" and conv.rows:
+            t += 0.003
+            conv.rows.append(dict(conv.rows[-1], t_ms=t))
+        else:
+            conv.ack(who, t, win=0)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nagleprobe.detect
-from columns import Conversation, packets
+from columns import Conversation, event_strategy, packets, play
 from nagleprobe.decode import TCP_COLUMNS, decode
 from nagleprobe.detect import detect
 from nagleprobe.flows import build_flows
@@ -65,11 +65,7 @@ def test_the_real_captures_give_the_comparison_stalls_to_compare():
     assert found >= 100
 
 
-GAP = st.sampled_from([0.01, 0.05, 1.0, 2.5, 5.0, 24.0, 39.0, 40.0, 41.0, 90.0, 200.0, 700.0])
-EVENT = st.tuples(st.sampled_from(["send", "ack", "resend", "zero window", "nagle", "nagle",
-                                   "nagle, zero window"]),
-                  st.sampled_from(["c", "s"]), GAP, GAP,
-                  st.sampled_from([1, 10, 100, 1447, 1448, 2896, 3000]))
+EVENT = event_strategy()
 
 
 @settings(max_examples=300, deadline=None)
@@ -83,23 +79,7 @@ def test_compiled_chain_equals_numpy_on_random_conversations(conversations):
     rows = []
     for j, (handshake, rtt, events) in enumerate(conversations):
         conv = Conversation(f"10.0.0.1:{40000 + j}", "10.0.0.2:8000", mss=1448)
-        t = conv.handshake(0.0, rtt) if handshake else 0.0
-        for what, who, gap, then, size in events:
-            t += gap
-            if what.startswith("nagle"):  # a small write, the peer's (late?) ACK, the next
-                conv.send(who, t, size)
-                t += then
-                conv.ack("s" if who == "c" else "c", t, win=0 if "zero" in what else 512)
-                t += gap / 100
-                conv.send(who, t, size)
-            elif what == "send":
-                conv.send(who, t, size)
-            elif what == "ack":
-                conv.ack(who, t)
-            elif what == "resend":
-                conv.send(who, t, size, seq=conv.nxt[who] - size)
-            else:
-                conv.ack(who, t, win=0)
+        play(conv, conv.handshake(0.0, rtt) if handshake else 0.0, events)
         rows += conv.rows
     for i, r in enumerate(rows, 1):
         r["frame"] = i

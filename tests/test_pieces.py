@@ -17,7 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_live import long_connection
 
-from columns import Conversation
+from columns import Conversation, event_strategy, play
 from nagleprobe import analyze
 from nagleprobe.decode import decode
 from nagleprobe.handshake import HANDSHAKE_ROWS
@@ -297,11 +297,7 @@ def test_a_4tuple_opened_again_while_analysed_in_pieces(isn_step, tmp_path):
             analyze(str(cap), whole_file=True).to_dict())
 
 
-GAP = st.sampled_from([0.01, 0.05, 1.0, 2.5, 5.0, 24.0, 39.0, 40.0, 41.0, 90.0, 200.0, 700.0])
-EVENT = st.tuples(st.sampled_from(["send", "ack", "resend", "zero window", "nagle", "nagle",
-                                   "nagle, zero window", "burst", "twice"]),
-                  st.sampled_from(["c", "s"]), GAP, GAP,
-                  st.sampled_from([1, 10, 100, 1447, 1448, 2896, 3000]))
+EVENT = event_strategy(("burst", "twice"))
 
 
 @example(handshake=False, rtt=0.05,
@@ -329,33 +325,10 @@ def test_random_conversations_in_pieces_give_the_whole_analysis(handshake, rtt, 
     """Synthetic conversations (small writes and late ACKs around the timers and the round
     trip, other writes and ACKs, bursts, retransmissions of old data, zero windows, with and
     without a handshake, packets seen twice) cut into pieces of 1 to 8 packets: the same
-    document as the whole analysis' (test_detect_compiled's generator), or a warning that
+    document as the whole analysis' (columns.event_strategy and play), or a warning that
     names what may differ."""
     conv = Conversation("10.0.0.1:40000", "10.0.0.2:8000", mss=1448)
-    t = conv.handshake(0.0, rtt) if handshake else 0.0
-    for what, who, gap, then, size in events:
-        t += gap
-        if what.startswith("nagle"):  # a small write, the peer's (late?) ACK, the next
-            conv.send(who, t, size)
-            t += then
-            conv.ack("s" if who == "c" else "c", t, win=0 if "zero" in what else 512)
-            t += gap / 100
-            conv.send(who, t, size)
-        elif what == "send":
-            conv.send(who, t, size)
-        elif what == "burst":  # more packets of one side than a piece holds
-            for _ in range(12):
-                conv.send(who, t, size)
-                t += 0.01
-        elif what == "ack":
-            conv.ack(who, t)
-        elif what == "resend":
-            conv.send(who, t, size, seq=conv.nxt[who] - size)
-        elif what == "twice" and conv.rows:  # the last packet seen again (-i any)
-            t += 0.003
-            conv.rows.append(dict(conv.rows[-1], t_ms=t))
-        else:
-            conv.ack(who, t, win=0)
+    play(conv, conv.handshake(0.0, rtt) if handshake else 0.0, events)
     cols = conv.columns()
     whole, _ = fed(cols, len(cols["frame"]), piece_rows=1 << 40)
     got, st_ = fed(cols, feed, piece_rows=piece_rows)
