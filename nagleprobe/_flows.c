@@ -1,19 +1,8 @@
-/* Connection bookkeeping compiled: flows._sequence_space, flows._ack_links, the row
- * neighbours of Flows.before/after and the 4-tuple ids of stream, one pass each instead of
- * dozens of numpy passes (same results, tested against the numpy versions in
+/* Connection bookkeeping compiled: flows._segments (sequence space, classification and ACK
+ * links of every segment, one pass per connection), the row neighbours of
+ * Flows.before/after, the data -> ACK turnarounds and the 4-tuple ids of stream, instead of
+ * dozens of numpy passes each (same results, tested against the numpy versions in
  * tests/test_flows_compiled.py and tests/test_stream.py).
- *
- * sequence_space(ob, g, by_dir, seq, ack, flags, payload,
- *                seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive)
- *
- * Rows are visited in (flow, direction, time) order: the i-th is decoded row ob[i] (of the
- * uint32 seq and ack, uint16 flags and int32 payload columns), its direction group is g[i]
- * (flow * 2 + dir, ascending) and its row in flow order is by_dir[i]; every output (int64,
- * or bool as one byte) is written at that row. Per direction: sequence numbers relative to
- * its ISN (0 at its SYN, else 1 at its first seen segment) and unwrapped across 2**32; ACK
- * numbers relative to the peer's ISN, unwrapped along the rows that carry ACK (-1 without
- * it); end = seq + payload + SYN + FIN; sent_before = the highest end sent earlier (0 if
- * none); and the classification new data / retransmission / keep-alive.
  * Plain C, no numpy headers.
  */
 #define PY_SSIZE_T_CLEAN
@@ -28,8 +17,9 @@
 #define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the 4-tuple hash (tuples.mix) */
 #define MIX_SHIFT 29
 
-#define NIN 7
-#define NOUT 7
+#define NIN 10
+#define NOUT 13
+#define MASK32 0xFFFFFFFFLL
 
 /* Release the n argument buffers, then: raise MemoryError if `nomem`, else ValueError(`error`)
  * if `error`, else return None. */
@@ -46,167 +36,217 @@ static PyObject *done(Py_buffer *b, int n, int nomem, const char *error)
     Py_RETURN_NONE;
 }
 
-static PyObject *sequence_space(PyObject *self, PyObject *args)
+/* One connection's rows [s, e) of segments (below). `inc_row`, `inc_ack`: room for e - s
+ * entries from s on, where each direction lists the rows at which its running ACK rose
+ * (direction 0 from s upwards, direction 1 from e - 1 downwards). */
+static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const uint8_t *dir,
+                       const uint16_t *flags, const uint32_t *seq, const uint32_t *ack,
+                       const int32_t *payload, const int64_t *frame, const int64_t *ts,
+                       const uint16_t *window, int64_t *seq_rel, int64_t *ack_rel,
+                       int64_t *end, int64_t *sent, uint8_t *new_data, uint8_t *retrans,
+                       uint8_t *keepalive, int64_t *pay_out, int64_t *frame_out,
+                       int64_t *ts_out, uint16_t *window_out, int64_t *ack_max,
+                       int64_t *acked_by, Py_ssize_t *inc_row, int64_t *inc_ack)
+{
+    Py_ssize_t first[2] = {-1, -1};
+    for (Py_ssize_t i = s; i < e && (first[0] < 0 || first[1] < 0); i++)
+        if (first[dir[i]] < 0)
+            first[dir[i]] = i;
+    /* each direction's ISN in raw numbers: 0 at its SYN, else 1 at its first seen segment */
+    int64_t anchor[2] = {1, 1}, isn[2] = {0, 0};
+    for (int k = 0; k < 2; k++)
+        if (first[k] >= 0) {
+            anchor[k] = (flags[first[k]] & SYN) ? 0 : 1;
+            isn[k] = ((int64_t)seq[order[first[k]]] - anchor[k]) & MASK32;
+        }
+    int64_t acc[2] = {0, 0}, top[2] = {0, 0}, run[2] = {0, 0}, ack_top[2] = {-1, -1};
+    uint32_t last_seq[2] = {0, 0}, last_ack[2] = {0, 0};
+    int has_ack[2] = {0, 0};
+    Py_ssize_t rises[2] = {0, 0};
+    for (Py_ssize_t i = s; i < e; i++) {
+        int k = dir[i];
+        int64_t r = order[i];
+        uint16_t f = flags[i];
+        acc[k] = i == first[k] ? anchor[k] : acc[k] + (int32_t)(seq[r] - last_seq[k]);
+        last_seq[k] = seq[r];
+        int64_t pay = payload[r], a = acc[k];
+        int64_t ev = a + pay + ((f & SYN) != 0) + ((f & FIN) != 0);
+        int ka = pay <= 1 && a == top[k] - 1 && !(f & (SYN | FIN | RST));
+        seq_rel[i] = a;
+        end[i] = ev;
+        sent[i] = top[k];
+        new_data[i] = pay > 0 && a >= top[k];
+        keepalive[i] = (uint8_t)ka;
+        retrans[i] = pay > 0 && a < top[k] && !ka;
+        if (ev > top[k])
+            top[k] = ev;
+        /* ACK numbers relative to the peer's ISN (or to the first ACK, less 1, without the
+         * peer's rows), unwrapped along the rows carrying ACK */
+        int64_t rel = -1;
+        if (f & ACK) {
+            if (!has_ack[k]) {
+                int64_t base = first[k ^ 1] >= 0 ? isn[k ^ 1] : ((int64_t)ack[r] - 1) & MASK32;
+                run[k] = (int32_t)(uint32_t)((int64_t)ack[r] - base);
+                has_ack[k] = 1;
+            } else {
+                run[k] += (int32_t)(ack[r] - last_ack[k]);
+            }
+            last_ack[k] = ack[r];
+            rel = run[k];
+        }
+        ack_rel[i] = rel;
+        if (rel > ack_top[k]) {
+            ack_top[k] = rel;
+            Py_ssize_t at = k ? e - 1 - rises[1] : s + rises[0];
+            rises[k]++;
+            inc_row[at] = i;
+            inc_ack[at] = rel;
+        }
+        ack_max[i] = ack_top[k];
+        pay_out[i] = pay;
+        frame_out[i] = frame[r];
+        ts_out[i] = ts[r];
+        window_out[i] = window[r];
+    }
+    /* acked_by: the first row of the other direction whose running ACK covers the end of
+     * new sequence space: the row where that ACK rose to it. A direction's new-space rows
+     * end ever higher, so each direction's pointer only moves forward. */
+    Py_ssize_t ptr[2] = {0, 0};
+    for (Py_ssize_t i = s; i < e; i++) {
+        acked_by[i] = -1;
+        if (end[i] <= sent[i])
+            continue;
+        int o = dir[i] ^ 1;
+        while (ptr[o] < rises[o] && inc_ack[o ? e - 1 - ptr[o] : s + ptr[o]] < end[i])
+            ptr[o]++;
+        if (ptr[o] < rises[o])
+            acked_by[i] = inc_row[o ? e - 1 - ptr[o] : s + ptr[o]];
+    }
+}
+
+/* segments(order, fid, dir, flags, seq, ack, payload, frame, ts_ns, window,
+ *          seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive,
+ *          payload_out, frame_out, ts_out, window_out, ack_max, acked_by)
+ *
+ * flows._sequence_space and flows._ack_links in one pass per connection. Rows come in flow
+ * order (by flow, in time order within): row i is decoded row order[i] (int64) of flow
+ * fid[i] (int64, ascending), in direction dir[i] (uint8, 0 or 1), with flags flags[i]
+ * (uint16, already in flow order); seq, ack (uint32), payload (int32), frame, ts_ns (int64)
+ * and window (uint16) are the decoded columns, read at order[i]. Every output is written at
+ * row i: per direction, sequence numbers relative to its ISN (0 at its SYN, else 1 at its
+ * first seen segment) and unwrapped across 2**32; ACK numbers relative to the peer's ISN,
+ * unwrapped along the rows that carry ACK (-1 without it); end = seq + payload + SYN + FIN;
+ * sent_before = the highest end sent earlier (0 if none); new data / retransmission /
+ * keep-alive (one byte each); the payload (int64), frame, time and window gathered;
+ * ack_max = the highest ACK (at least -1) the direction had sent up to and including the
+ * row; acked_by = for rows opening new sequence space (end > sent_before), the first row of
+ * the other direction whose ack_max covers the row's end, else -1. */
+static PyObject *segments(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3],
-                          &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12],
-                          &b[13]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*", &b[0], &b[1],
+                          &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11],
+                          &b[12], &b[13], &b[14], &b[15], &b[16], &b[17], &b[18], &b[19],
+                          &b[20], &b[21], &b[22]))
         return NULL;
-    Py_ssize_t n = b[0].len / 8, m = b[3].len / 4;
-    static const Py_ssize_t size[NIN + NOUT] = {8, 8, 8, 4, 4, 2, 4, 8, 8, 8, 8, 1, 1, 1};
-    int ok = b[4].len == m * 4 && b[5].len == m * 2 && b[6].len == m * 4;
+    /* item sizes; rows per buffer: n (flow order) or m (decoded rows) */
+    static const Py_ssize_t size[NIN + NOUT] = {8, 8, 1, 2, 4, 4, 4, 8, 8, 2,
+                                                8, 8, 8, 8, 1, 1, 1, 8, 8, 8, 2, 8, 8};
+    Py_ssize_t n = b[0].len / 8, m = b[4].len / 4;
+    int ok = 1;
     for (int j = 0; j < NIN + NOUT; j++)
-        if (j < 3 || j >= NIN)
-            ok &= b[j].len == n * size[j];
-    const int64_t *ob = b[0].buf, *g = b[1].buf, *by_dir = b[2].buf;
-    const uint32_t *seq = b[3].buf, *ack = b[4].buf;
-    const uint16_t *flags = b[5].buf;
-    const int32_t *payload = b[6].buf;
-    int64_t *seq_rel = b[7].buf, *ack_rel = b[8].buf, *end = b[9].buf, *sent = b[10].buf;
-    uint8_t *new_data = b[11].buf, *retrans = b[12].buf, *keepalive = b[13].buf;
-    int64_t groups = 0;
-    for (Py_ssize_t i = 0; ok && i < n; i++) {
-        ok &= ob[i] >= 0 && ob[i] < m && by_dir[i] >= 0 && by_dir[i] < n && g[i] >= 0
-              && (i == 0 || g[i] >= g[i - 1]);
-        if (ok)
-            groups = g[i] + 1;
-    }
-    groups += groups & 1; /* both directions of the last flow */
-    int64_t *isn = ok ? PyMem_Calloc((size_t)groups + 1, sizeof(int64_t)) : NULL;
-    uint8_t *has_dir = ok ? PyMem_Calloc((size_t)groups + 1, 1) : NULL;
-    if (!ok || !isn || !has_dir) {
-        PyMem_Free(isn);
-        PyMem_Free(has_dir);
-        return done(b, NIN + NOUT, ok, "sequence_space: inconsistent columns");
+        ok &= b[j].len == (j >= 4 && j < NIN ? m : n) * size[j];
+    const int64_t *order = b[0].buf, *fid = b[1].buf;
+    const uint8_t *dir = b[2].buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok &= order[i] >= 0 && order[i] < m && dir[i] <= 1 && (i == 0 || fid[i] >= fid[i - 1]);
+    Py_ssize_t *inc_row = ok ? PyMem_Malloc(((size_t)n + 1) * sizeof(Py_ssize_t)) : NULL;
+    int64_t *inc_ack = ok ? PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t)) : NULL;
+    if (!ok || !inc_row || !inc_ack) {
+        PyMem_Free(inc_row);
+        PyMem_Free(inc_ack);
+        return done(b, NIN + NOUT, ok, "segments: inconsistent columns");
     }
     Py_BEGIN_ALLOW_THREADS
-    /* sequence space of each direction, and its ISN */
-    int64_t acc = 0, top = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = ob[i];
-        uint16_t f = flags[r];
-        if (i == 0 || g[i] != g[i - 1]) {
-            int64_t anchor = (f & SYN) ? 0 : 1;
-            acc = anchor;
-            top = 0;
-            isn[g[i]] = ((int64_t)seq[r] - anchor) & 0xFFFFFFFFLL;
-            has_dir[g[i]] = 1;
-        } else {
-            acc += (int32_t)(seq[r] - seq[ob[i - 1]]);
-        }
-        int64_t pay = payload[r];
-        int64_t e = acc + pay + ((f & SYN) != 0) + ((f & FIN) != 0);
-        int64_t w = by_dir[i];
-        int ka = pay <= 1 && acc == top - 1 && !(f & (SYN | FIN | RST));
-        seq_rel[w] = acc;
-        end[w] = e;
-        sent[w] = top;
-        new_data[w] = pay > 0 && acc >= top;
-        keepalive[w] = (uint8_t)ka;
-        retrans[w] = pay > 0 && acc < top && !ka;
-        if (e > top)
-            top = e;
-    }
-    /* ACK numbers, relative to the peer's ISN, along the rows carrying ACK */
-    int64_t run = 0, cur = -1;
-    uint32_t last = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = ob[i];
-        if (!(flags[r] & ACK)) {
-            ack_rel[by_dir[i]] = -1;
-            continue;
-        }
-        if (g[i] != cur) {
-            int64_t peer = g[i] ^ 1, raw = ack[r];
-            int64_t base = has_dir[peer] ? isn[peer] : (raw - 1) & 0xFFFFFFFFLL;
-            run = (int32_t)(uint32_t)(raw - base);
-            cur = g[i];
-        } else {
-            run += (int32_t)(ack[r] - last);
-        }
-        last = ack[r];
-        ack_rel[by_dir[i]] = run;
+    for (Py_ssize_t s = 0, e; s < n; s = e) {
+        for (e = s + 1; e < n && fid[e] == fid[s]; e++)
+            ;
+        connection(s, e, order, dir, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf,
+                   b[8].buf, b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf,
+                   b[15].buf, b[16].buf, b[17].buf, b[18].buf, b[19].buf, b[20].buf, b[21].buf,
+                   b[22].buf, inc_row, inc_ack);
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(isn);
-    PyMem_Free(has_dir);
+    PyMem_Free(inc_row);
+    PyMem_Free(inc_ack);
     return done(b, NIN + NOUT, 0, NULL);
 }
 
-/* ack_links(by_dir, g, dgroup, ack, end, sent_before, ack_max, acked_by): flows._ack_links.
- * ack_max: the highest ACK (at least -1) each direction had sent up to and including the
- * row. acked_by: for rows opening new sequence space (end > sent_before), the first row, in
- * (direction group, time) order, of the other direction whose ack_max covers the row's end
- * (ack_max >= end), else -1: what the numpy version finds by binary search. Here one
- * pointer walks the peer's rows: a direction's new-space rows end ever higher (each ends
- * beyond everything sent before it) and its peer's ack_max never falls, so the pointer only
- * moves forward (it starts over should an end ever be lower, so any input gets the answer).
- * by_dir and g as for sequence_space; dgroup, ack, end, sent_before (int64, >= 0, as
- * sequence_space makes it) are in flow order, and so are the outputs. */
-static PyObject *ack_links(PyObject *self, PyObject *args)
+/* take_rows(sources, which, rows, out): out[i] = sources[which[i]][rows[i]] for i < len(out):
+ * rows gathered from several arrays of one item size (1, 2, 4 or 8 bytes) in one pass
+ * (stream._gather: a batch's rows from the chunks holding them, in the batch's order);
+ * `which` int32, `rows` int64, checked against each source's length. */
+static PyObject *take_rows(PyObject *self, PyObject *args)
 {
-    Py_buffer b[8];
-    memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
-                          &b[6], &b[7]))
+    PyObject *list;
+    Py_buffer which, rows, out;
+    if (!PyArg_ParseTuple(args, "O!y*y*w*", &PyList_Type, &list, &which, &rows, &out))
         return NULL;
-    Py_ssize_t n = b[0].len / 8;
-    int ok = 1;
-    for (int j = 0; j < 8; j++)
-        ok &= b[j].len == n * 8;
-    const int64_t *by_dir = b[0].buf, *g = b[1].buf, *dgroup = b[2].buf, *ack = b[3].buf,
-                  *end = b[4].buf, *sent = b[5].buf;
-    int64_t *ack_max = b[6].buf, *acked_by = b[7].buf;
+    Py_ssize_t k = PyList_GET_SIZE(list), got = 0, n = which.len / 4, item = 0;
+    Py_buffer *src = PyMem_Calloc((size_t)k + 1, sizeof(Py_buffer));
+    const char **base = PyMem_Calloc((size_t)k + 1, sizeof(char *));
+    Py_ssize_t *len = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    int ok = src && base && len && rows.len == n * 8;
+    for (; ok && got < k; got++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(list, got), &src[got], PyBUF_SIMPLE) < 0) {
+            ok = 0;
+            break;
+        }
+        base[got] = src[got].buf;
+        len[got] = src[got].len;
+    }
+    if (ok && k && n) {
+        item = out.len / n;
+        ok = (item == 1 || item == 2 || item == 4 || item == 8) && out.len == n * item;
+        for (Py_ssize_t j = 0; ok && j < k; j++) {
+            ok &= len[j] % item == 0;
+            len[j] /= item;
+        }
+    }
+    const int32_t *w = which.buf;
+    const int64_t *r = rows.buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok &= by_dir[i] >= 0 && by_dir[i] < n && g[i] >= 0 && (i == 0 || g[i] >= g[i - 1])
-              && dgroup[by_dir[i]] == g[i];
-    int64_t groups = n ? g[n - 1] + 2 : 1; /* room for the peer of the last group */
-    Py_ssize_t *first = ok ? PyMem_Calloc((size_t)groups, sizeof(Py_ssize_t)) : NULL;
-    Py_ssize_t *last = ok ? PyMem_Calloc((size_t)groups, sizeof(Py_ssize_t)) : NULL;
-    if (!ok || !first || !last) {
-        PyMem_Free(first);
-        PyMem_Free(last);
-        return done(b, 8, ok, "ack_links: inconsistent columns");
-    }
-    Py_BEGIN_ALLOW_THREADS
-    int64_t top = -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = by_dir[i], a = ack[r];
-        if (i == 0 || g[i] != g[i - 1]) {
-            top = -1;
-            first[g[i]] = i;
+        ok &= w[i] >= 0 && w[i] < k && r[i] >= 0 && r[i] < len[w[i]];
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+#define TAKE(T)                                                                                \
+    for (Py_ssize_t i = 0; i < n; i++)                                                       \
+        ((T *)out.buf)[i] = ((const T *)base[w[i]])[r[i]];
+        switch (item) {
+        case 1: TAKE(uint8_t) break;
+        case 2: TAKE(uint16_t) break;
+        case 4: TAKE(uint32_t) break;
+        case 8: TAKE(uint64_t) break;
         }
-        last[g[i]] = i + 1;
-        if (a > top)
-            top = a;
-        ack_max[r] = top;
+#undef TAKE
+        Py_END_ALLOW_THREADS
     }
-    Py_ssize_t at = 0, stop = 0;
-    int64_t prev = 0; /* the end last looked for in this group */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = by_dir[i], e = end[r];
-        acked_by[r] = -1;
-        if (i == 0 || g[i] != g[i - 1]) {
-            at = first[g[i] ^ 1];
-            stop = last[g[i] ^ 1];
-            prev = INT64_MIN;
-        }
-        if (e <= sent[r])
-            continue;
-        if (e < prev) /* rows before `at` were only known to be below prev */
-            at = first[g[i] ^ 1];
-        prev = e;
-        while (at < stop && ack_max[by_dir[at]] < e)
-            at++;
-        if (at < stop)
-            acked_by[r] = by_dir[at];
+    for (Py_ssize_t j = 0; j < got; j++)
+        PyBuffer_Release(&src[j]);
+    PyMem_Free(src);
+    PyMem_Free(base);
+    PyMem_Free(len);
+    PyBuffer_Release(&which);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&out);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "take_rows: inconsistent arrays");
+        return NULL;
     }
-    Py_END_ALLOW_THREADS
-    PyMem_Free(first);
-    PyMem_Free(last);
-    return done(b, 8, 0, NULL);
+    Py_RETURN_NONE;
 }
 
 /* The five uint64 words naming a row's unordered 4-tuple (the lower endpoint's address
@@ -440,13 +480,13 @@ static PyMethodDef methods[] = {
      "Nearest earlier (or later) row of each row's flow in the same and the other direction."},
     {"tuple_ids", tuple_ids, METH_VARARGS,
      "Ids (by first appearance) and direction of each row's unordered 4-tuple."},
+    {"take_rows", take_rows, METH_VARARGS,
+     "Rows gathered from several arrays of one item size in one pass."},
     {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},
-    {"sequence_space", sequence_space, METH_VARARGS,
-     "Relative, unwrapped seq/ack and classification of every segment, per direction."},
+    {"segments", segments, METH_VARARGS,
+     "Sequence space, classification and ACK links of every segment, per connection."},
     {"turn_stats", turn_stats, METH_VARARGS,
      "Per direction, the data -> ACK turnarounds that cannot hold a delayed ACK."},
-    {"ack_links", ack_links, METH_VARARGS,
-     "Running highest ACK per direction, and the first ACK covering each new segment."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .decode import ACK, FIN, RST, SYN, format_address
-from .tuples import TupleEnds, endpoints, lower, tuple_ids
+from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, format_address
+from .tuples import TupleEnds, endpoints, group_order, lower, tuple_ids
 
 try:
     from . import _flows as _compiled
@@ -204,9 +204,12 @@ class _Sorted:
     `tup` and direction column `from_low`)."""
 
     def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray,
-                 ends: TupleEnds | None = None, tup: np.ndarray | None = None) -> None:
+                 ends: TupleEnds | None = None, tup: np.ndarray | None = None,
+                 identity: bool = False) -> None:
         self.cols, self.order, self.cache = cols, order, {}
         self.ends, self.tup = ends, tup
+        if identity:  # `order` is every row in place: the columns as they are
+            self.cache = dict(cols)
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.cache:
@@ -218,15 +221,6 @@ class _Sorted:
         if name in self.cols or self.ends is None:
             return self.cols[name][raw]
         return self.ends.column(name, self.tup[raw], self.cols["from_low"][raw])
-
-
-def _group_order(ids: np.ndarray) -> np.ndarray:
-    """Stable argsort of non-negative group ids below 2**32: LSD radix passes on 16-bit
-    digits (numpy sorts uint16 stably in linear time), much faster than a comparison sort."""
-    order = np.argsort((ids & 0xFFFF).astype(np.uint16), kind="stable")
-    if len(ids) and int(ids.max()) > 0xFFFF:
-        order = order[np.argsort((ids[order] >> 16).astype(np.uint16), kind="stable")]
-    return order
 
 
 def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
@@ -243,19 +237,28 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     """
     n = len(cols["frame"])
     ts = cols["ts_ns"]
+    # rows the caller grouped by 4-tuple (the stream does) need only be in time order within
+    grouped = tuples is not None and bool(np.all(tuples[1:] >= tuples[:-1]))
+    in_order = ts[1:] >= ts[:-1]
+    if grouped:
+        in_order |= tuples[1:] != tuples[:-1]
     # time order (records need not be in time order: -i any, merged files); ties keep file order
-    if n and not np.all(ts[1:] >= ts[:-1]):
+    if n and not np.all(in_order):
         t_order = np.argsort(ts, kind="stable")
         cols = {k: v[t_order] for k, v in cols.items()}
         tuples = None if tuples is None else tuples[t_order]
+        grouped = False
     if tuples is None:
         tup, from_low = tuple_ids(cols)
     else:
         tup = np.asarray(tuples, dtype=np.int64)
         from_low = cols["from_low"] if ends is not None else lower(*endpoints(cols))
     raw_tup = tup
-    order = _group_order(tup)  # rows grouped by 4-tuple, in time order within
-    tup, from_low = tup[order], from_low[order]
+    if grouped:  # as group_order would leave them
+        order = np.arange(n)
+    else:
+        order = group_order(tup)  # rows grouped by 4-tuple, in time order within
+        tup, from_low = tup[order], from_low[order]
     copies, near = _duplicates(cols, order, tup, from_low, far_copies)
     if "known" in cols:  # rows already judged (a connection analysed in pieces: its context)
         known = cols["known"][order]
@@ -265,7 +268,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
         keep[copies] = False
         order, tup, from_low = order[keep], tup[keep], from_low[keep]
         n = len(order)
-    c = _Sorted(cols, order, ends, raw_tup)
+    c = _Sorted(cols, order, ends, raw_tup, identity=grouped and not len(copies))
     flags = c["flags"]
     syn_only = (flags & (SYN | ACK)) == SYN
 
@@ -294,20 +297,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
 
     client_is_low, handshake = _roles(c, fid, starts, from_low, flags)
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server
-    dgroup = fid * 2 + d
-    by_dir = _group_order(dgroup)  # each direction's rows in time order
-
-    seg = _sequence_space(c, by_dir, dgroup, nflows)
-    seg["flow"] = fid
-    seg["dir"] = d
-    seg["frame"] = c["frame"]
-    seg["ts_ns"] = c["ts_ns"]
-    seg["payload"] = c["payload"].astype(np.int64)
-    seg["has_data"] = seg["payload"] > 0
-    seg["flags"] = c["flags"]
-    seg["window"] = c["window"]
-    seg.update(_ack_links(seg, by_dir))
-
+    seg = _segments(c, fid, d, flags, nflows)
     flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
 
@@ -384,26 +374,60 @@ def _first_in_flow(mask: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray
     return out
 
 
-def _sequence_space(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
-    """Relative, unwrapped seq/ack per direction, and segment classification: compiled
-    (nagleprobe/_flows.c) when built, else `_sequence_space_numpy`."""
+# the columns of Flows.seg, in their order
+SEG_COLUMNS = ("seq", "ack", "end", "sent_before", "new_data", "retrans", "keepalive", "flow",
+               "dir", "frame", "ts_ns", "payload", "has_data", "flags", "window", "ack_max",
+               "acked_by")
+
+
+def _segments(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nflows: int
+              ) -> dict[str, np.ndarray]:
+    """Flows.seg: each row's flow, direction and decoded fields in flow order, its
+    relative, unwrapped seq/ack, classification and ACK links (`_sequence_space`,
+    `_ack_links`). One compiled pass per connection (nagleprobe/_flows.c) when built, else
+    `_segments_numpy`."""
     if _compiled is None:
-        return _sequence_space_numpy(c, by_dir, dgroup, nflows)
-    n = len(dgroup)
-    out = {k: np.empty(n, dtype=np.int64) for k in ("seq", "ack", "end", "sent_before")}
-    out.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
-    cols = c.cols
-    _compiled.sequence_space(
-        c.order[by_dir], np.ascontiguousarray(dgroup[by_dir], np.int64),
-        np.ascontiguousarray(by_dir, np.int64),
-        np.ascontiguousarray(cols["seq"], np.uint32), np.ascontiguousarray(cols["ack"], np.uint32),
-        np.ascontiguousarray(cols["flags"], np.uint16),
-        np.ascontiguousarray(cols["payload"], np.int32), *out.values())
-    return out
+        return _segments_numpy(c, fid, d, flags, nflows)
+    n, cols = len(fid), c.cols
+    seg = {k: np.empty(n, dtype=np.int64) for k in ("seq", "ack", "end", "sent_before")}
+    seg.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
+    seg.update(flow=fid, dir=d, frame=np.empty(n, np.int64), ts_ns=np.empty(n, np.int64),
+               payload=np.empty(n, np.int64), window=np.empty(n, np.uint16),
+               ack_max=np.empty(n, np.int64), acked_by=np.empty(n, np.int64))
+    _compiled.segments(
+        np.ascontiguousarray(c.order, np.int64), np.ascontiguousarray(fid, np.int64),
+        np.ascontiguousarray(d).view(np.uint8), np.ascontiguousarray(flags, np.uint16),
+        *(np.ascontiguousarray(cols[k], TCP_COLUMNS[k])
+          for k in ("seq", "ack", "payload", "frame", "ts_ns", "window")),
+        *(seg[k] for k in ("seq", "ack", "end", "sent_before", "new_data", "retrans",
+                           "keepalive", "payload", "frame", "ts_ns", "window", "ack_max",
+                           "acked_by")))
+    seg["has_data"] = seg["payload"] > 0
+    seg["flags"] = flags
+    return {k: seg[k] for k in SEG_COLUMNS}
+
+
+def _segments_numpy(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray,
+                    nflows: int) -> dict[str, np.ndarray]:
+    """`_segments` with numpy alone (the reference for the compiled version)."""
+    dgroup = fid * 2 + d
+    by_dir = group_order(dgroup)  # each direction's rows in time order
+    seg = _sequence_space_numpy(c, by_dir, dgroup, nflows)
+    seg["flow"] = fid
+    seg["dir"] = d
+    seg["frame"] = c["frame"]
+    seg["ts_ns"] = c["ts_ns"]
+    seg["payload"] = c["payload"].astype(np.int64)
+    seg["has_data"] = seg["payload"] > 0
+    seg["flags"] = flags
+    seg["window"] = c["window"]
+    seg.update(_ack_links_numpy(seg, by_dir))
+    return seg
 
 
 def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
-    """`_sequence_space` with numpy alone (the reference for the compiled version)."""
+    """Relative, unwrapped seq/ack per direction, and segment classification (`by_dir`:
+    the rows in (flow, direction, time) order, `dgroup` each row's flow * 2 + direction)."""
     n = len(dgroup)
     ob = c.order[by_dir]  # decoded rows in (flow, direction, time) order
     g = dgroup[by_dir]
@@ -461,23 +485,10 @@ def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
     return out
 
 
-def _ack_links(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
+def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
     """ack_max: highest ACK this direction had sent up to and including the row.
     acked_by: for new sequence space, the first row of the other direction acknowledging all
-    of it (-1 if none). Compiled (nagleprobe/_flows.c) when built, else numpy."""
-    if _compiled is None:
-        return _ack_links_numpy(seg, by_dir)
-    n = len(seg["flow"])
-    dgroup = (seg["flow"] * 2 + seg["dir"]).astype(np.int64)
-    out = {"ack_max": np.empty(n, dtype=np.int64), "acked_by": np.empty(n, dtype=np.int64)}
-    ack, end, sent = (np.ascontiguousarray(seg[k], np.int64) for k in ("ack", "end", "sent_before"))
-    _compiled.ack_links(np.ascontiguousarray(by_dir, np.int64), dgroup[by_dir], dgroup,
-                        ack, end, sent, out["ack_max"], out["acked_by"])
-    return out
-
-
-def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
-    """`_ack_links` with numpy alone (the reference for the compiled version)."""
+    of it (-1 if none)."""
     n = len(seg["flow"])
     fid, d = seg["flow"], seg["dir"]
     dgroup = fid * 2 + d

@@ -47,7 +47,7 @@ from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
 from .tables import add_tcp_streams, capture_doc, report_columns, table
-from .tuples import TupleEnds, TupleTable
+from .tuples import TupleEnds, TupleTable, group_order, take_rows
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -126,16 +126,24 @@ Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, it
 
 def _gather(picks: Picks, local: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """One table of the given rows of several chunks, and each row's 4-tuple as numbered
-    within the batch (`local`: that number of each tuple id)."""
-    n = sum(len(rows) for _, _, rows in picks)
-    batch = {k: np.empty(n, dtype=t) for k, t in HELD.items()}
-    tuples = np.empty(n, dtype=np.int64)
-    at = 0
-    for cols, tid, rows in picks:
+    within the batch (`local`: that number of each tuple id). The rows come grouped by
+    4-tuple, in their chunks' order within (time order, for a capture in time order), as
+    `build_flows` groups them: it then reads them in place."""
+    tuples = np.concatenate([local[tid[rows]] for _, tid, rows in picks])
+    order = group_order(tuples)
+    tuples = tuples[order]
+    batch = {k: np.empty(len(order), dtype=t) for k, t in HELD.items()}
+    if len(picks) == 1:
+        cols, _, rows = picks[0]
+        rows = rows[order]
         for k, v in batch.items():
-            np.take(cols[k], rows, out=v[at:at + len(rows)])
-        np.take(local, tid[rows], out=tuples[at:at + len(rows)])
-        at += len(rows)
+            np.take(cols[k], rows, out=v)
+        return batch, tuples
+    rows = np.concatenate([rows for _, _, rows in picks])[order]
+    which = np.repeat(np.arange(len(picks), dtype=np.int32),
+                      [len(rows) for _, _, rows in picks])[order]
+    for k, v in batch.items():
+        take_rows([cols[k] for cols, _, _ in picks], which, rows, v)
     return batch, tuples
 
 

@@ -210,3 +210,26 @@ class TupleTable:
                 raise RuntimeError("4-tuple hash collision while streaming")
         self.count = len(self._index)
         return tid, from_low, first
+
+
+def group_order(ids: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative group ids below 2**32 (rows grouped by 4-tuple, in
+    their order within): LSD radix passes on 16-bit digits (numpy sorts uint16 stably in
+    linear time), much faster than a comparison sort."""
+    order = np.argsort((ids & 0xFFFF).astype(np.uint16), kind="stable")
+    if len(ids) and int(ids.max()) > 0xFFFF:
+        order = order[np.argsort((ids[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
+
+
+def take_rows(sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray,
+              out: np.ndarray) -> None:
+    """out[i] = sources[which[i]][rows[i]]: rows gathered from several arrays of one dtype
+    (the chunks holding a batch's rows) in one pass; compiled (nagleprobe/_flows.c) when
+    built, else through one concatenation."""
+    if _compiled is not None:
+        _compiled.take_rows(sources, np.ascontiguousarray(which, np.int32),
+                            np.ascontiguousarray(rows, np.int64), out)
+        return
+    offset = np.cumsum([0] + [len(s) for s in sources[:-1]], dtype=np.int64)
+    np.take(np.concatenate(sources), rows + offset[which], out=out)

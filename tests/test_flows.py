@@ -217,6 +217,36 @@ def test_tuple_ids_given_by_the_caller_set_the_order_of_the_flows():
     assert given.seg["frame"].tolist() == [4, 5, 6, 1, 2, 3]
 
 
+def test_rows_handed_grouped_by_tuple_give_the_flows_of_rows_in_time_order():
+    """The stream hands rows grouped by 4-tuple (time order within each): build_flows then
+    reads them in place, and finds what it finds in time order, copies and a reused 4-tuple
+    included; out of time order within a tuple, it sorts them as before."""
+    a = Conversation(C, SV, isn_c=100)
+    t = a.handshake(0.0)
+    a.send("c", t + 1, 5)
+    b = Conversation("10.0.0.3:40001", SV)
+    b.handshake(0.2)
+    b.send("s", 0.6, 9)
+    c = Conversation(C, SV, isn_c=900000)  # tuple 0 reused
+    c.handshake(50.0)
+    rows = sorted(a.rows + b.rows + c.rows, key=lambda r: r["t_ms"])
+    rows.insert(3, dict(rows[2], t_ms=rows[2]["t_ms"] + 0.001))  # a copy
+    for i, r in enumerate(rows, 1):
+        r["frame"] = i
+    tuple_of = np.array([0 if C in (r["src"], r["dst"]) else 1 for r in rows])
+    in_time = build_flows(packets(rows), tuple_of)
+    grouped = np.argsort(tuple_of, kind="stable")
+    assert not np.array_equal(grouped, np.arange(len(rows)))
+    for order in (grouped, grouped[::-1]):
+        given = build_flows(packets([rows[i] for i in order]), tuple_of[order])
+        assert given.duplicates == in_time.duplicates == 1
+        for k in in_time.seg:
+            assert np.array_equal(given.seg[k], in_time.seg[k]), k
+        for k in in_time.flow:
+            assert np.array_equal(given.flow[k], in_time.flow[k],
+                                  equal_nan=in_time.flow[k].dtype.kind == "f"), k
+
+
 # ---------------------------------------------------------------- the same packet seen twice
 def seen_twice(rows: list[dict], delay_ms: float = 0.003) -> list[dict]:
     """Each row followed by a copy `delay_ms` later, frames numbered in that order."""
