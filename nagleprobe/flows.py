@@ -209,7 +209,7 @@ class _Sorted:
         self.cols, self.order, self.cache = cols, order, {}
         self.ends, self.tup = ends, tup
         if identity:  # `order` is every row in place: the columns as they are
-            self.cache = dict(cols)
+            self.cache = {k: v for k, v in cols.items() if isinstance(v, np.ndarray)}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.cache:

@@ -47,7 +47,7 @@ from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
 from .tables import add_tcp_streams, capture_doc, report_columns, table
-from .tuples import TupleEnds, TupleTable, group_order, take_rows
+from .tuples import RowsOf, TupleEnds, TupleTable, group_order, take_rows
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -56,6 +56,9 @@ ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
 ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport", "tunnel")
 HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},
         "from_low": np.dtype(bool)}
+# held columns build_flows reads at a few rows only (SYNs, candidates for copies of a packet):
+# a batch leaves them in its chunks
+READ_AT_FEW = frozenset({"mss", "wscale", "tsval", "has_ts", "ipid"})
 DEFAULT_BATCH_ROWS = 1 << 18
 # and at most this many connections per batch: a batch's working memory and its result
 # grow with its connections, and a SYN flood hands on a million one-packet ones at once
@@ -128,22 +131,27 @@ def _gather(picks: Picks, local: np.ndarray) -> tuple[dict[str, np.ndarray], np.
     """One table of the given rows of several chunks, and each row's 4-tuple as numbered
     within the batch (`local`: that number of each tuple id). The rows come grouped by
     4-tuple, in their chunks' order within (time order, for a capture in time order), as
-    `build_flows` groups them: it then reads them in place."""
+    `build_flows` groups them: it then reads them in place. The columns it reads at a few
+    rows only (READ_AT_FEW) stay in the chunks (`tuples.RowsOf`)."""
     tuples = np.concatenate([local[tid[rows]] for _, tid, rows in picks])
     order = group_order(tuples)
     tuples = tuples[order]
-    batch = {k: np.empty(len(order), dtype=t) for k, t in HELD.items()}
     if len(picks) == 1:
-        cols, _, rows = picks[0]
-        rows = rows[order]
-        for k, v in batch.items():
-            np.take(cols[k], rows, out=v)
-        return batch, tuples
-    rows = np.concatenate([rows for _, _, rows in picks])[order]
-    which = np.repeat(np.arange(len(picks), dtype=np.int32),
-                      [len(rows) for _, _, rows in picks])[order]
-    for k, v in batch.items():
-        take_rows([cols[k] for cols, _, _ in picks], which, rows, v)
+        which, rows = None, picks[0][2][order]
+    else:
+        rows = np.concatenate([rows for _, _, rows in picks])[order]
+        which = np.repeat(np.arange(len(picks), dtype=np.int32),
+                          [len(rows) for _, _, rows in picks])[order]
+    batch = {}
+    for k, t in HELD.items():
+        sources = [cols[k] for cols, _, _ in picks]
+        if k in READ_AT_FEW:
+            batch[k] = RowsOf(sources, which, rows)
+        elif which is None:
+            batch[k] = sources[0][rows]
+        else:
+            batch[k] = np.empty(len(rows), t)
+            take_rows(sources, which, rows, batch[k])
     return batch, tuples
 
 

@@ -233,3 +233,26 @@ def take_rows(sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray,
         return
     offset = np.cumsum([0] + [len(s) for s in sources[:-1]], dtype=np.int64)
     np.take(np.concatenate(sources), rows + offset[which], out=out)
+
+
+class RowsOf:
+    """A column of a batch left in the chunks that hold it: indexing reads just the rows
+    asked for (`build_flows` reads some columns at a few rows only: SYN options, the fields
+    compared for copies of a packet). Row i is `sources[which[i]][rows[i]]` (which None:
+    all from `sources[0]`)."""
+
+    def __init__(self, sources: list[np.ndarray], which: np.ndarray | None,
+                 rows: np.ndarray) -> None:
+        self.sources, self.which, self.rows = sources, which, rows
+        self.dtype = sources[0].dtype
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index) -> np.ndarray:
+        rows = self.rows[index]
+        if self.which is None:
+            return self.sources[0][rows]
+        out = np.empty(np.shape(rows), self.dtype)
+        take_rows(self.sources, np.ravel(self.which[index]), np.ravel(rows), out.reshape(-1))
+        return out
