@@ -17,8 +17,8 @@
 #define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the 4-tuple hash (tuples.mix) */
 #define MIX_SHIFT 29
 
-#define NIN 10
-#define NOUT 13
+#define NIN 7
+#define NOUT 10
 #define MASK32 0xFFFFFFFFLL
 
 /* Release the n argument buffers, then: raise MemoryError if `nomem`, else ValueError(`error`)
@@ -41,11 +41,9 @@ static PyObject *done(Py_buffer *b, int n, int nomem, const char *error)
  * (direction 0 from s upwards, direction 1 from e - 1 downwards). */
 static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const uint8_t *dir,
                        const uint16_t *flags, const uint32_t *seq, const uint32_t *ack,
-                       const int32_t *payload, const int64_t *frame, const int64_t *ts,
-                       const uint16_t *window, int64_t *seq_rel, int64_t *ack_rel,
+                       const int32_t *payload, int64_t *seq_rel, int64_t *ack_rel,
                        int64_t *end, int64_t *sent, uint8_t *new_data, uint8_t *retrans,
-                       uint8_t *keepalive, int64_t *pay_out, int64_t *frame_out,
-                       int64_t *ts_out, uint16_t *window_out, int64_t *ack_max,
+                       uint8_t *keepalive, int64_t *pay_out, int64_t *ack_max,
                        int64_t *acked_by, Py_ssize_t *inc_row, int64_t *inc_ack)
 {
     Py_ssize_t first[2] = {-1, -1};
@@ -104,9 +102,6 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
         }
         ack_max[i] = ack_top[k];
         pay_out[i] = pay;
-        frame_out[i] = frame[r];
-        ts_out[i] = ts[r];
-        window_out[i] = window[r];
     }
     /* acked_by: the first row of the other direction whose running ACK covers the end of
      * new sequence space: the row where that ACK rose to it. A direction's new-space rows
@@ -124,20 +119,20 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
     }
 }
 
-/* segments(order, fid, dir, flags, seq, ack, payload, frame, ts_ns, window,
- *          seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive,
- *          payload_out, frame_out, ts_out, window_out, ack_max, acked_by)
+/* segments(order, fid, dir, flags, seq, ack, payload,
+ *          seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive, payload_out,
+ *          ack_max, acked_by)
  *
  * flows._sequence_space and flows._ack_links in one pass per connection. Rows come in flow
  * order (by flow, in time order within): row i is decoded row order[i] (int64) of flow
  * fid[i] (int64, ascending), in direction dir[i] (uint8, 0 or 1), with flags flags[i]
- * (uint16, already in flow order); seq, ack (uint32), payload (int32), frame, ts_ns (int64)
- * and window (uint16) are the decoded columns, read at order[i]. Every output is written at
+ * (uint16, already in flow order); seq, ack (uint32) and payload (int32) are the decoded
+ * columns, read at order[i]. Every output is written at
  * row i: per direction, sequence numbers relative to its ISN (0 at its SYN, else 1 at its
  * first seen segment) and unwrapped across 2**32; ACK numbers relative to the peer's ISN,
  * unwrapped along the rows that carry ACK (-1 without it); end = seq + payload + SYN + FIN;
  * sent_before = the highest end sent earlier (0 if none); new data / retransmission /
- * keep-alive (one byte each); the payload (int64), frame, time and window gathered;
+ * keep-alive (one byte each); the payload (int64);
  * ack_max = the highest ACK (at least -1) the direction had sent up to and including the
  * row; acked_by = for rows opening new sequence space (end > sent_before), the first row of
  * the other direction whose ack_max covers the row's end, else -1. */
@@ -145,14 +140,12 @@ static PyObject *segments(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*", &b[0], &b[1],
-                          &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11],
-                          &b[12], &b[13], &b[14], &b[15], &b[16], &b[17], &b[18], &b[19],
-                          &b[20], &b[21], &b[22]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3],
+                          &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12],
+                          &b[13], &b[14], &b[15], &b[16]))
         return NULL;
     /* item sizes; rows per buffer: n (flow order) or m (decoded rows) */
-    static const Py_ssize_t size[NIN + NOUT] = {8, 8, 1, 2, 4, 4, 4, 8, 8, 2,
-                                                8, 8, 8, 8, 1, 1, 1, 8, 8, 8, 2, 8, 8};
+    static const Py_ssize_t size[NIN + NOUT] = {8, 8, 1, 2, 4, 4, 4, 8, 8, 8, 8, 1, 1, 1, 8, 8, 8};
     Py_ssize_t n = b[0].len / 8, m = b[4].len / 4;
     int ok = 1;
     for (int j = 0; j < NIN + NOUT; j++)
@@ -174,8 +167,7 @@ static PyObject *segments(PyObject *self, PyObject *args)
             ;
         connection(s, e, order, dir, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf,
                    b[8].buf, b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf,
-                   b[15].buf, b[16].buf, b[17].buf, b[18].buf, b[19].buf, b[20].buf, b[21].buf,
-                   b[22].buf, inc_row, inc_ack);
+                   b[15].buf, b[16].buf, inc_row, inc_ack);
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(inc_row);

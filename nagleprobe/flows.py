@@ -384,26 +384,25 @@ def _segments(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nfl
               ) -> dict[str, np.ndarray]:
     """Flows.seg: each row's flow, direction and decoded fields in flow order, its
     relative, unwrapped seq/ack, classification and ACK links (`_sequence_space`,
-    `_ack_links`). One compiled pass per connection (nagleprobe/_flows.c) when built, else
-    `_segments_numpy`."""
+    `_ack_links`): one compiled pass per connection (nagleprobe/_flows.c) when built, else
+    `_segments_numpy`. Rows the stream handed in flow order already are not copied."""
     if _compiled is None:
         return _segments_numpy(c, fid, d, flags, nflows)
     n, cols = len(fid), c.cols
     seg = {k: np.empty(n, dtype=np.int64) for k in ("seq", "ack", "end", "sent_before")}
     seg.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
-    seg.update(flow=fid, dir=d, frame=np.empty(n, np.int64), ts_ns=np.empty(n, np.int64),
-               payload=np.empty(n, np.int64), window=np.empty(n, np.uint16),
-               ack_max=np.empty(n, np.int64), acked_by=np.empty(n, np.int64))
+    seg.update(flow=fid, dir=d, frame=c["frame"], ts_ns=c["ts_ns"],
+               payload=np.empty(n, np.int64), ack_max=np.empty(n, np.int64),
+               acked_by=np.empty(n, np.int64))
     _compiled.segments(
         np.ascontiguousarray(c.order, np.int64), np.ascontiguousarray(fid, np.int64),
         np.ascontiguousarray(d).view(np.uint8), np.ascontiguousarray(flags, np.uint16),
-        *(np.ascontiguousarray(cols[k], TCP_COLUMNS[k])
-          for k in ("seq", "ack", "payload", "frame", "ts_ns", "window")),
+        *(np.ascontiguousarray(cols[k], TCP_COLUMNS[k]) for k in ("seq", "ack", "payload")),
         *(seg[k] for k in ("seq", "ack", "end", "sent_before", "new_data", "retrans",
-                           "keepalive", "payload", "frame", "ts_ns", "window", "ack_max",
-                           "acked_by")))
+                           "keepalive", "payload", "ack_max", "acked_by")))
     seg["has_data"] = seg["payload"] > 0
     seg["flags"] = flags
+    seg["window"] = c["window"]
     return {k: seg[k] for k in SEG_COLUMNS}
 
 
