@@ -270,16 +270,16 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
         n = len(order)
     c = _Sorted(cols, order, ends, raw_tup, identity=grouped and not len(copies))
     flags = c["flags"]
-    syn_only = (flags & (SYN | ACK)) == SYN
+    syns = _Syns(flags)
 
     # A new connection on the same 4-tuple starts at a SYN with a new ISN.
     new_conn = np.r_[True, tup[1:] != tup[:-1]] if n else np.zeros(0, bool)
     ntuples = int(np.count_nonzero(new_conn))
-    syn_rows = np.flatnonzero(syn_only)
-    syn_seq = c.at("seq", syn_rows)
-    repeated = np.r_[False, (tup[syn_rows[1:]] == tup[syn_rows[:-1]])
-                     & (syn_seq[1:] == syn_seq[:-1])] if len(syn_rows) else syn_only[:0]
-    new_conn[syn_rows[~repeated]] = True
+    syn_only = syns.only
+    syn_seq = c.at("seq", syn_only)
+    repeated = np.r_[False, (tup[syn_only[1:]] == tup[syn_only[:-1]])
+                     & (syn_seq[1:] == syn_seq[:-1])] if len(syn_only) else np.zeros(0, bool)
+    new_conn[syn_only[~repeated]] = True
     fid = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
     starts = np.flatnonzero(new_conn)
     if len(starts) > ntuples:
@@ -289,16 +289,17 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
         rank[first_order] = np.arange(len(starts))
         regroup = np.argsort(rank[fid], kind="stable")
         order, fid = order[regroup], rank[fid][regroup]
-        from_low, flags, syn_only = from_low[regroup], flags[regroup], syn_only[regroup]
+        from_low, flags = from_low[regroup], flags[regroup]
+        syns = _Syns(flags)
         c = _Sorted(cols, order, ends, raw_tup)
         starts = _group_starts(fid)
     nflows = len(starts)
     ends = np.r_[starts[1:], n].astype(np.int64) if nflows else starts
 
-    client_is_low, handshake = _roles(c, fid, starts, from_low, flags)
+    client_is_low, handshake = _roles(c, fid, starts, from_low, syns)
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server
     seg = _segments(c, fid, d, flags, nflows)
-    flow = _flow_facts(c, seg, starts, ends, handshake, syn_only, flags)
+    flow = _flow_facts(c, seg, starts, ends, handshake, syns)
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
 
 
@@ -347,11 +348,21 @@ def _copies(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     return i[same]
 
 
-def _roles(c, fid, starts, from_low, flags):
+class _Syns:
+    """The rows carrying SYN (`all`), of them those without ACK (`only`) and with it
+    (`synack`), ascending: found in one pass over the flags."""
+
+    def __init__(self, flags: np.ndarray) -> None:
+        self.all = np.flatnonzero(flags & SYN)
+        acked = (flags[self.all] & ACK) != 0
+        self.only, self.synack = self.all[~acked], self.all[acked]
+
+
+def _roles(c, fid, starts, from_low, syns: _Syns):
     """Which endpoint is the client (per flow), and whether the handshake says so."""
     nflows = len(starts)
-    first_syn = _first_in_flow((flags & (SYN | ACK)) == SYN, fid, nflows)
-    first_synack = _first_in_flow((flags & (SYN | ACK)) == (SYN | ACK), fid, nflows)
+    first_syn = _first_in_flow(syns.only, fid, nflows)
+    first_synack = _first_in_flow(syns.synack, fid, nflows)
     # no handshake: the ephemeral port is the client's, else the higher port, else the first sender
     sport, dport = c.at("sport", starts), c.at("dport", starts)
     low_port = np.where(from_low[starts], sport, dport).astype(np.int64)
@@ -366,10 +377,10 @@ def _roles(c, fid, starts, from_low, flags):
     return client_is_low.astype(bool), handshake
 
 
-def _first_in_flow(mask: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray:
-    """Row of the first `mask` row of each flow, -1 if none."""
+def _first_in_flow(rows: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray:
+    """The first of `rows` (ascending) in each flow, -1 if none."""
     out = np.full(nflows, -1, dtype=np.int64)
-    rows = np.flatnonzero(mask)[::-1]
+    rows = rows[::-1]
     out[fid[rows]] = rows  # later assignments (earlier rows) win
     return out
 
@@ -510,11 +521,12 @@ def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str
     return {"ack_max": ack_max, "acked_by": acked_by}
 
 
-def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, np.ndarray]:
+def _flow_facts(c, seg, starts, ends, handshake, syns: _Syns) -> dict[str, np.ndarray]:
     """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays)."""
     nflows = len(starts)
     fid, d, ts = seg["flow"], seg["dir"], seg["ts_ns"]
-    key = fid * 2 + d
+    key = fid << 1  # flow * 2 + dir
+    key |= d
     out: dict[str, np.ndarray] = {}
 
     # endpoints: the first row's source is the client iff that row goes client -> server
@@ -537,7 +549,7 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     out["last_ns"] = ts[ends - 1]
 
     # options announced in each direction's first SYN; largest payload per direction
-    syn_rows = np.flatnonzero((flags & SYN) != 0)
+    syn_rows = syns.all
     first_syn_of = np.full(nflows * 2, -1, dtype=np.int64)
     first_syn_of[key[syn_rows[::-1]]] = syn_rows[::-1]
     has = first_syn_of >= 0
@@ -567,9 +579,9 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # round trips from the capture point: SYN -> SYN/ACK is to the server and back,
     # SYN/ACK -> the client's ACK of it is to the client and back
     nan = np.full(nflows, np.nan)
-    sa = _first_in_flow((flags & (SYN | ACK)) == (SYN | ACK), fid, nflows)
+    sa = _first_in_flow(syns.synack, fid, nflows)
     sa0 = np.maximum(sa, 0)
-    syn_rows = np.flatnonzero(syn_only)
+    syn_rows = syns.only
     at = np.searchsorted(syn_rows, sa0, side="right") - 1  # the last SYN at or before
     syn_before = syn_rows[np.maximum(at, 0)] if len(syn_rows) else sa0
     syn_before = np.where((sa >= 0) & (at >= 0) & (fid[syn_before] == fid[sa0]), syn_before, -1)
@@ -587,7 +599,7 @@ def _flow_facts(c, seg, starts, ends, handshake, syn_only, flags) -> dict[str, n
     # per flow: segments resent, keepalives and window probes, first and last frame numbers
     out["retransmissions"] = np.bincount(fid[seg["retrans"]], minlength=nflows)
     out["keepalives"] = np.bincount(fid[seg["keepalive"]], minlength=nflows)
-    frame = seg["frame"].astype(np.int64)
+    frame = np.asarray(seg["frame"], dtype=np.int64)
     out["first_frame"] = np.minimum.reduceat(frame, starts) if nflows else frame[:0]
     out["last_frame"] = np.maximum.reduceat(frame, starts) if nflows else frame[:0]
     return out
