@@ -570,14 +570,16 @@ class StreamAnalyzer:
         local = np.zeros(len(done), dtype=np.int64)
         local[ids] = np.arange(len(ids)) - np.searchsorted(label[ids], label[ids])
         picks, pending = [], []  # picks: (part, its rows of each batch)
+        batch_of = label.astype(np.int32)  # per tuple (-1: stays), gathered once per row
         for part in self._pending:
-            take = done[part.tid]  # (a gather of bytes: the labels only for the rows taken)
+            lab = batch_of[part.tid]
             if part.live is not None:
-                take &= part.live
+                lab[~part.live] = -1
+            take = lab >= 0
             out = np.flatnonzero(take)
             if len(out):
                 if nbatch > 1:
-                    lab = label[part.tid[out]]
+                    lab = lab[out]
                     # a stable sort of small numbers: 16-bit ones sort by radix (linear time)
                     key = lab.astype(np.uint16) if nbatch <= 1 << 16 else lab
                     out = out[np.argsort(key, kind="stable")]
