@@ -185,8 +185,10 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         mapped again if it has grown.
 
         Each chunk is mapped at the file's size at the time, so a file truncated since
-        is never mapped past its end (touching that would be SIGBUS); one truncated while a
-        chunk is being read still can be. The map is unmapped when the last view of it (the
+        is never mapped past its end (touching that is SIGBUS), and after each batch the
+        walk goes on only with what the file still holds (`_unmap_lost`). A file truncated
+        while its chunk is walked or a batch decoded still kills the process with SIGBUS:
+        map_file=False for files that may be. The map goes when the last view of it (the
         chunk's batches) goes."""
         start, f = self._pos, self._stream
         try:
@@ -202,6 +204,17 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             f.seek(start + c)
             return None
         return memoryview(m)[start - lo:]
+
+    def _unmap_lost(self, buf: bytearray | memoryview) -> bytearray | memoryview | bytes:
+        """The chunk `buf` (the file's bytes from self._pos), less what a truncation of the
+        file since it was mapped took away, copied: touching a map past the file's end is
+        SIGBUS. A read() buffer, or a map the file still holds, as it is."""
+        if not isinstance(buf, memoryview):
+            return buf
+        size = os.fstat(self._stream.fileno()).st_size
+        if size >= self._pos + len(buf):
+            return buf
+        return bytes(buf[:max(size - self._pos, 0)])
 
     def _readinto(self, mv: memoryview) -> int:
         total, want = 0, len(mv)
