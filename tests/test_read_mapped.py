@@ -147,3 +147,18 @@ def test_held_mapped_batches_stay_valid_after_the_reader_closes():
         assert np.array_equal(a.offset, b.offset)
         assert [a.data[o:o + c].tobytes() for o, c in zip(a.offset, a.caplen)] == [
             b.data[o:o + c].tobytes() for o, c in zip(b.offset, b.caplen)]
+
+
+def test_a_chunk_is_unmapped_before_the_next_is_mapped():
+    """Batches dropped as they come (the pipeline): one chunk mapped at a time, as the
+    read() path holds one buffer."""
+    import weakref
+
+    path = str(ROOT / "samples" / "bridge_any.pcap")
+    previous, n = None, 0
+    for b in CaptureReader(path, chunk_bytes=4096):
+        assert previous is None or previous() is None
+        previous = weakref.ref(b.data.base.obj)
+        n += 1
+        del b
+    assert n >= 3

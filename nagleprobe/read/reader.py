@@ -205,16 +205,19 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             return None
         return memoryview(m)[start - lo:]
 
-    def _unmap_lost(self, buf: bytearray | memoryview) -> bytearray | memoryview | bytes:
-        """The chunk `buf` (the file's bytes from self._pos), less what a truncation of the
-        file since it was mapped took away, copied: touching a map past the file's end is
-        SIGBUS. A read() buffer, or a map the file still holds, as it is."""
+    def _unmap_lost(self, buf: bytearray | memoryview, data: np.ndarray
+                    ) -> tuple[bytearray | memoryview | bytes, np.ndarray]:
+        """(buf, data): the chunk `buf` (the file's bytes from self._pos) and its array
+        `data`, less what a truncation of the file since it was mapped took away, then
+        copied: touching a map past the file's end is SIGBUS. A read() buffer, or a map the
+        file still holds all of, as they are."""
         if not isinstance(buf, memoryview):
-            return buf
+            return buf, data
         size = os.fstat(self._stream.fileno()).st_size
         if size >= self._pos + len(buf):
-            return buf
-        return bytes(buf[:max(size - self._pos, 0)])
+            return buf, data
+        held = bytes(buf[:max(size - self._pos, 0)])
+        return held, np.frombuffer(held, dtype=np.uint8)
 
     def _readinto(self, mv: memoryview) -> int:
         total, want = 0, len(mv)
