@@ -32,6 +32,8 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
 
     Damage after the first packet record (truncation, corrupt records or blocks, a corrupt
     gzip stream) becomes a warning in `info.warnings`, or with `strict=True` a `CaptureError`.
+    A plain regular pcap file is mapped a chunk at a time, not copied (see `_map`; its
+    batches' `data` are then read-only); `map_file=False` reads it like any other input.
     """
 
     def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False,
