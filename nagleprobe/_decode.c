@@ -1,6 +1,6 @@
 /* The common case of decode.decode in one pass over the records, compiled.
  *
- * decode(data, offset, caplen, linktype, row, slow, ipver, src_hi, src_lo, dst_hi, dst_lo,
+ * decode(data, offset, caplen, linktype, slow, ipver, src_hi, src_lo, dst_hi, dst_lo,
  *        sport, dport, seq, ack, flags, window, payload, mss, wscale, sack_ok, tsval, has_ts,
  *        ipid)
  *     -> (k, s)
@@ -9,8 +9,9 @@
  * linktype[i]) that is a well-formed TCP segment in one of the usual shapes (supported link
  * type, IPv4 or IPv6 without extension headers, not a fragment, headers within the captured
  * bytes and the IP lengths, IP length not 0), writes its header fields to the next row k of
- * the output columns and i to row[k]. Every other record's index goes to slow[s], for the
- * numpy decoder, which counts why it is skipped or decodes it (IPv6 extension headers, TSO
+ * the output columns (so row k is the k-th record not in `slow`: no array of rows is
+ * written, fresh pages being most of the cost). Every other record's index goes to slow[s],
+ * in order, for the numpy decoder, which counts why it is skipped or decodes it (IPv6 extension headers, TSO
  * super-frames). The fields are exactly those of the numpy decoder; tests/test_decode.py
  * checks that. Input columns: int64 offset and caplen, int32 linktype; outputs have
  * decode.TCP_COLUMNS' types and room for every record. Plain C, no numpy headers.
@@ -206,20 +207,20 @@ static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_s
     return 1;
 }
 
-#define NIN 4
-#define NOUT 20
+#define NIN 4 /* data, offset, caplen, linktype; then slow and the 18 columns */
+#define NOUT 19
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
                           &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8],
                           &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15], &b[16],
-                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22], &b[23]))
+                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22]))
         return NULL;
-    /* element sizes of offset caplen linktype row slow, then the 18 columns */
-    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 2,
+    /* element sizes of offset caplen linktype slow, then the 18 columns */
+    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 2,
                                                      2, 4, 4, 2, 1, 4, 1, 2};
     Py_ssize_t n = b[1].len / 8, k = 0, s = 0;
     int ok = 1;
@@ -235,10 +236,10 @@ static PyObject *decode(PyObject *self, PyObject *args)
     const uint8_t *data = b[0].buf;
     const int64_t *off = b[1].buf, *cap = b[2].buf;
     const int32_t *lt = b[3].buf;
-    int64_t *row = b[4].buf, *slow = b[5].buf;
-    Columns c = {b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf, b[11].buf, b[12].buf,
-                 b[13].buf, b[14].buf, b[15].buf, b[16].buf, b[17].buf, b[18].buf, b[19].buf,
-                 b[20].buf, b[21].buf, b[22].buf, b[23].buf};
+    int64_t *slow = b[4].buf;
+    Columns c = {b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf, b[11].buf,
+                 b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf, b[17].buf, b[18].buf,
+                 b[19].buf, b[20].buf, b[21].buf, b[22].buf};
     Py_ssize_t len = b[0].len;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -246,7 +247,7 @@ static PyObject *decode(PyObject *self, PyObject *args)
             || !one(data + off[i], cap[i], lt[i], &c, k))
             slow[s++] = i;
         else
-            row[k++] = i;
+            k++;
     }
     Py_END_ALLOW_THREADS
     for (int j = 0; j < NIN + NOUT; j++)

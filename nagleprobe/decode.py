@@ -252,21 +252,20 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
     n = len(batch.offset)
     out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()
            if k not in ("frame", "ts_ns", "tunnel")}
-    row = np.empty(n, np.int64)
     slow = np.empty(n, np.int64)
     k, s = _compiled.decode(batch.data, np.ascontiguousarray(batch.offset, np.int64),
                             np.ascontiguousarray(batch.caplen, np.int64),
-                            np.ascontiguousarray(batch.linktype, np.int32), row, slow,
+                            np.ascontiguousarray(batch.linktype, np.int32), slow,
                             *out.values())
     if k == n:  # every record decoded: no row selection needed
         return {"frame": batch.frame, "ts_ns": batch.ts_ns, **out,
                 "tunnel": np.zeros(n, np.uint32)}
-    row = row[:k]
+    slow = slow[:s]
+    row = np.delete(np.arange(n), slow)  # the records decoded, in order
     cols = {"frame": batch.frame[row], "ts_ns": batch.ts_ns[row],
             **{c: v[:k] for c, v in out.items()}, "tunnel": np.zeros(k, np.uint32)}
     if not s:
         return cols
-    slow = slow[:s]
     rest = _decode_rest(batch if s == n else _rows(batch, slow), skipped)
     if not len(rest["frame"]) or not k:  # one of the two parts is empty: nothing to merge
         return rest if not k else cols

@@ -90,6 +90,8 @@ class PcapRecords:
                     need = int(cl[k]) + 16
                 if k:
                     yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k], base)
+                    buf, data = self._unmap_lost(buf, data)  # (a file truncated meanwhile)
+                    n = len(buf)
                 if bad is None:
                     p = end
                     break

@@ -3,6 +3,7 @@ small facade over the source, the pcap and pcapng walks and the damage policy.""
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 import sys
@@ -31,10 +32,12 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
 
     Damage after the first packet record (truncation, corrupt records or blocks, a corrupt
     gzip stream) becomes a warning in `info.warnings`, or with `strict=True` a `CaptureError`.
+    A plain regular pcap file is mapped a chunk at a time, not copied (see `_map`; its
+    batches' `data` are then read-only); `map_file=False` reads it like any other input.
     """
 
     def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False,
-                 stream: BinaryIO | None = None) -> None:
+                 stream: BinaryIO | None = None, *, map_file: bool = True) -> None:
         self.path = path
         self._given = stream  # a binary file object to read instead of `path` (its name)
         self.chunk_bytes = max(int(chunk_bytes), 4096)
@@ -49,6 +52,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
         self._pending = b""
         self._spare: bytearray | None = None  # the last chunk buffer, for reuse
+        self._mapped = False  # chunks are maps of the file, not buffers read (see _map)
         head = self._read(4)
         if len(head) < 4 and self.info.compressed:
             raise CaptureError(path, "truncated gzip stream: it holds only "
@@ -72,6 +76,9 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         elif le in (PCAP_US, PCAP_NS) or be in (PCAP_US, PCAP_NS):
             self.info.format = "pcap"
             self._open_pcap(head)
+            # a plain regular pcap file is mapped a chunk at a time rather than copied by
+            # read() (pcapng, gzip, pipes, URLs and streams given are read)
+            self._mapped = map_file and self._size is not None
         elif PCAP_KUZNETSOV in (le, be):
             raise CaptureError(path, "unsupported capture format: Kuznetsov-patched pcap "
                                "(convert it with editcap)", "byte 0")
@@ -130,7 +137,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             raise CaptureError(self.path, gz_error, self._stream.error_where)
         return out
 
-    def _fill(self, carry: bytes, need: int = 0) -> tuple[bytearray, bool]:
+    def _fill(self, carry: bytes, need: int = 0) -> tuple[bytearray | memoryview, bool]:
         """A buffer of `carry` followed by up to chunk_bytes of input (at least enough for
         `need` bytes in all, for a record known to be that long); (buf, at_eof).
 
@@ -140,6 +147,10 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         want = max(self.chunk_bytes, need - c)
         if self._size is not None:  # don't allocate a whole chunk for a small file
             want = min(want, max(self._size - self._pos - c, 0) + 4096)
+        if self._mapped:
+            mapped = self._map(c, want)
+            if mapped is not None:
+                return mapped, False
         old, self._spare = self._spare, None
         buf = None
         if old is not None and sys.getrefcount(old) == 2:  # `old` and the call's argument
@@ -166,6 +177,49 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
                 buf = buf[:c + got]
         self._spare = buf
         return buf, got == 0
+
+    def _map(self, c: int, want: int) -> memoryview | None:
+        """`_fill` without copying, for a plain regular file: a read-only map of the file
+        from the carry's start (self._pos; the carry, `c` bytes, is what the file holds
+        there) to up to `want` bytes after the carry, the bytes read() would give. None at
+        the end of the file as its size says now: read() then tells whether it has really
+        ended (it may have grown, or its size be unknown, as in /proc), and the file is
+        mapped again if it has grown.
+
+        Each chunk is mapped at the file's size at the time, so a file truncated since
+        is never mapped past its end (touching that is SIGBUS), and after each batch the
+        walk goes on only with what the file still holds (`_unmap_lost`). A file truncated
+        while its chunk is walked or a batch decoded still kills the process with SIGBUS:
+        map_file=False for files that may be. The map goes when the last view of it (the
+        chunk's batches) goes."""
+        start, f = self._pos, self._stream
+        try:
+            got = min(want, os.fstat(f.fileno()).st_size - start - c)
+            if got <= 0:
+                f.seek(start + c)  # read() goes on from there
+                return None
+            lo = start - start % mmap.ALLOCATIONGRANULARITY
+            m = mmap.mmap(f.fileno(), start + c + got - lo, access=mmap.ACCESS_READ, offset=lo)
+            f.seek(start + c + got)  # where read() would be (input_progress reads it)
+        except (OSError, ValueError):  # cannot be mapped (a file system without mmap): read
+            self._mapped = False
+            f.seek(start + c)
+            return None
+        return memoryview(m)[start - lo:]
+
+    def _unmap_lost(self, buf: bytearray | memoryview, data: np.ndarray
+                    ) -> tuple[bytearray | memoryview | bytes, np.ndarray]:
+        """(buf, data): the chunk `buf` (the file's bytes from self._pos) and its array
+        `data`, less what a truncation of the file since it was mapped took away, then
+        copied: touching a map past the file's end is SIGBUS. A read() buffer, or a map the
+        file still holds all of, as they are."""
+        if not isinstance(buf, memoryview):
+            return buf, data
+        size = os.fstat(self._stream.fileno()).st_size
+        if size >= self._pos + len(buf):
+            return buf, data
+        held = bytes(buf[:max(size - self._pos, 0)])
+        return held, np.frombuffer(held, dtype=np.uint8)
 
     def _readinto(self, mv: memoryview) -> int:
         total, want = 0, len(mv)
