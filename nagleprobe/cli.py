@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import __version__, pipeline
+from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before numpy)
 from .errors import CaptureError, ExitStatus, printable
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar

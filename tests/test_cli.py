@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -186,3 +187,17 @@ def test_the_quick_exit_waits_for_threads_and_children_exit_would_wait_for():
         go.set()
         worker.join()
     assert _nothing_left()
+
+
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_command_keeps_openblas_to_one_thread_unless_told_otherwise(given):
+    """Set before numpy loads (OpenBLAS reads it once); a value the user gave is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                          "import nagleprobe.cli, os; print(os.environ['OPENBLAS_NUM_THREADS'])"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (given or "1")
+    loaded = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()]
+    assert loaded.index("nagleprobe._startup") < loaded.index("numpy")
