@@ -66,6 +66,7 @@ REASONS = {
 NAGLE_OFF, NOT_CLASSIC, NAGLE_HOLD = (list(REASONS).index(r) for r in (
     "nagle_off", "not_classic", "nagle_hold"))
 FLAVOURS = ("classic", "minshall", "off", "unknown")
+_FLAVOUR_TEXT = np.array(FLAVOURS, dtype=object)  # (each row refers to one of these str)
 
 
 @dataclass
@@ -272,9 +273,10 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
     held = stall | hold
     behind_small = count(held & s1_small)
     behind_full = count(held & ~s1_small)
-    flavour = np.select([off_proven, not_classic_proven & (behind_small > 0),
-                         ~not_classic_proven & (behind_full > 0)],
-                        ["off", "minshall", "classic"], "unknown").astype(object)
+    flavour = _FLAVOUR_TEXT[np.select([off_proven, not_classic_proven & (behind_small > 0),
+                                       ~not_classic_proven & (behind_full > 0)],
+                                      [FLAVOURS.index(f) for f in ("off", "minshall", "classic")],
+                                      FLAVOURS.index("unknown"))]
     hold_ns = np.bincount(key[hold], weights=gap_ns[hold], minlength=nkeys).astype(np.int64)
 
     def events(m: np.ndarray) -> dict[str, np.ndarray]:

@@ -62,10 +62,10 @@ DEFAULT_BATCH_ROWS = 1 << 18
 BATCH_FLOWS = 1 << 14
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
-# text columns of the results with a handful of values: each row refers to one shared str
-# (a million flows held "handshake" a million times, 60 bytes each)
-_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis", "nagle", "side",
-                         "sender", "fix_side", "fix_action", "fix_alternative", "nagle_flavour"})
+# text columns of the results with a handful of values, made a str per row: each row is made
+# to refer to one shared str (a million flows held "handshake" a million times, 60 bytes
+# each). The others (side, nagle, nagle_flavour, fix_side, ...) are made of shared str.
+_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis"})
 
 
 def _interned(col: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ from .words import SIDES
 # the dtype pandas gives text (str from pandas 3, object before): every text column has it,
 # also when a table is empty or a column holds only missing values
 TEXT_DTYPE = pd.Series(["x"]).dtype
+_NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
 
 
 def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[str, np.ndarray]]:
@@ -36,8 +37,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     # endpoints: the delayed ACKs of an endpoint are measured on the data it received
     proofs = det.nagle_off_proofs.reshape(-1, 2)
     flavour = det.flavour.reshape(-1, 2)
-    nagle = np.select([(stall_n > 0) | (flavour == "classic") | (flavour == "minshall"),
-                       proofs > 0], ["on", "off"], "unknown").astype(object)
+    nagle = _NAGLE[np.select([(stall_n > 0) | (flavour == "classic") | (flavour == "minshall"),
+                              proofs > 0], [0, 1], 2)]
     recv = lambda a: a.reshape(-1, 2)[:, ::-1]  # noqa: E731  per endpoint, from the peer's data
     timers = np.round(recv(det.late_ack_median_ms), 1)
     endpoints = {
