@@ -58,29 +58,33 @@ def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
             f"which the same change saves.")
 
 
+# what enabling quick ACKs on the peer of side k does, as `fix` says it
+_QUICKACK = tuple(f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, TcpAckFrequency=1 "
+                  f"on Windows) only mitigates it" for peer in SIDES[::-1])
+
+
 def fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-         one_message: bool, hold_note: str = "") -> dict[str, str]:
+        one_message: bool, hold_note: str = "") -> dict[str, str]:
     """Who must change what (`k`: 0 the client, 1 the server), in one readable sentence."""
     side, peer = SIDES[k], SIDES[1 - k]
-    timer_txt = f"~{timer:.0f} ms" if timer is not None else "its timer"
-    label = timer_name(timer)
-    if label:
-        timer_txt += f", {label}"
+    if timer is None:
+        timer_txt = "its timer"
+    else:
+        label = timer_name(timer)
+        timer_txt = f"~{timer:.0f} ms, {label}" if label else f"~{timer:.0f} ms"
     cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
             f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
-    quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
-                f"TcpAckFrequency=1 on Windows) only mitigates it")
     if one_message:
         action, alternative = "coalesce-writes", "set-tcp-nodelay"
         text = (f"The {side} {endpoint} should send each message in one write (build it in one "
                 f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
                 f"independent small messages, set TCP_NODELAY on its socket instead; "
-                f"{quickack}.")
+                f"{_QUICKACK[k]}.")
     else:
         action, alternative = "set-tcp-nodelay", "coalesce-writes"
         text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
                 f"small messages that must go at once: {cost}. Batching its small writes into "
-                f"full segments also avoids the wait; {quickack}.")
+                f"full segments also avoids the wait; {_QUICKACK[k]}.")
     if hold_note:
         text += " " + hold_note
     return {"side": side, "endpoint": endpoint, "action": action, "alternative": alternative,
