@@ -303,16 +303,16 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
     late_n = np.bincount(data_key[late], minlength=nkeys)
     quick_acks = np.bincount(data_key[quick], minlength=nkeys)
     late_median = np.full(nkeys, np.nan)
-    values, at = delay_at[late] / 1e6, data_key[late]
+    at = data_key[late]
     if lone_groups is None:
-        if late.any():
-            groups_, med, _, _ = _grouped_median(values, at)
+        if len(at):
+            groups_, med, _ = _median_ms(delay_at[late], at)
             late_median[groups_] = med
     else:
         late_n = late_n + lone_groups["late"]
         quick_acks = quick_acks + lone_groups["quick"]
         hk = lone_groups["hist_key"]
-        values = np.r_[values, (lone_groups["hist_gap"] - p.rtt_to[hk ^ 1]) / 1e6]
+        values = np.r_[delay_at[late] / 1e6, (lone_groups["hist_gap"] - p.rtt_to[hk ^ 1]) / 1e6]
         at = np.r_[at, hk]
         many = np.r_[np.ones(int(late.sum()), np.int64), lone_groups["hist_count"]]
         if len(values):
@@ -347,6 +347,23 @@ def weighted_median(values: np.ndarray, groups: np.ndarray, weights: np.ndarray
     total = np.diff(np.r_[before, upto[-1]])
     pick = lambda rank: v[np.searchsorted(upto, before + rank, side="right")]  # noqa: E731
     return g[first], (pick(total // 2) + pick((total - 1) // 2)) / 2
+
+
+def _median_ms(ns: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`flows.grouped_median` of int64 nanoseconds in ms (ns / 1e6), without the values'
+    groups: the distinct `groups` (ascending, >= 0), each one's median and count. Each value
+    and its group sort as one int64 (one sort, where lexsort makes two and gathers)."""
+    lo = int(ns.min())
+    span = int(ns.max()) - lo + 1
+    if (int(groups.max()) + 1) * span >= 1 << 63:  # (nanoseconds centuries apart)
+        g, med, count, _ = _grouped_median(ns / 1e6, groups)
+        return g, med, count
+    key = np.sort(groups * span + (ns - lo))
+    g = key // span
+    v = (key - g * span + lo) / 1e6
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    count = np.diff(np.r_[first, len(g)])
+    return g[first], (v[first + count // 2] + v[first + (count - 1) // 2]) / 2, count
 
 
 def _chain_compiled(f: Flows, mss: np.ndarray) -> tuple:
@@ -444,7 +461,9 @@ def _confidence(st: dict[str, np.ndarray], penalty: np.ndarray) -> np.ndarray:
     if not m:
         return np.zeros(0)
     delay = st["ack_delay_ns"] / 1e6
-    _, med, count, group = _grouped_median(delay, st["flow"] * 2 + st["dir"])
+    key = st["flow"] * 2 + st["dir"]
+    keys, med, count = _median_ms(st["ack_delay_ns"], key)
+    group = np.searchsorted(keys, key)
     med, count = med[group], count[group]
     conf = np.where((count >= 3) & (np.abs(delay - med) <= 0.25 * med), 0.9, 0.6)
     near_timer = np.zeros(m, dtype=bool)
