@@ -78,9 +78,11 @@ static PyObject *chain(PyObject *self, PyObject *args)
             ok &= b[j].len == n * size[j];
     Seg s = {b[0].buf, b[2].buf, b[3].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[11].buf,
              b[12].buf, b[1].buf, b[9].buf, b[10].buf, b[4].buf};
-    for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok &= s.dir[i] <= 1 && s.flow[i] >= 0 && s.flow[i] * 2 + 1 < keys
-              && (i == 0 || s.flow[i] >= s.flow[i - 1]);
+    /* flows in order, so the first and last bound them all (bitwise: no branch per row) */
+    int bad = n > 0 && (s.dir[0] > 1 || s.flow[0] < 0 || s.flow[n - 1] * 2 + 1 >= keys);
+    for (Py_ssize_t i = 1; i < n; i++)
+        bad |= (s.dir[i] > 1) | (s.flow[i] < s.flow[i - 1]);
+    ok &= !bad;
     if (!ok) {
         for (int j = 0; j < NIN + NOUT; j++)
             PyBuffer_Release(&b[j]);
