@@ -354,13 +354,13 @@ def _median_ms(ns: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarr
     groups: the distinct `groups` (ascending, >= 0), each one's median and count. Each value
     and its group sort as one int64 (one sort, where lexsort makes two and gathers)."""
     lo = int(ns.min())
-    span = int(ns.max()) - lo + 1
-    if (int(groups.max()) + 1) * span >= 1 << 63:  # (nanoseconds centuries apart)
+    bits = (int(ns.max()) - lo).bit_length()  # the values less `lo` in the key's low bits
+    if int(groups.max()) >= 1 << (62 - bits):  # (nanoseconds centuries apart)
         g, med, count, _ = _grouped_median(ns / 1e6, groups)
         return g, med, count
-    key = np.sort(groups * span + (ns - lo))
-    g = key // span
-    v = (key - g * span + lo) / 1e6
+    key = np.sort((groups << bits) | (ns - lo))
+    g = key >> bits
+    v = ((key & ((1 << bits) - 1)) + lo) / 1e6
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     count = np.diff(np.r_[first, len(g)])
     return g[first], (v[first + count // 2] + v[first + (count - 1) // 2]) / 2, count
