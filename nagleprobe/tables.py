@@ -122,6 +122,8 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
             known = col >= 0
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
+        elif col.dtype == object:  # text (None: missing), made TEXT_DTYPE at once (not
+            col = pd.array(col, dtype=TEXT_DTYPE)  # inferred first: twice the time)
         out[name] = col
     df = pd.DataFrame(out, copy=False)
     del out, col
@@ -143,8 +145,8 @@ def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
 def settle_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     """Give every text column the same dtype whatever its content (an empty column or one
     of only None would otherwise stay `object` under pandas 3)."""
-    for name in df.columns:
-        if df[name].dtype == object:
+    for name, dtype in df.dtypes.items():
+        if dtype == object:
             df[name] = df[name].astype(TEXT_DTYPE)
     return df
 
