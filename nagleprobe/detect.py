@@ -353,17 +353,19 @@ def _median_ms(ns: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """`flows.grouped_median` of int64 nanoseconds in ms (ns / 1e6), without the values'
     groups: the distinct `groups` (ascending, >= 0), each one's median and count. Each value
     and its group sort as one int64 (one sort, where lexsort makes two and gathers)."""
-    lo = int(ns.min())
-    bits = (int(ns.max()) - lo).bit_length()  # the values less `lo` in the key's low bits
-    if int(groups.max()) >= 1 << (62 - bits):  # (nanoseconds centuries apart)
+    whole = ns.dtype.kind == "i"
+    lo = int(ns.min()) if whole else 0
+    bits = (int(ns.max()) - lo).bit_length() if whole else 63  # of the values less `lo`
+    if bits > 62 or int(groups.max()) >= 1 << (62 - bits):  # floats, or centuries apart
         g, med, count, _ = _grouped_median(ns / 1e6, groups)
         return g, med, count
-    key = np.sort((groups << bits) | (ns - lo))
-    g = key >> bits
+    # (they come in row order, so grouped by flow already: timsort takes the runs as they are)
+    key = np.sort((groups << bits) | (ns - lo), kind="stable")
     v = ((key & ((1 << bits) - 1)) + lo) / 1e6
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    count = np.diff(np.r_[first, len(g)])
-    return g[first], (v[first + count // 2] + v[first + (count - 1) // 2]) / 2, count
+    n = np.bincount(groups)  # (sorted by group: each group's values one run, in group order)
+    g = np.flatnonzero(n)
+    count, first = n[g], (np.cumsum(n) - n)[g]
+    return g, (v[first + count // 2] + v[first + (count - 1) // 2]) / 2, count
 
 
 def _chain_compiled(f: Flows, mss: np.ndarray) -> tuple:
@@ -463,8 +465,9 @@ def _confidence(st: dict[str, np.ndarray], penalty: np.ndarray) -> np.ndarray:
     delay = st["ack_delay_ns"] / 1e6
     key = st["flow"] * 2 + st["dir"]
     keys, med, count = _median_ms(st["ack_delay_ns"], key)
-    group = np.searchsorted(keys, key)
-    med, count = med[group], count[group]
+    group = np.zeros(keys[-1] + 1, dtype=np.int64)
+    group[keys] = np.arange(len(keys))
+    med, count = med[group[key]], count[group[key]]
     conf = np.where((count >= 3) & (np.abs(delay - med) <= 0.25 * med), 0.9, 0.6)
     near_timer = np.zeros(m, dtype=bool)
     for _, _, low, high in TIMER_BANDS:
