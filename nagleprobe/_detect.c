@@ -78,15 +78,14 @@ static PyObject *chain(PyObject *self, PyObject *args)
             ok &= b[j].len == n * size[j];
     Seg s = {b[0].buf, b[2].buf, b[3].buf, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[11].buf,
              b[12].buf, b[1].buf, b[9].buf, b[10].buf, b[4].buf};
-    for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok &= s.dir[i] <= 1 && s.flow[i] >= 0 && s.flow[i] * 2 + 1 < keys
-              && (i == 0 || s.flow[i] >= s.flow[i - 1]);
-    int64_t *prev_same = ok ? PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t)) : NULL;
-    if (!ok || !prev_same) {
+    /* flows in order, so the first and last bound them all (bitwise: no branch per row) */
+    int bad = n > 0 && (s.dir[0] > 1 || s.flow[0] < 0 || s.flow[n - 1] * 2 + 1 >= keys);
+    for (Py_ssize_t i = 1; i < n; i++)
+        bad |= (s.dir[i] > 1) | (s.flow[i] < s.flow[i - 1]);
+    ok &= !bad;
+    if (!ok) {
         for (int j = 0; j < NIN + NOUT; j++)
             PyBuffer_Release(&b[j]);
-        if (ok)
-            return PyErr_NoMemory();
         PyErr_SetString(PyExc_ValueError, "chain: inconsistent columns");
         return NULL;
     }
@@ -97,23 +96,24 @@ static PyObject *chain(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     memset(off, 0, (size_t)keys * sizeof(int64_t));
     memset(minshall, 0, (size_t)keys * sizeof(int64_t));
-    int64_t last[2] = {-1, -1}, last_data[2] = {-1, -1};
+    /* per direction of the flow: its last row, the one before that, and its last data row */
+    int64_t last[2] = {-1, -1}, before_last[2] = {-1, -1}, last_data[2] = {-1, -1};
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i == 0 || s.flow[i] != s.flow[i - 1])
-            last[0] = last[1] = last_data[0] = last_data[1] = -1;
+            last[0] = last[1] = before_last[0] = before_last[1] = last_data[0] = last_data[1]
+                = -1;
         int d = s.dir[i];
         int64_t key = s.flow[i] * 2 + d, pay = s.pay[i];
         /* before(): the previous row of the flow in each direction, and with data */
         int64_t same = last[d], other = last[d ^ 1];
         int64_t data_same = last_data[d], data_other = last_data[d ^ 1];
-        prev_same[i] = same;
 
         /* coupled: S2 = row i, A = other, S1 = data_same */
         if (pay > 0 && !s.keepalive[i] && pay < s.mss[key]) {
             int64_t A = other, S1 = data_same;
             if (A >= 0 && S1 >= 0 && S1 < A && pure_ack(&s, A) && s.ack[A] == s.sent[i]
                 && s.end[S1] == s.ack[A]) {
-                int64_t YA = prev_same[A];
+                int64_t YA = before_last[d ^ 1]; /* the peer's row before A */
                 if (s.ack[A] > (YA >= 0 ? s.ack_max[YA] : -1)) {
                     released[m] = i;
                     ack_row[m] = A;
@@ -147,6 +147,7 @@ static PyObject *chain(PyObject *self, PyObject *args)
                 lone++;
             }
         }
+        before_last[d] = last[d];
         last[d] = i;
         if (pay > 0)
             last_data[d] = i;
@@ -165,7 +166,6 @@ static PyObject *chain(PyObject *self, PyObject *args)
         answer[k] = next >= 0 && s.dir[next] != s.dir[r] ? next : -1;
     }
     Py_END_ALLOW_THREADS
-    PyMem_Free(prev_same);
     for (int j = 0; j < NIN + NOUT; j++)
         PyBuffer_Release(&b[j]);
     return Py_BuildValue("nn", m, lone);

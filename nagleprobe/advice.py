@@ -25,21 +25,26 @@ def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
     nflows = len(names)
     i = np.flatnonzero(stall_n.sum(axis=1))
     k = (stall_ns[i, 0] < stall_ns[i, 1]).astype(np.int64)
+    one = answered[i, k] * 2 >= stall_n[i, k]
     notes = np.full(len(i), "", dtype=object)
     noted = np.flatnonzero((hold_n[i] > 0)
                            & (hold_ms[i] >= HOLD_SHARE * duration_s[i] * 1e3))
     notes[noted] = [_hold_note(*a) for a in zip(hold_n[i[noted]].tolist(),
                                                 hold_ms[i[noted]].tolist(),
                                                 duration_s[i[noted]].tolist())]
-    rows = [fix(side, name, None if timer != timer else timer, n, ms, one, note)
-            for side, name, timer, n, ms, one, note in zip(
-                k.tolist(), names[i, k].tolist(), timers[i, 1 - k].tolist(),
-                stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(),
-                (answered[i, k] * 2 >= stall_n[i, k]).tolist(), notes.tolist())]
+    endpoint = names[i, k]
+    # the same fields as `fix` gives, each a column at once; only the text one by one
+    fields = {"side": _SIDES[k], "endpoint": endpoint, "action": _ACTIONS[one * 1],
+              "alternative": _ACTIONS[1 - one * 1], "text": [
+                  fix_text(side, name, None if timer != timer else timer, n, ms, o, note)
+                  for side, name, timer, n, ms, o, note in zip(
+                      k.tolist(), endpoint.tolist(), timers[i, 1 - k].tolist(),
+                      stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(), one.tolist(),
+                      notes.tolist())]}
     out = {}
     for name in FIX_FIELDS:
         out[f"fix_{name}"] = np.full(nflows, None, dtype=object)
-        out[f"fix_{name}"][i] = [r[name] for r in rows]
+        out[f"fix_{name}"][i] = fields[name]
     return out
 
 
@@ -58,30 +63,40 @@ def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
             f"which the same change saves.")
 
 
+# what enabling quick ACKs on the peer of side k does, as `fix` says it
+_QUICKACK = tuple(f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, TcpAckFrequency=1 "
+                  f"on Windows) only mitigates it" for peer in SIDES[::-1])
+_SIDES = np.array(SIDES, dtype=object)
+_ACTIONS = np.array(["set-tcp-nodelay", "coalesce-writes"], dtype=object)  # [one message]
+
+
 def fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-         one_message: bool, hold_note: str = "") -> dict[str, str]:
-    """Who must change what (`k`: 0 the client, 1 the server), in one readable sentence."""
+        one_message: bool, hold_note: str = "") -> dict[str, str]:
+    """Who must change what (`k`: 0 the client, 1 the server), in one readable sentence:
+    coalesce the writes of one message, or set TCP_NODELAY (`fix_text` says why)."""
+    return {"side": SIDES[k], "endpoint": endpoint, "action": _ACTIONS[int(one_message)],
+            "alternative": _ACTIONS[1 - int(one_message)],
+            "text": fix_text(k, endpoint, timer, count, lost_ms, one_message, hold_note)}
+
+
+def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
+             one_message: bool, hold_note: str = "") -> str:
+    """The sentence of `fix`."""
     side, peer = SIDES[k], SIDES[1 - k]
-    timer_txt = f"~{timer:.0f} ms" if timer is not None else "its timer"
-    label = timer_name(timer)
-    if label:
-        timer_txt += f", {label}"
+    if timer is None:
+        timer_txt = "its timer"
+    else:
+        label = timer_name(timer)
+        timer_txt = f"~{timer:.0f} ms, {label}" if label else f"~{timer:.0f} ms"
     cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
             f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
-    quickack = (f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, "
-                f"TcpAckFrequency=1 on Windows) only mitigates it")
     if one_message:
-        action, alternative = "coalesce-writes", "set-tcp-nodelay"
         text = (f"The {side} {endpoint} should send each message in one write (build it in one "
                 f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
                 f"independent small messages, set TCP_NODELAY on its socket instead; "
-                f"{quickack}.")
+                f"{_QUICKACK[k]}.")
     else:
-        action, alternative = "set-tcp-nodelay", "coalesce-writes"
         text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
                 f"small messages that must go at once: {cost}. Batching its small writes into "
-                f"full segments also avoids the wait; {quickack}.")
-    if hold_note:
-        text += " " + hold_note
-    return {"side": side, "endpoint": endpoint, "action": action, "alternative": alternative,
-            "text": text}
+                f"full segments also avoids the wait; {_QUICKACK[k]}.")
+    return text + " " + hold_note if hold_note else text

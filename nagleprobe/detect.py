@@ -66,6 +66,7 @@ REASONS = {
 NAGLE_OFF, NOT_CLASSIC, NAGLE_HOLD = (list(REASONS).index(r) for r in (
     "nagle_off", "not_classic", "nagle_hold"))
 FLAVOURS = ("classic", "minshall", "off", "unknown")
+_FLAVOUR_TEXT = np.array(FLAVOURS, dtype=object)  # (each row refers to one of these str)
 
 
 @dataclass
@@ -272,9 +273,10 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
     held = stall | hold
     behind_small = count(held & s1_small)
     behind_full = count(held & ~s1_small)
-    flavour = np.select([off_proven, not_classic_proven & (behind_small > 0),
-                         ~not_classic_proven & (behind_full > 0)],
-                        ["off", "minshall", "classic"], "unknown").astype(object)
+    flavour = _FLAVOUR_TEXT[np.select([off_proven, not_classic_proven & (behind_small > 0),
+                                       ~not_classic_proven & (behind_full > 0)],
+                                      [FLAVOURS.index(f) for f in ("off", "minshall", "classic")],
+                                      FLAVOURS.index("unknown"))]
     hold_ns = np.bincount(key[hold], weights=gap_ns[hold], minlength=nkeys).astype(np.int64)
 
     def events(m: np.ndarray) -> dict[str, np.ndarray]:
@@ -301,16 +303,16 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
     late_n = np.bincount(data_key[late], minlength=nkeys)
     quick_acks = np.bincount(data_key[quick], minlength=nkeys)
     late_median = np.full(nkeys, np.nan)
-    values, at = delay_at[late] / 1e6, data_key[late]
+    at = data_key[late]
     if lone_groups is None:
-        if late.any():
-            groups_, med, _, _ = _grouped_median(values, at)
+        if len(at):
+            groups_, med, _ = _median_ms(delay_at[late], at)
             late_median[groups_] = med
     else:
         late_n = late_n + lone_groups["late"]
         quick_acks = quick_acks + lone_groups["quick"]
         hk = lone_groups["hist_key"]
-        values = np.r_[values, (lone_groups["hist_gap"] - p.rtt_to[hk ^ 1]) / 1e6]
+        values = np.r_[delay_at[late] / 1e6, (lone_groups["hist_gap"] - p.rtt_to[hk ^ 1]) / 1e6]
         at = np.r_[at, hk]
         many = np.r_[np.ones(int(late.sum()), np.int64), lone_groups["hist_count"]]
         if len(values):
@@ -345,6 +347,25 @@ def weighted_median(values: np.ndarray, groups: np.ndarray, weights: np.ndarray
     total = np.diff(np.r_[before, upto[-1]])
     pick = lambda rank: v[np.searchsorted(upto, before + rank, side="right")]  # noqa: E731
     return g[first], (pick(total // 2) + pick((total - 1) // 2)) / 2
+
+
+def _median_ms(ns: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`flows.grouped_median` of int64 nanoseconds in ms (ns / 1e6), without the values'
+    groups: the distinct `groups` (ascending, >= 0), each one's median and count. Each value
+    and its group sort as one int64 (one sort, where lexsort makes two and gathers)."""
+    whole = ns.dtype.kind == "i"
+    lo = int(ns.min()) if whole else 0
+    bits = (int(ns.max()) - lo).bit_length() if whole else 63  # of the values less `lo`
+    if bits > 62 or int(groups.max()) >= 1 << (62 - bits):  # floats, or centuries apart
+        g, med, count, _ = _grouped_median(ns / 1e6, groups)
+        return g, med, count
+    # (they come in row order, so grouped by flow already: timsort takes the runs as they are)
+    key = np.sort((groups << bits) | (ns - lo), kind="stable")
+    v = ((key & ((1 << bits) - 1)) + lo) / 1e6
+    n = np.bincount(groups)  # (sorted by group: each group's values one run, in group order)
+    g = np.flatnonzero(n)
+    count, first = n[g], (np.cumsum(n) - n)[g]
+    return g, (v[first + count // 2] + v[first + (count - 1) // 2]) / 2, count
 
 
 def _chain_compiled(f: Flows, mss: np.ndarray) -> tuple:
@@ -442,8 +463,11 @@ def _confidence(st: dict[str, np.ndarray], penalty: np.ndarray) -> np.ndarray:
     if not m:
         return np.zeros(0)
     delay = st["ack_delay_ns"] / 1e6
-    _, med, count, group = _grouped_median(delay, st["flow"] * 2 + st["dir"])
-    med, count = med[group], count[group]
+    key = st["flow"] * 2 + st["dir"]
+    keys, med, count = _median_ms(st["ack_delay_ns"], key)
+    group = np.zeros(keys[-1] + 1, dtype=np.int64)
+    group[keys] = np.arange(len(keys))
+    med, count = med[group[key]], count[group[key]]
     conf = np.where((count >= 3) & (np.abs(delay - med) <= 0.25 * med), 0.9, 0.6)
     near_timer = np.zeros(m, dtype=bool)
     for _, _, low, high in TIMER_BANDS:

@@ -65,10 +65,10 @@ DEFAULT_BATCH_ROWS = 1 << 18
 BATCH_FLOWS = 1 << 14
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
-# text columns of the results with a handful of values: each row refers to one shared str
-# (a million flows held "handshake" a million times, 60 bytes each)
-_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis", "nagle", "side",
-                         "sender", "fix_side", "fix_action", "fix_alternative", "nagle_flavour"})
+# text columns of the results with a handful of values, made a str per row: each row is made
+# to refer to one shared str (a million flows held "handshake" a million times, 60 bytes
+# each). The others (side, nagle, nagle_flavour, fix_side, ...) are made of shared str.
+_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis"})
 
 
 def _interned(col: np.ndarray) -> np.ndarray:
@@ -722,7 +722,7 @@ def _join(p: _Parts, capture: dict) -> Report:
     endpoints["flow"] = np.arange(len(order)).repeat(2)
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
-    stalls = _join_stalls(p.stalls, flow_ids)
+    stalls = _join_stalls(p.stalls, order, offsets)
     add_tcp_streams(flows, capture)
     arr = None
     if p.arrivals is None:
@@ -748,21 +748,30 @@ def _take(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
     return out
 
 
-def _join_stalls(parts: list[dict[str, np.ndarray]], flow_ids: list[np.ndarray]
+def _join_stalls(parts: list[dict[str, np.ndarray]], order: np.ndarray, offsets: np.ndarray
                  ) -> dict[str, np.ndarray]:
-    """The batches' stall columns as one set of columns, flows renumbered (`flow_ids[j]`: new
-    id of each flow of batch j) and sorted by (flow, released frame). Joined a column at a
-    time, each batch's copy of a column let go of as soon as it is joined, so the stalls are
-    never held twice: with millions of stalls a copy is hundreds of MB."""
+    """The batches' stall columns as one set of columns, flows renumbered (`order`: the old,
+    concatenated id of each new flow id; `offsets[j]`: batch j's first old id) and sorted by
+    (flow, released frame). Each batch's stalls come sorted so (`report_columns`) and a flow
+    is in one batch, so each new flow's stalls are one run of the concatenated columns: their
+    order is those runs in new-id order, no sort. Joined a column at a time, each batch's copy
+    of a column let go of as soon as it is joined, so the stalls are never held twice: with
+    millions of stalls a copy is hundreds of MB."""
     names = list(parts[0])
-    flow = np.concatenate([ids[st.pop("flow")] for st, ids in zip(parts, flow_ids)])
-    order = np.lexsort((np.concatenate([st["released_frame"] for st in parts]), flow))
+    counts = np.concatenate([np.bincount(st.pop("flow"), minlength=offsets[j + 1] - offsets[j])
+                             for j, st in enumerate(parts)])  # stalls per old flow id
+    first = np.cumsum(counts) - counts  # each old flow's first stall in the concatenation
+    n = counts[order]
+    rows = np.repeat(first[order] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
     columns = {}
     for name in names:
-        col = flow if name == "flow" else np.concatenate([st.pop(name) for st in parts])
-        columns[name] = col[order]
+        if name == "flow":
+            columns[name] = np.repeat(np.arange(len(order)), n)
+            continue
+        col = np.concatenate([st.pop(name) for st in parts])
+        columns[name] = col[rows]
         del col
-        if len(order) > TRIM_ROWS:  # a trim costs milliseconds: only for big columns
+        if len(rows) > TRIM_ROWS:  # a trim costs milliseconds: only for big columns
             release_free_memory()
     parts.clear()
     return columns

@@ -19,6 +19,7 @@ from .words import SIDES
 # the dtype pandas gives text (str from pandas 3, object before): every text column has it,
 # also when a table is empty or a column holds only missing values
 TEXT_DTYPE = pd.Series(["x"]).dtype
+_NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
 
 
 def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[str, np.ndarray]]:
@@ -36,8 +37,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     # endpoints: the delayed ACKs of an endpoint are measured on the data it received
     proofs = det.nagle_off_proofs.reshape(-1, 2)
     flavour = det.flavour.reshape(-1, 2)
-    nagle = np.select([(stall_n > 0) | (flavour == "classic") | (flavour == "minshall"),
-                       proofs > 0], ["on", "off"], "unknown").astype(object)
+    nagle = _NAGLE[np.select([(stall_n > 0) | (flavour == "classic") | (flavour == "minshall"),
+                              proofs > 0], [0, 1], 2)]
     recv = lambda a: a.reshape(-1, 2)[:, ::-1]  # noqa: E731  per endpoint, from the peer's data
     timers = np.round(recv(det.late_ack_median_ms), 1)
     endpoints = {
@@ -121,6 +122,8 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
             known = col >= 0
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
+        elif col.dtype == object:  # text (None: missing), made TEXT_DTYPE at once (not
+            col = pd.array(col, dtype=TEXT_DTYPE)  # inferred first: twice the time)
         out[name] = col
     df = pd.DataFrame(out, copy=False)
     del out, col
@@ -135,15 +138,16 @@ def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> No
 
 
 def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
-    """Epoch nanoseconds as UTC pandas datetimes."""
-    return pd.to_datetime(np.asarray(ns, dtype=np.int64), unit="ns", utc=True)
+    """Epoch nanoseconds as UTC pandas datetimes (the same numbers seen as datetimes: twenty
+    times quicker than pd.to_datetime's conversion of 263 k stalls' times)."""
+    return pd.DatetimeIndex(np.asarray(ns, dtype=np.int64).view("M8[ns]")).tz_localize("UTC")
 
 
 def settle_dtypes(df: pd.DataFrame) -> pd.DataFrame:
     """Give every text column the same dtype whatever its content (an empty column or one
     of only None would otherwise stay `object` under pandas 3)."""
-    for name in df.columns:
-        if df[name].dtype == object:
+    for name, dtype in df.dtypes.items():
+        if dtype == object:
             df[name] = df[name].astype(TEXT_DTYPE)
     return df
 

@@ -4,10 +4,14 @@ flows; lines fitted to the terminal's width."""
 from __future__ import annotations
 
 import textwrap
+from itertools import islice
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .advice import HOLD_SHARE, HOLD_TEXT_MS
 from .detect import timer_name
+from .document import stall_docs
 from .errors import printable
 from .selection import selection_line, worst_first
 from .tables import records
@@ -178,8 +182,19 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         lines.append(selection_line(r.selection))
     lines.append("")
     lines.append(r.verdict())
-    stalled = worst_first(r.flows[r.flows["stalls"] > 0])
-    for f in r.flow_docs(stalled["id"].tolist()[:TEXT_DETAILED_FLOWS]):
+    # the ids of the flows with stalls, worst first, sorted on the two columns that order them
+    # (not on the whole table); every flow shown is made a document at once
+    fl = r.flows
+    stalled = worst_first(fl.loc[fl["stalls"] > 0, ["stall_ms", "id"]])["id"].to_numpy()
+    clean_ids = fl.index[fl["stalls"] == 0]  # (no list of a million Python ints)
+    detailed = stalled[:TEXT_DETAILED_FLOWS].tolist()
+    docs = r.flow_docs(detailed + clean_ids[:TEXT_LISTED_FLOWS].tolist())
+    # each detailed flow's stall rows; the documents of those listed made at once
+    stall_flow = r.stalls["flow"].to_numpy()
+    rows = [np.flatnonzero(stall_flow == i) for i in detailed]
+    listed = iter(stall_docs(r.stalls.iloc[np.concatenate(
+        [x[:TEXT_EVIDENCE_ROWS] for x in rows] or [np.zeros(0, np.int64)])]))
+    for f, mine in zip(docs, rows):
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
                      f"({human_count(f['packets'])} packets, roles from {f['roles']})")
@@ -197,26 +212,25 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
             lines.append(f"  {side} {e['endpoint']}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
                          f"quick ACKs {e['quick_acks']}")
         lines.append(f"  FIX: {f['fix']['text']}")
-        ev = r.stall_docs(f["id"])
+        ev = list(islice(listed, min(len(mine), TEXT_EVIDENCE_ROWS)))
         lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
-        lines += evidence_lines(ev[:TEXT_EVIDENCE_ROWS], width, numbers)
-        if len(ev) > TEXT_EVIDENCE_ROWS:
-            lines.append(f"    ... {human_count(len(ev) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
+        lines += evidence_lines(ev, width, numbers)
+        if len(mine) > TEXT_EVIDENCE_ROWS:
+            lines.append(f"    ... {human_count(len(mine) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
                          f"lists them all)")
-    rest = stalled.iloc[TEXT_DETAILED_FLOWS:]
+    rest = stalled[TEXT_DETAILED_FLOWS:]
     if len(rest):
         lines.append("")
         lines.append(f"{human_count(len(rest))} more flows with stalls (worst first; --format json lists all):")
-        for f in records(rest.head(TEXT_LISTED_FLOWS)):
+        for f in records(fl.loc[rest[:TEXT_LISTED_FLOWS]]):
             lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  "
                          f"{human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])}; fix: {f['fix_action']} on the {f['fix_side']}")
         if len(rest) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
-    clean_ids = r.flows.index[r.flows["stalls"] == 0]  # (no list of a million Python ints)
     if len(clean_ids):
         lines.append("")
         lines.append(f"Flows without stalls ({human_count(len(clean_ids))}):")
-        for f in r.flow_docs(clean_ids[:TEXT_LISTED_FLOWS].tolist()):
+        for f in docs[len(detailed):]:
             lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
                          f"{human_count(f['packets'])} packets, "
                          f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")

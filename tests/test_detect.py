@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from columns import Conversation
-from nagleprobe.detect import _grouped_median, detect
+from nagleprobe.detect import _grouped_median, _median_ms, detect
 from nagleprobe.flows import build_flows
 from nagleprobe.read import CaptureInfo
 from nagleprobe.report import build_report
@@ -236,6 +236,26 @@ def test_grouped_median_is_what_pandas_gives_to_the_last_bit():
         assert np.array_equal(med, want.median().to_numpy())
         assert np.array_equal(count, want.size().to_numpy())
         assert np.array_equal(med[group_of], want.transform("median").to_numpy())
+
+
+def test_median_of_nanoseconds_is_grouped_median_of_their_ms_to_the_last_bit():
+    """detect._median_ms (one int64 sort) against flows.grouped_median of ns / 1e6: ties,
+    negative delays, odd and even counts, values too far apart for one int64 key, floats."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(1, 300))
+        g = rng.integers(0, int(rng.integers(1, 30)), n)
+        ns = rng.integers(-5_000_000, 700_000_000, n)
+        if trial % 3 == 0:
+            ns = rng.choice([40_000_000, 40_004_000, 200_100_000, -39_900_000], n)
+        if trial % 10 == 1:
+            ns[0] = np.iinfo(np.int64).max // 3  # (no single key: falls back to lexsort)
+        if trial % 10 == 2:
+            ns = ns.astype(float)  # (as a test gives them)
+        groups, med, count = _median_ms(ns, g)
+        want, want_med, want_count, _ = _grouped_median(ns / 1e6, g)
+        assert np.array_equal(groups, want) and np.array_equal(count, want_count)
+        assert np.array_equal(med, want_med)
 
 
 def long_path(rtt: float = 200.0) -> Conversation:

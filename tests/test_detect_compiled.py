@@ -84,3 +84,20 @@ def test_compiled_chain_equals_numpy_on_random_conversations(conversations):
     for i, r in enumerate(rows, 1):
         r["frame"] = i
     assert_same_detection(packets(rows))
+
+
+
+@pytest.mark.parametrize("flow, direction", [([0, 1, 0], [0, 1, 0]), ([0, 0, 0], [0, 2, 0]),
+                                             ([-1, 0, 0], [0, 1, 0]), ([0, 0, 1], [0, 1, 0])],
+                         ids=["unsorted", "dir", "negative", "beyond"])
+def test_compiled_chain_refuses_inconsistent_columns(flow, direction):
+    """Rows out of flow order, a direction not 0/1, or a flow beyond the MSS table (one flow
+    here) are a ValueError, not a read out of bounds."""
+    conv = Conversation("10.0.0.1:40000", "10.0.0.2:8000")
+    conv.handshake(0)
+    f = build_flows(conv.columns())
+    assert len(f.seg["flow"]) == 3
+    f.seg["flow"] = np.array(flow, dtype=np.int64)
+    f.seg["dir"] = np.array(direction, dtype=np.int8)
+    with pytest.raises(ValueError, match="inconsistent"):
+        nagleprobe.detect._chain_compiled(f, np.ones(2, dtype=np.int64))
