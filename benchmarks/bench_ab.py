@@ -26,9 +26,11 @@ from bench_scaling import capture, run  # noqa: E402
 
 
 def command(tree: Path, pcap: Path, fmt: str) -> list[str]:
-    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed)."""
-    code = (f"import sys; sys.path.insert(0, {str(tree)!r}); from nagleprobe.cli import main; "
-            "sys.argv[0] = 'nagleprobe'; main()")
+    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed),
+    through the console entry point as the installed command runs it (`cli.run`: it skips
+    the interpreter's teardown where it can; `cli.main` alone pays it)."""
+    code = (f"import sys; sys.path.insert(0, {str(tree)!r}); import nagleprobe.cli as c; "
+            "sys.argv[0] = 'nagleprobe'; getattr(c, 'run', c.main)()")
     return [sys.executable, "-c", code, "analyze", "--format", fmt, str(pcap)]
 
 
