@@ -47,7 +47,7 @@ from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
 from .tables import add_tcp_streams, capture_doc, report_columns, table
-from .tuples import RowsOf, TupleEnds, TupleTable, group_order, take_rows
+from .tuples import RowsOf, TupleEnds, TupleTable, group_order, rows_by_batch, take_rows
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -570,24 +570,13 @@ class StreamAnalyzer:
         local = np.zeros(len(done), dtype=np.int64)
         local[ids] = np.arange(len(ids)) - np.searchsorted(label[ids], label[ids])
         picks, pending = [], []  # picks: (part, its rows of each batch)
-        batch_of = label.astype(np.int32)  # per tuple (-1: stays), gathered once per row
+        batch_of = label.astype(np.int32)  # per tuple (-1: stays)
         for part in self._pending:
-            lab = batch_of[part.tid]
-            if part.live is not None:
-                lab[~part.live] = -1
-            take = lab >= 0
-            out = np.flatnonzero(take)
-            if len(out):
-                if nbatch > 1:
-                    lab = lab[out]
-                    # a stable sort of small numbers: 16-bit ones sort by radix (linear time)
-                    key = lab.astype(np.uint16) if nbatch <= 1 << 16 else lab
-                    out = out[np.argsort(key, kind="stable")]
-                    cuts = np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]
-                    picks.append((part.cols, part.tid, np.split(out, cuts)))
-                else:
-                    picks.append((part.cols, part.tid, [out]))
-                part = part.without(take, len(out))
+            rows, take = rows_by_batch(part.tid, part.live, batch_of, nbatch)
+            k = sum(len(r) for r in rows)
+            if k:
+                picks.append((part.cols, part.tid, rows))
+                part = part.without(take, k)
             if part is not None:
                 pending.append(part)
         self._pending = pending

@@ -235,6 +235,31 @@ def take_rows(sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray,
     np.take(np.concatenate(sources), rows + offset[which], out=out)
 
 
+def rows_by_batch(tid: np.ndarray, live: np.ndarray | None, batch_of: np.ndarray, nbatch: int
+                  ) -> tuple[list[np.ndarray], np.ndarray]:
+    """The rows of a held chunk going to each of `nbatch` batches: row i (of tuple tid[i])
+    goes to batch batch_of[tid[i]] (-1: it stays) unless taken before (`live` False; None:
+    none was). (each batch's rows, in row order; which rows go.) One compiled pass when
+    built (nagleprobe/_flows.c), else numpy."""
+    if _compiled is not None:
+        out, counts = np.empty(len(tid), np.int64), np.empty(nbatch, np.int64)
+        taken = np.empty(len(tid), bool)
+        k = _compiled.rows_by_batch(
+            np.ascontiguousarray(tid, np.int64),
+            np.zeros(0, np.uint8) if live is None else np.ascontiguousarray(live).view(np.uint8),
+            np.ascontiguousarray(batch_of, np.int32), out, counts, taken.view(np.uint8))
+        return np.split(out[:k], np.cumsum(counts)[:-1]), taken
+    lab = np.asarray(batch_of, np.int32)[tid]
+    if live is not None:
+        lab[~live] = -1
+    taken = lab >= 0
+    out = np.flatnonzero(taken)
+    lab = lab[out]
+    # a stable sort of small numbers: 16-bit ones sort by radix (linear time)
+    out = out[np.argsort(lab.astype(np.uint16) if nbatch <= 1 << 16 else lab, kind="stable")]
+    return np.split(out, np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]), taken
+
+
 class RowsOf:
     """A column of a batch left in the chunks that hold it: indexing reads just the rows
     asked for (`build_flows` reads some columns at a few rows only: SYN options, the fields

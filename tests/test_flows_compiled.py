@@ -223,3 +223,27 @@ def test_rows_left_in_their_chunks_read_as_the_gathered_column(one_chunk):
     for index in (np.array([5, 0, 199, 5]), rows % 2 == 0, slice(10, 20), np.zeros(0, np.int64)):
         got = lazy[index]
         assert got.dtype == np.uint32 and np.array_equal(got, column[index])
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(0, 300), ntup=st.integers(1, 40), nbatch=st.integers(1, 5),
+       with_live=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_compiled_rows_by_batch_equals_numpy(n, ntup, nbatch, with_live, seed):
+    """A held chunk's rows split among the batches of a hand-on: compiled and numpy agree,
+    each batch's rows in row order, rows taken before and tuples staying left out."""
+    rng = np.random.default_rng(seed)
+    tid = rng.integers(0, ntup, n)
+    batch_of = rng.integers(-1, nbatch, ntup).astype(np.int32)
+    live = rng.random(n) < 0.7 if with_live else None
+    got = nagleprobe.tuples.rows_by_batch(tid, live, batch_of, nbatch)
+    kept, nagleprobe.tuples._compiled = nagleprobe.tuples._compiled, None
+    try:
+        want = nagleprobe.tuples.rows_by_batch(tid, live, batch_of, nbatch)
+    finally:
+        nagleprobe.tuples._compiled = kept
+    assert len(got[0]) == len(want[0]) == nbatch
+    for a, b in zip(got[0], want[0]):
+        assert np.array_equal(a, b)
+    assert np.array_equal(got[1], want[1])
+    for j, rows in enumerate(want[0]):
+        assert (batch_of[tid[rows]] == j).all() and (np.diff(rows) > 0).all()
