@@ -278,6 +278,7 @@ class StreamAnalyzer:
         self._rows = np.zeros(0, dtype=np.int64)  # rows held
         self._pieced = np.zeros(0, dtype=bool)  # analysed in pieces so far (has a Ledger)
         self._cut = np.zeros(0, dtype=np.int64)  # rows older than this are late
+        self._cuts = False  # whether any tuple has a cut (pieces make them)
         self._pending: list[_Held] = []
         self._parts = _Parts()
 
@@ -306,10 +307,11 @@ class StreamAnalyzer:
         self._same_isn(tid, syn_only, flags, cols)
         keep = self._reopen(tid, syn_only, cols["seq"], ts)
         self.late_packets += int(n - keep.sum())
-        older = keep & (ts < self._cut[tid])  # than what a piece of the connection decided
-        if older.any():
-            self.late_in_pieces += int(older.sum())
-            keep &= ~older
+        if self._cuts:
+            older = keep & (ts < self._cut[tid])  # than what a piece of the connection decided
+            if older.any():
+                self.late_in_pieces += int(older.sum())
+                keep &= ~older
         if not keep.all():
             if self.first_late_frame is None:
                 self.first_late_frame = int(cols["frame"][np.argmin(keep)])
@@ -366,6 +368,7 @@ class StreamAnalyzer:
         self._handed_on[ended] = False
         self._closed[ended] = 0
         self._cut[ended] = first[ended]
+        self._cuts = True
         self.feed({k: v[~before] for k, v in cols.items()})
 
     def _pieces(self, tids: np.ndarray) -> None:
@@ -386,6 +389,7 @@ class StreamAnalyzer:
                     self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
                                        self.origin_ns, self._parts.arrivals is not None))
                     self._cut[t] = int(mine["ts_ns"][0])
+                    self._cuts = True
             else:
                 self._carried -= led.held_rows
             n = len(mine["frame"])
@@ -404,6 +408,7 @@ class StreamAnalyzer:
             del mine
             self._carried += led.held_rows
             self._cut[t] = led.cut
+            self._cuts = True
         self.peak_held_rows = max(self.peak_held_rows, int(self._rows.sum()) + self._carried)
         release_free_memory()  # (a piece's working memory is tens of MB)
 
