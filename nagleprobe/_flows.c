@@ -175,55 +175,58 @@ static PyObject *segments(PyObject *self, PyObject *args)
     return done(b, NIN + NOUT, 0, NULL);
 }
 
-/* rows_by_batch(tid, live, batch_of, out, counts, taken) -> k: the rows of a held chunk
- * going to each batch (stream._hand_on). Row i (of tuple tid[i], int64) goes to batch
- * batch_of[tid[i]] (int32, -1: stays) unless it was taken before (live: one byte a row, 0
- * where taken; empty: none taken). out (int64) gets the k rows going, batch by batch, in
- * row order within each; counts (int64, one per batch, zeroed here) how many go to each;
- * taken (one byte a row) which go. */
-static PyObject *rows_by_batch(PyObject *self, PyObject *args)
+/* place_rows(tid, live, cursor, chunk, which, rows, taken) -> (k, last): a held chunk's
+ * rows put in their places in a hand-on's batches (stream._hand_on). Row i (of tuple
+ * tid[i], int64) goes, unless taken before (live: one byte a row, 0 where taken; empty:
+ * none taken), to place cursor[tid[i]] (int64 per tuple, -1: the tuple stays), and its
+ * tuple's cursor moves on: which[place] = chunk (int32), rows[place] = i (int64). taken
+ * (one byte a row) says which rows went; k how many, last the highest place given (-1
+ * for none). Places are checked against the length of which and rows. */
+static PyObject *place_rows(PyObject *self, PyObject *args)
 {
     Py_buffer b[6];
+    int chunk;
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+    if (!PyArg_ParseTuple(args, "y*y*w*iw*w*w*", &b[0], &b[1], &b[2], &chunk, &b[3], &b[4],
+                          &b[5]))
         return NULL;
-    Py_ssize_t n = b[0].len / 8, ntup = b[2].len / 4, nbatch = b[4].len / 8, k = 0;
+    Py_ssize_t n = b[0].len / 8, ntup = b[2].len / 8, places = b[3].len / 4, k = 0;
+    int64_t last = -1;
     const int64_t *tid = b[0].buf;
     const uint8_t *live = b[1].len ? b[1].buf : NULL;
-    const int32_t *batch_of = b[2].buf;
-    int64_t *out = b[3].buf, *counts = b[4].buf;
+    int64_t *cursor = b[2].buf, *rows = b[4].buf;
+    int32_t *which = b[3].buf;
     uint8_t *taken = b[5].buf;
-    int ok = (b[1].len == 0 || b[1].len == n) && b[3].len == n * 8 && b[5].len == n;
+    int ok = (b[1].len == 0 || b[1].len == n) && b[4].len == places * 8 && b[5].len == n;
     for (Py_ssize_t i = 0; ok && i < n; i++)
         ok &= tid[i] >= 0 && tid[i] < ntup;
-    for (Py_ssize_t t = 0; ok && t < ntup; t++)
-        ok &= batch_of[t] < nbatch;
-    if (!ok)
-        return done(b, 6, 0, "rows_by_batch: inconsistent arrays");
-    Py_BEGIN_ALLOW_THREADS
-    memset(counts, 0, (size_t)nbatch * 8);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t to = live && !live[i] ? -1 : batch_of[tid[i]];
-        taken[i] = to >= 0;
-        if (to >= 0)
-            counts[to]++;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t at = live && !live[i] ? -1 : cursor[tid[i]];
+            if (at >= places) { /* more rows than the places counted for the tuple */
+                ok = 0;
+                break;
+            }
+            taken[i] = at >= 0;
+            if (at < 0)
+                continue;
+            cursor[tid[i]] = at + 1;
+            which[at] = chunk;
+            rows[at] = i;
+            k++;
+            if (at > last)
+                last = at;
+        }
+        Py_END_ALLOW_THREADS
     }
-    int64_t at = 0; /* each batch's next place in out: counts turned into starts */
-    for (Py_ssize_t j = 0; j < nbatch; j++) {
-        int64_t c = counts[j];
-        counts[j] = at;
-        at += c;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (taken[i])
-            out[counts[batch_of[tid[i]]]++] = i;
-    for (Py_ssize_t j = nbatch - 1; j > 0; j--) /* back from ends to counts */
-        counts[j] -= counts[j - 1];
-    k = (Py_ssize_t)at;
-    Py_END_ALLOW_THREADS
     for (int j = 0; j < 6; j++)
         PyBuffer_Release(&b[j]);
-    return PyLong_FromSsize_t(k);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "place_rows: inconsistent arrays");
+        return NULL;
+    }
+    return Py_BuildValue("nL", k, (long long)last);
 }
 
 /* take_rows(sources, which, rows, out): out[i] = sources[which[i]][rows[i]] for i < len(out):
@@ -523,8 +526,8 @@ static PyMethodDef methods[] = {
      "Nearest earlier (or later) row of each row's flow in the same and the other direction."},
     {"tuple_ids", tuple_ids, METH_VARARGS,
      "Ids (by first appearance) and direction of each row's unordered 4-tuple."},
-    {"rows_by_batch", rows_by_batch, METH_VARARGS,
-     "The rows of a held chunk going to each batch, batch by batch."},
+    {"place_rows", place_rows, METH_VARARGS,
+     "A held chunk's rows put in their places in a hand-on's batches."},
     {"take_rows", take_rows, METH_VARARGS,
      "Rows gathered from several arrays of one item size in one pass."},
     {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},

@@ -47,7 +47,7 @@ from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
 from .tables import add_tcp_streams, capture_doc, report_columns, table
-from .tuples import RowsOf, TupleEnds, TupleTable, group_order, rows_by_batch, take_rows
+from .tuples import RowsOf, TupleEnds, TupleTable, place_rows, take_rows
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -59,6 +59,8 @@ HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},
 # held columns build_flows reads at a few rows only (SYNs, candidates for copies of a packet):
 # a batch leaves them in its chunks
 READ_AT_FEW = frozenset({"mss", "wscale", "tsval", "has_ts", "ipid"})
+# in a batch's list of chunks, one it takes no rows from
+_GONE = {k: np.zeros(0, t) for k, t in HELD.items()}
 DEFAULT_BATCH_ROWS = 1 << 18
 # and at most this many connections per batch: a batch's working memory and its result
 # grow with its connections, and a SYN flood hands on a million one-packet ones at once
@@ -124,35 +126,21 @@ class _Part:
     duplicates: int
 
 
-Picks = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]  # (chunk, its tuple ids, rows)
-
-
-def _gather(picks: Picks, local: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """One table of the given rows of several chunks, and each row's 4-tuple as numbered
-    within the batch (`local`: that number of each tuple id). The rows come grouped by
-    4-tuple, in their chunks' order within (time order, for a capture in time order), as
-    `build_flows` groups them: it then reads them in place. The columns it reads at a few
-    rows only (READ_AT_FEW) stay in the chunks (`tuples.RowsOf`)."""
-    tuples = np.concatenate([local[tid[rows]] for _, tid, rows in picks])
-    order = group_order(tuples)
-    tuples = tuples[order]
-    if len(picks) == 1:
-        which, rows = None, picks[0][2][order]
-    else:
-        rows = np.concatenate([rows for _, _, rows in picks])[order]
-        which = np.repeat(np.arange(len(picks), dtype=np.int32),
-                          [len(rows) for _, _, rows in picks])[order]
+def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
+            ) -> dict[str, np.ndarray]:
+    """One table of a batch's rows: row i is row rows[i] of chunk which[i] (in the order
+    `StreamAnalyzer._hand_on` placed them: grouped by 4-tuple, in time order within, as
+    `build_flows` reads them in place). The columns it reads at a few rows only
+    (READ_AT_FEW) stay in the chunks (`tuples.RowsOf`)."""
     batch = {}
     for k, t in HELD.items():
-        sources = [cols[k] for cols, _, _ in picks]
+        sources = [cols[k] for cols in chunks]
         if k in READ_AT_FEW:
             batch[k] = RowsOf(sources, which, rows)
-        elif which is None:
-            batch[k] = sources[0][rows]
         else:
             batch[k] = np.empty(len(rows), t)
             take_rows(sources, which, rows, batch[k])
-    return batch, tuples
+    return batch
 
 
 @dataclass
@@ -565,55 +553,62 @@ class StreamAnalyzer:
             done[pieced] = False
         if finished_only or not done.any():
             return
+        # the rows of the finished tuples placed grouped by tuple (tuples in id order, each
+        # one's rows in chunk and row order), cut into batches of whole tuples
         sizes = np.where(done, self._rows, 0)
+        end = np.cumsum(sizes)
+        start = end - sizes
         before = np.cumsum(done) - done  # finished tuples before each
-        label = np.where(done, np.maximum((np.cumsum(sizes) - sizes) // self.batch_rows,
-                                          before // BATCH_FLOWS), -1)
+        label = np.where(done, np.maximum(start // self.batch_rows, before // BATCH_FLOWS), -1)
         nbatch = int(label.max()) + 1
-        # the tuples of each batch numbered 0.. (labels do not decrease along tuple ids)
         ids = np.flatnonzero(done)
-        local = np.zeros(len(done), dtype=np.int64)
-        local[ids] = np.arange(len(ids)) - np.searchsorted(label[ids], label[ids])
-        picks, pending = [], []  # picks: (part, its rows of each batch)
-        batch_of = label.astype(np.int32)  # per tuple (-1: stays)
+        bounds = np.searchsorted(label[ids], np.arange(nbatch + 1))  # each batch's ids
+        at = np.r_[start[ids[bounds[:-1]]], end[ids[-1]]]  # each batch's places
+        cursor = np.where(done, start, -1)
+        which, rows = np.empty(int(at[-1]), np.int32), np.empty(int(at[-1]), np.int64)
+        chunks, last, pending = [], [], []
         for part in self._pending:
-            rows, take = rows_by_batch(part.tid, part.live, batch_of, nbatch)
-            k = sum(len(r) for r in rows)
+            k, taken, top = place_rows(part.tid, part.live, cursor, len(chunks), which, rows)
             if k:
-                picks.append((part.cols, part.tid, rows))
-                part = part.without(take, k)
+                chunks.append(part.cols)
+                last.append(int(np.searchsorted(at, top, side="right")) - 1)  # its last batch
+                part = part.without(taken, k)
             if part is not None:
                 pending.append(part)
+        if not np.array_equal(cursor[ids], end[ids]):
+            raise RuntimeError("rows held and rows counted differ")  # (a bug, not the input)
         self._pending = pending
         self._handed_on |= done
         self._rows[done] = 0
-        bounds = np.searchsorted(label[ids], np.arange(nbatch + 1))  # each batch's ids
-        last = [max(j for j, r in enumerate(rows) if len(r)) for _, _, rows in picks]
+        # each row's tuple numbered within its batch
+        tuples = np.repeat(np.arange(len(ids)) - np.repeat(bounds[:-1], np.diff(bounds)),
+                           sizes[ids])
         for j in range(nbatch):
-            batch = [(cols, tid, rows[j]) for cols, tid, rows in picks if len(rows[j])]
+            a, b = int(at[j]), int(at[j + 1])
+            if b > a:  # (a tuple of more than two batches' rows leaves a label unused)
+                self._analyse(chunks, which[a:b], rows[a:b], tuples[a:b],
+                              self._tuples.ends(ids[bounds[j]:bounds[j + 1]]))
             # a chunk no later batch takes rows from is held by its batches alone: let go of
             # it here, and it is freed as they are analysed (a SYN flood's chunks otherwise
             # stay until its last batch is)
-            picks = [p for p, k in zip(picks, last) if k > j]
-            last = [k for k in last if k > j]
-            if batch:
-                self._analyse(batch, local, self._tuples.ends(ids[bounds[j]:bounds[j + 1]]))
-            del batch
+            chunks = [c if k > j else _GONE for c, k in zip(chunks, last)]
         self._hand_ons += 1
         if self._hand_ons % TRIM_EVERY == 0:
             release_free_memory()
 
-    def _analyse(self, picks: Picks, local: np.ndarray, ends: TupleEnds) -> None:
-        """Analyse one batch: the rows `picks` names of held chunks, of the tuples whose
-        endpoints are `ends` (gathered and analysed in a worker thread when there are
-        workers)."""
+    def _analyse(self, chunks: list[dict[str, np.ndarray]], which: np.ndarray,
+                 rows: np.ndarray, tuples: np.ndarray, ends: TupleEnds) -> None:
+        """Analyse one batch: the rows `rows` of chunks `which` (see `_gather`), of the
+        tuples `tuples` (numbered within the batch) whose endpoints are `ends` (gathered and
+        analysed in a worker thread when there are workers)."""
         self.batches += 1
         relays = self._parts.arrivals is not None
         if self._pool is None:
-            self._add(_analyse(*_gather(picks, local), ends, self.origin_ns, relays))
+            self._add(_analyse(_gather(chunks, which, rows), tuples, ends, self.origin_ns,
+                               relays))
             return
         job = self._pool.submit(
-            lambda: _analyse(*_gather(picks, local), ends, self.origin_ns, relays))
+            lambda: _analyse(_gather(chunks, which, rows), tuples, ends, self.origin_ns, relays))
         self._running.append(job)
         self._take_results(wait=len(self._running) > self._max_running)
 

@@ -235,29 +235,39 @@ def take_rows(sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray,
     np.take(np.concatenate(sources), rows + offset[which], out=out)
 
 
-def rows_by_batch(tid: np.ndarray, live: np.ndarray | None, batch_of: np.ndarray, nbatch: int
-                  ) -> tuple[list[np.ndarray], np.ndarray]:
-    """The rows of a held chunk going to each of `nbatch` batches: row i (of tuple tid[i])
-    goes to batch batch_of[tid[i]] (-1: it stays) unless taken before (`live` False; None:
-    none was). (each batch's rows, in row order; which rows go.) One compiled pass when
-    built (nagleprobe/_flows.c), else numpy."""
+def place_rows(tid: np.ndarray, live: np.ndarray | None, cursor: np.ndarray, chunk: int,
+               which: np.ndarray, rows: np.ndarray) -> tuple[int, np.ndarray, int]:
+    """Put a held chunk's rows in their places among a hand-on's rows: row i (of tuple
+    tid[i]) goes, unless taken before (`live` False; None: none was), to place
+    cursor[tid[i]] (-1: its tuple stays), whose cursor moves on; which[place] = `chunk`,
+    rows[place] = i. Returns how many rows went, which ones, and the highest place given
+    (-1 for none). So the rows of a tuple follow each other in chunk and row order (time
+    order), as `build_flows` reads them. One compiled pass when built (nagleprobe/_flows.c),
+    else numpy."""
     if _compiled is not None:
-        out, counts = np.empty(len(tid), np.int64), np.empty(nbatch, np.int64)
         taken = np.empty(len(tid), bool)
-        k = _compiled.rows_by_batch(
+        k, last = _compiled.place_rows(
             np.ascontiguousarray(tid, np.int64),
             np.zeros(0, np.uint8) if live is None else np.ascontiguousarray(live).view(np.uint8),
-            np.ascontiguousarray(batch_of, np.int32), out, counts, taken.view(np.uint8))
-        return np.split(out[:k], np.cumsum(counts)[:-1]), taken
-    lab = np.asarray(batch_of, np.int32)[tid]
+            cursor, chunk, which, rows, taken.view(np.uint8))
+        return k, taken, last
+    at = cursor[tid]
     if live is not None:
-        lab[~live] = -1
-    taken = lab >= 0
-    out = np.flatnonzero(taken)
-    lab = lab[out]
-    # a stable sort of small numbers: 16-bit ones sort by radix (linear time)
-    out = out[np.argsort(lab.astype(np.uint16) if nbatch <= 1 << 16 else lab, kind="stable")]
-    return np.split(out, np.cumsum(np.bincount(lab, minlength=nbatch))[:-1]), taken
+        at[~live] = -1
+    taken = at >= 0
+    going = np.flatnonzero(taken)
+    t = tid[going]
+    by_tuple = np.argsort(t, kind="stable")
+    t, going = t[by_tuple], going[by_tuple]
+    first = np.r_[True, t[1:] != t[:-1]] if len(t) else np.zeros(0, bool)
+    starts = np.flatnonzero(first)
+    nth = np.arange(len(t)) - np.repeat(starts, np.diff(np.r_[starts, len(t)]))
+    places = cursor[t] + nth
+    if len(places) and int(places.max()) >= len(which):
+        raise ValueError("place_rows: inconsistent arrays")
+    which[places], rows[places] = chunk, going
+    cursor[t[starts]] += np.diff(np.r_[starts, len(t)])
+    return len(going), taken, int(places.max()) if len(places) else -1
 
 
 class RowsOf:

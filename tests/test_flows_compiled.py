@@ -226,24 +226,47 @@ def test_rows_left_in_their_chunks_read_as_the_gathered_column(one_chunk):
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(0, 300), ntup=st.integers(1, 40), nbatch=st.integers(1, 5),
+@given(sizes=st.lists(st.integers(0, 120), min_size=1, max_size=4), ntup=st.integers(1, 30),
        with_live=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_compiled_rows_by_batch_equals_numpy(n, ntup, nbatch, with_live, seed):
-    """A held chunk's rows split among the batches of a hand-on: compiled and numpy agree,
-    each batch's rows in row order, rows taken before and tuples staying left out."""
+def test_compiled_place_rows_equals_numpy(sizes, ntup, with_live, seed):
+    """Held chunks' rows placed among a hand-on's rows: compiled and numpy agree; each
+    finished tuple's rows follow each other in chunk and row order, rows taken before and
+    tuples staying left out."""
     rng = np.random.default_rng(seed)
-    tid = rng.integers(0, ntup, n)
-    batch_of = rng.integers(-1, nbatch, ntup).astype(np.int32)
-    live = rng.random(n) < 0.7 if with_live else None
-    got = nagleprobe.tuples.rows_by_batch(tid, live, batch_of, nbatch)
+    tids = [rng.integers(0, ntup, k) for k in sizes]
+    lives = [rng.random(k) < 0.7 if with_live else None for k in sizes]
+    done = rng.random(ntup) < 0.6
+    count = sum(np.bincount(t[lv] if lv is not None else t, minlength=ntup)
+                for t, lv in zip(tids, lives))
+    sizes_ = np.where(done, count, 0)
+    start = np.cumsum(sizes_) - sizes_
+
+    def placed():
+        cursor = np.where(done, start, -1)
+        which = np.full(int(sizes_.sum()), -1, np.int32)
+        rows = np.full(int(sizes_.sum()), -1, np.int64)
+        out = [nagleprobe.tuples.place_rows(t, lv, cursor, c, which, rows)
+               for c, (t, lv) in enumerate(zip(tids, lives))]
+        return out, cursor, which, rows
+
+    got = placed()
     kept, nagleprobe.tuples._compiled = nagleprobe.tuples._compiled, None
     try:
-        want = nagleprobe.tuples.rows_by_batch(tid, live, batch_of, nbatch)
+        want = placed()
     finally:
         nagleprobe.tuples._compiled = kept
-    assert len(got[0]) == len(want[0]) == nbatch
-    for a, b in zip(got[0], want[0]):
+    for (k1, taken1, last1), (k2, taken2, last2) in zip(got[0], want[0], strict=True):
+        assert k1 == k2 and last1 == last2 and np.array_equal(taken1, taken2)
+    for a, b in zip(got[1:], want[1:]):
         assert np.array_equal(a, b)
-    assert np.array_equal(got[1], want[1])
-    for j, rows in enumerate(want[0]):
-        assert (batch_of[tid[rows]] == j).all() and (np.diff(rows) > 0).all()
+    _, cursor, which, rows = want
+    assert np.array_equal(cursor[done], (start + sizes_)[done])
+    expected = [(c, i) for t in np.flatnonzero(done) for c, (tid, lv) in enumerate(zip(tids, lives))
+                for i in np.flatnonzero((tid == t) & (lv if lv is not None else True))]
+    assert list(zip(which.tolist(), rows.tolist())) == expected
+
+
+def test_compiled_place_rows_refuses_more_rows_than_places():
+    with pytest.raises(ValueError, match="place_rows"):
+        nagleprobe.tuples.place_rows(np.array([0, 0, 0]), None, np.array([0]), 0,
+                                     np.empty(2, np.int32), np.empty(2, np.int64))
