@@ -18,7 +18,7 @@
 #define MIX_SHIFT 29
 
 #define NIN 7
-#define NOUT 10
+#define NOUT 11
 #define MASK32 0xFFFFFFFFLL
 
 /* Release the n argument buffers, then: raise MemoryError if `nomem`, else ValueError(`error`)
@@ -44,7 +44,8 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
                        const int32_t *payload, int64_t *seq_rel, int64_t *ack_rel,
                        int64_t *end, int64_t *sent, uint8_t *new_data, uint8_t *retrans,
                        uint8_t *keepalive, int64_t *pay_out, int64_t *ack_max,
-                       int64_t *acked_by, Py_ssize_t *inc_row, int64_t *inc_ack)
+                       int64_t *acked_by, int64_t *maxpay, Py_ssize_t *inc_row,
+                       int64_t *inc_ack)
 {
     Py_ssize_t first[2] = {-1, -1};
     for (Py_ssize_t i = s; i < e && (first[0] < 0 || first[1] < 0); i++)
@@ -58,6 +59,7 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
             isn[k] = ((int64_t)seq[order[first[k]]] - anchor[k]) & MASK32;
         }
     int64_t acc[2] = {0, 0}, top[2] = {0, 0}, run[2] = {0, 0}, ack_top[2] = {-1, -1};
+    int64_t most[2] = {0, 0}; /* the largest payload each way */
     uint32_t last_seq[2] = {0, 0}, last_ack[2] = {0, 0};
     int has_ack[2] = {0, 0};
     Py_ssize_t rises[2] = {0, 0};
@@ -102,7 +104,11 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
         }
         ack_max[i] = ack_top[k];
         pay_out[i] = pay;
+        if (pay > most[k])
+            most[k] = pay;
     }
+    maxpay[0] = most[0];
+    maxpay[1] = most[1];
     /* acked_by: the first row of the other direction whose running ACK covers the end of
      * new sequence space: the row where that ACK rose to it. A direction's new-space rows
      * end ever higher, so each direction's pointer only moves forward. */
@@ -121,7 +127,7 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
 
 /* segments(order, fid, dir, flags, seq, ack, payload,
  *          seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive, payload_out,
- *          ack_max, acked_by)
+ *          ack_max, acked_by, maxpay)
  *
  * flows._sequence_space and flows._ack_links in one pass per connection. Rows come in flow
  * order (by flow, in time order within): row i is decoded row order[i] (int64) of flow
@@ -135,25 +141,27 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
  * keep-alive (one byte each); the payload (int64);
  * ack_max = the highest ACK (at least -1) the direction had sent up to and including the
  * row; acked_by = for rows opening new sequence space (end > sent_before), the first row of
- * the other direction whose ack_max covers the row's end, else -1. */
+ * the other direction whose ack_max covers the row's end, else -1. maxpay (int64, two per
+ * flow: fid * 2 + dir) gets each direction's largest payload (0 for none). */
 static PyObject *segments(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3],
-                          &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12],
-                          &b[13], &b[14], &b[15], &b[16]))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2],
+                          &b[3], &b[4], &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11],
+                          &b[12], &b[13], &b[14], &b[15], &b[16], &b[17]))
         return NULL;
     /* item sizes; rows per buffer: n (flow order) or m (decoded rows) */
     static const Py_ssize_t size[NIN + NOUT] = {8, 8, 1, 2, 4, 4, 4, 8, 8, 8, 8, 1, 1, 1, 8, 8, 8};
-    Py_ssize_t n = b[0].len / 8, m = b[4].len / 4;
-    int ok = 1;
-    for (int j = 0; j < NIN + NOUT; j++)
+    Py_ssize_t n = b[0].len / 8, m = b[4].len / 4, nflows = b[17].len / 16;
+    int ok = b[17].len % 16 == 0;
+    for (int j = 0; j < NIN + NOUT - 1; j++)
         ok &= b[j].len == (j >= 4 && j < NIN ? m : n) * size[j];
     const int64_t *order = b[0].buf, *fid = b[1].buf;
     const uint8_t *dir = b[2].buf;
     for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok &= order[i] >= 0 && order[i] < m && dir[i] <= 1 && (i == 0 || fid[i] >= fid[i - 1]);
+        ok &= order[i] >= 0 && order[i] < m && dir[i] <= 1 && fid[i] >= 0 && fid[i] < nflows
+              && (i == 0 || fid[i] >= fid[i - 1]);
     Py_ssize_t *inc_row = ok ? PyMem_Malloc(((size_t)n + 1) * sizeof(Py_ssize_t)) : NULL;
     int64_t *inc_ack = ok ? PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t)) : NULL;
     if (!ok || !inc_row || !inc_ack) {
@@ -167,7 +175,7 @@ static PyObject *segments(PyObject *self, PyObject *args)
             ;
         connection(s, e, order, dir, b[3].buf, b[4].buf, b[5].buf, b[6].buf, b[7].buf,
                    b[8].buf, b[9].buf, b[10].buf, b[11].buf, b[12].buf, b[13].buf, b[14].buf,
-                   b[15].buf, b[16].buf, inc_row, inc_ack);
+                   b[15].buf, b[16].buf, (int64_t *)b[17].buf + 2 * fid[s], inc_row, inc_ack);
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(inc_row);

@@ -298,8 +298,8 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
 
     client_is_low, handshake = _roles(c, fid, starts, from_low, syns)
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server
-    seg = _segments(c, fid, d, flags, nflows)
-    flow = _flow_facts(c, seg, starts, ends, handshake, syns)
+    seg, maxpay = _segments(c, fid, d, flags, nflows)
+    flow = _flow_facts(c, seg, maxpay, starts, ends, handshake, syns)
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
 
 
@@ -392,11 +392,12 @@ SEG_COLUMNS = ("seq", "ack", "end", "sent_before", "new_data", "retrans", "keepa
 
 
 def _segments(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nflows: int
-              ) -> dict[str, np.ndarray]:
+              ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Flows.seg: each row's flow, direction and decoded fields in flow order, its
     relative, unwrapped seq/ack, classification and ACK links (`_sequence_space`,
-    `_ack_links`): one compiled pass per connection (nagleprobe/_flows.c) when built, else
-    `_segments_numpy`. Rows the stream handed in flow order already are not copied."""
+    `_ack_links`); and the largest payload of each flow * 2 + dir. One compiled pass per
+    connection (nagleprobe/_flows.c) when built, else `_segments_numpy`. Rows the stream
+    handed in flow order already are not copied."""
     if _compiled is None:
         return _segments_numpy(c, fid, d, flags, nflows)
     n, cols = len(fid), c.cols
@@ -405,20 +406,21 @@ def _segments(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nfl
     seg.update(flow=fid, dir=d, frame=c["frame"], ts_ns=c["ts_ns"],
                payload=np.empty(n, np.int64), ack_max=np.empty(n, np.int64),
                acked_by=np.empty(n, np.int64))
+    maxpay = np.zeros(nflows * 2, dtype=np.int64)
     _compiled.segments(
         np.ascontiguousarray(c.order, np.int64), np.ascontiguousarray(fid, np.int64),
         np.ascontiguousarray(d).view(np.uint8), np.ascontiguousarray(flags, np.uint16),
         *(np.ascontiguousarray(cols[k], TCP_COLUMNS[k]) for k in ("seq", "ack", "payload")),
         *(seg[k] for k in ("seq", "ack", "end", "sent_before", "new_data", "retrans",
-                           "keepalive", "payload", "ack_max", "acked_by")))
+                           "keepalive", "payload", "ack_max", "acked_by")), maxpay)
     seg["has_data"] = seg["payload"] > 0
     seg["flags"] = flags
     seg["window"] = c["window"]
-    return {k: seg[k] for k in SEG_COLUMNS}
+    return {k: seg[k] for k in SEG_COLUMNS}, maxpay
 
 
 def _segments_numpy(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray,
-                    nflows: int) -> dict[str, np.ndarray]:
+                    nflows: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """`_segments` with numpy alone (the reference for the compiled version)."""
     dgroup = fid * 2 + d
     by_dir = group_order(dgroup)  # each direction's rows in time order
@@ -432,7 +434,9 @@ def _segments_numpy(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarra
     seg["flags"] = flags
     seg["window"] = c["window"]
     seg.update(_ack_links_numpy(seg, by_dir))
-    return seg
+    maxpay = np.zeros(nflows * 2, dtype=np.int64)
+    np.maximum.at(maxpay, dgroup, seg["payload"])
+    return seg, maxpay
 
 
 def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
@@ -521,12 +525,14 @@ def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str
     return {"ack_max": ack_max, "acked_by": acked_by}
 
 
-def _flow_facts(c, seg, starts, ends, handshake, syns: _Syns) -> dict[str, np.ndarray]:
-    """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays)."""
+def _flow_facts(c, seg, maxpay, starts, ends, handshake, syns: _Syns) -> dict[str, np.ndarray]:
+    """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays;
+    `maxpay`: the largest payload of each flow * 2 + dir)."""
     nflows = len(starts)
     fid, d, ts = seg["flow"], seg["dir"], seg["ts_ns"]
-    key = fid << 1  # flow * 2 + dir
-    key |= d
+
+    def key(rows: np.ndarray) -> np.ndarray:  # flow * 2 + dir of some rows
+        return fid[rows] * 2 + d[rows]
     out: dict[str, np.ndarray] = {}
 
     # endpoints: the first row's source is the client iff that row goes client -> server
@@ -551,14 +557,12 @@ def _flow_facts(c, seg, starts, ends, handshake, syns: _Syns) -> dict[str, np.nd
     # options announced in each direction's first SYN; largest payload per direction
     syn_rows = syns.all
     first_syn_of = np.full(nflows * 2, -1, dtype=np.int64)
-    first_syn_of[key[syn_rows[::-1]]] = syn_rows[::-1]
+    first_syn_of[key(syn_rows[::-1])] = syn_rows[::-1]
     has = first_syn_of >= 0
     fs = np.maximum(first_syn_of, 0)
     mss_opt = np.where(has, c.at("mss", fs), -1).astype(np.int64)
     wscale = np.where(has, c.at("wscale", fs), -1).astype(np.int64)
     syn_ts = has & (c.at("has_ts", fs) != 0)
-    maxpay = np.zeros(nflows * 2, dtype=np.int64)
-    np.maximum.at(maxpay, key, seg["payload"])
 
     # send MSS of each direction (see send_mss)
     at_max = np.zeros(nflows * 2, dtype=np.int64)
@@ -567,8 +571,8 @@ def _flow_facts(c, seg, starts, ends, handshake, syns: _Syns) -> dict[str, np.nd
     if no_syn.any():  # count the largest segments only in the flows that need it
         observed = np.maximum(maxpay[0::2], maxpay[1::2])
         rows = np.flatnonzero(no_syn[fid])
-        at_max = np.bincount(key[rows[(seg["payload"][rows] == observed[fid[rows]])
-                                      & (seg["payload"][rows] > 0)]], minlength=nflows * 2)
+        at_max = np.bincount(key(rows[(seg["payload"][rows] == observed[fid[rows]])
+                                      & (seg["payload"][rows] > 0)]), minlength=nflows * 2)
     out["mss"], out["mss_how"] = send_mss(mss_opt, syn_ts, maxpay, at_max)
     out["mss_option"], out["syn_timestamps"] = mss_opt.reshape(-1, 2), syn_ts.reshape(-1, 2)
     ws = np.minimum(wscale.reshape(-1, 2), 14)  # RFC 7323: a larger shift counts as 14
@@ -589,13 +593,13 @@ def _flow_facts(c, seg, starts, ends, handshake, syns: _Syns) -> dict[str, np.nd
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
     # and the data -> ACK turnarounds that cannot hold a delayed ACK (see round_trips)
-    count, smallest, upper, late = _turn_stats(seg, key, nflows * 2)
+    count, smallest, upper, late = _turn_stats(seg, nflows * 2)
     # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
     # (long paths, excerpts): their neighbours are looked up nearby, for few rows
-    late = late[count[key[late]] == 0]
-    late, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key[late]])
+    late = late[count[key(late)] == 0]
+    late, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key(late)])
     out["rtt_handshake_ms"] = np.stack([rc, rs], axis=1)  # [client, server]
-    out.update(round_trips(rs, rc, count, smallest, upper, *sample_stats(key[late], late_ns)))
+    out.update(round_trips(rs, rc, count, smallest, upper, *sample_stats(key(late), late_ns)))
     # per flow: segments resent, keepalives and window probes, first and last frame numbers
     out["retransmissions"] = np.bincount(fid[seg["retrans"]], minlength=nflows)
     out["keepalives"] = np.bincount(fid[seg["keepalive"]], minlength=nflows)
@@ -686,16 +690,16 @@ def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
     return late[use], turn_ns[use]
 
 
-def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
+def _turn_stats(seg: dict[str, np.ndarray], ngroups: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The data -> ACK turnarounds that cannot hold a delayed ACK (the ACK carries data or
-    came within UNDELAYED_MS), per direction group `key` (flow * 2 + dir): how many, the
+    came within UNDELAYED_MS), per direction group (flow * 2 + dir): how many, the
     smallest and the upper quartile (`sample_stats`), in nanoseconds; and the rows with
     data whose ACK came later than that (in row order). Compiled (nagleprobe/_flows.c) when
     built, else `_turn_stats_numpy`."""
     if _compiled is None:
-        return _turn_stats_numpy(seg, key, ngroups)
-    n = len(key)
+        return _turn_stats_numpy(seg, ngroups)
+    n = len(seg["flow"])
     count, smallest, upper = (np.zeros(ngroups, dtype=np.int64) for _ in range(3))
     late = np.empty(n, dtype=np.int64)
     k = _compiled.turn_stats(
@@ -705,12 +709,13 @@ def _turn_stats(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
     return count, smallest, upper, late[:k]
 
 
-def _turn_stats_numpy(seg: dict[str, np.ndarray], key: np.ndarray, ngroups: int
+def _turn_stats_numpy(seg: dict[str, np.ndarray], ngroups: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`_turn_stats` with numpy alone (the reference for the compiled version)."""
     paired, _, turn_ns, undelayed = turn_samples(seg)
-    groups, low, high = sample_stats(key[paired[undelayed]], turn_ns[undelayed])
-    count = np.bincount(key[paired[undelayed]], minlength=ngroups).astype(np.int64)
+    key = seg["flow"][paired[undelayed]] * 2 + seg["dir"][paired[undelayed]]
+    groups, low, high = sample_stats(key, turn_ns[undelayed])
+    count = np.bincount(key, minlength=ngroups).astype(np.int64)
     smallest, upper = np.zeros(ngroups, dtype=np.int64), np.zeros(ngroups, dtype=np.int64)
     smallest[groups], upper[groups] = low, high
     return count, smallest, upper, paired[~undelayed]
