@@ -259,7 +259,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     else:
         order = group_order(tup)  # rows grouped by 4-tuple, in time order within
         tup, from_low = tup[order], from_low[order]
-    copies, near = _duplicates(cols, order, tup, from_low, far_copies)
+    copies, near = _duplicates(cols, None if grouped else order, tup, from_low, far_copies)
     if "known" in cols:  # rows already judged (a connection analysed in pieces: its context)
         known = cols["known"][order]
         copies = np.union1d(copies[known[copies] < 0], np.flatnonzero(known > 0))
@@ -303,22 +303,23 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
 
 
-def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
+def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,
                 from_low: np.ndarray, far: bool = False) -> tuple[np.ndarray, int]:
-    """Positions in `order` (rows grouped by 4-tuple, in time order within; `tup` and
-    `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
+    """Positions in `order` (rows grouped by 4-tuple, in time order within; None: the rows
+    as they are; `tup` and `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
     them of the same 4-tuple and direction within DUPLICATE_WINDOW_NS: same seq, ack, flags,
     window, payload, IP ID and TCP timestamp (or none). Candidates are the pairs of rows whose
     32-bit mix of seq and ack is the same (few: a pure ACK and the data after it, duplicate
     ACKs); only they are compared field by field. Rows further back than DUPLICATE_FIRST
     are looked at only where a copy was found nearer, or with `far`. Also returns how many
     copies were found that near."""
-    n = len(order)
+    n = len(tup)
     if n < 2:
         return np.zeros(0, dtype=np.int64), 0
     key = cols["ack"] * np.uint32(0x9E3779B1)  # wraps: a mix, equal for equal pairs
     key ^= cols["seq"]
-    key = key[order]  # one gather instead of two
+    if order is not None:
+        key = key[order]  # one gather instead of two
     found = [_copies(cols, order, tup, from_low, key, range(1, min(DUPLICATE_FIRST, n - 1) + 1))]
     if len(found[0]) or far:  # copies come close together: without one nearby there are none
         found.append(_copies(cols, order, tup, from_low, key,
@@ -326,7 +327,7 @@ def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     return np.unique(np.concatenate(found)), len(np.unique(found[0]))
 
 
-def _copies(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
+def _copies(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,
             from_low: np.ndarray, key: np.ndarray, lags: range) -> np.ndarray:
     """`_duplicates` for the rows `lags` rows apart (may repeat a position)."""
     later, earlier = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
@@ -337,7 +338,7 @@ def _copies(cols: dict[str, np.ndarray], order: np.ndarray, tup: np.ndarray,
     i, j = np.concatenate(later), np.concatenate(earlier)
     same = (tup[i] == tup[j]) & (from_low[i] == from_low[j])
     i, j = i[same], j[same]
-    ri, rj = order[i], order[j]
+    ri, rj = (i, j) if order is None else (order[i], order[j])
     # payload first: it tells a pure ACK from the data after it, the most common candidates
     same = ((cols["payload"][ri] == cols["payload"][rj])
             & (cols["ts_ns"][ri] - cols["ts_ns"][rj] <= DUPLICATE_WINDOW_NS))
