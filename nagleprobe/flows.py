@@ -280,8 +280,11 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     repeated = np.r_[False, (tup[syn_only[1:]] == tup[syn_only[:-1]])
                      & (syn_seq[1:] == syn_seq[:-1])] if len(syn_only) else np.zeros(0, bool)
     new_conn[syn_only[~repeated]] = True
-    fid = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
     starts = np.flatnonzero(new_conn)
+    if len(starts) == ntuples and n and tup[0] == 0 and tup[-1] == ntuples - 1:
+        fid = tup  # one connection per tuple, numbered 0.. already (the stream's batches)
+    else:
+        fid = np.cumsum(new_conn) - 1 if n else np.zeros(0, np.int64)
     if len(starts) > ntuples:
         # a reused 4-tuple: renumber its later connections by their first packet's time
         first_order = np.lexsort((c.at("frame", starts), c.at("ts_ns", starts)))
