@@ -237,6 +237,33 @@ static PyObject *place_rows(PyObject *self, PyObject *args)
     return Py_BuildValue("nL", k, (long long)last);
 }
 
+/* tally(tid, ts, rows, last_ts): per tuple (int64 arrays indexed by the rows' tuple ids
+ * tid), the rows counted (rows[t] += its rows) and the latest time (last_ts[t] = the
+ * largest of it and its rows' ts). */
+static PyObject *tally(PyObject *self, PyObject *args)
+{
+    Py_buffer b[4];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*w*w*", &b[0], &b[1], &b[2], &b[3]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, ntup = b[2].len / 8;
+    const int64_t *tid = b[0].buf, *ts = b[1].buf;
+    int64_t *rows = b[2].buf, *last = b[3].buf;
+    int ok = b[1].len == n * 8 && b[3].len == ntup * 8;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok &= tid[i] >= 0 && tid[i] < ntup;
+    if (!ok)
+        return done(b, 4, 0, "tally: inconsistent arrays");
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rows[tid[i]]++;
+        if (ts[i] > last[tid[i]])
+            last[tid[i]] = ts[i];
+    }
+    Py_END_ALLOW_THREADS
+    return done(b, 4, 0, NULL);
+}
+
 /* take_rows(sources, which, rows, out): out[i] = sources[which[i]][rows[i]] for i < len(out):
  * rows gathered from several arrays of one item size (1, 2, 4 or 8 bytes) in one pass
  * (stream._gather: a batch's rows from the chunks holding them, in the batch's order);
@@ -536,6 +563,7 @@ static PyMethodDef methods[] = {
      "Ids (by first appearance) and direction of each row's unordered 4-tuple."},
     {"place_rows", place_rows, METH_VARARGS,
      "A held chunk's rows put in their places in a hand-on's batches."},
+    {"tally", tally, METH_VARARGS, "Per tuple: rows counted and the latest time."},
     {"take_rows", take_rows, METH_VARARGS,
      "Rows gathered from several arrays of one item size in one pass."},
     {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},

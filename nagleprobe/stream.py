@@ -47,7 +47,7 @@ from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
 from .tables import add_tcp_streams, capture_doc, report_columns, table
-from .tuples import RowsOf, TupleEnds, TupleTable, place_rows, take_rows
+from .tuples import RowsOf, TupleEnds, TupleTable, place_rows, take_rows, tally
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -325,8 +325,7 @@ class StreamAnalyzer:
             bits = np.where((f & RST) != 0, _RST, 0) | np.where(
                 (f & FIN) != 0, np.where(from_low[fin_rows], _LOW_FIN, _HIGH_FIN), 0)
             np.bitwise_or.at(self._closed, tid[fin_rows], bits.astype(np.uint8))
-        np.maximum.at(self._last_ts, tid, ts)
-        self._rows += np.bincount(tid, minlength=len(self._rows))
+        tally(tid, ts, self._rows, self._last_ts)
         self._pending.append(_Held({**{k: cols[k] for k in HELD if k != "from_low"},
                                     "from_low": from_low}, tid))
         held = int(self._rows.sum())

@@ -235,6 +235,18 @@ def take_rows(sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray,
     np.take(np.concatenate(sources), rows + offset[which], out=out)
 
 
+def tally(tid: np.ndarray, ts: np.ndarray, rows: np.ndarray, last_ts: np.ndarray) -> None:
+    """Per tuple (arrays indexed by tuple id, int64): `rows` counts the rows of tuples
+    `tid`, and `last_ts` rises to their latest time `ts`. One compiled pass when built,
+    else numpy."""
+    if _compiled is not None:
+        _compiled.tally(np.ascontiguousarray(tid, np.int64), np.ascontiguousarray(ts, np.int64),
+                        rows, last_ts)
+        return
+    np.maximum.at(last_ts, tid, ts)
+    rows += np.bincount(tid, minlength=len(rows))
+
+
 def place_rows(tid: np.ndarray, live: np.ndarray | None, cursor: np.ndarray, chunk: int,
                which: np.ndarray, rows: np.ndarray) -> tuple[int, np.ndarray, int]:
     """Put a held chunk's rows in their places among a hand-on's rows: row i (of tuple

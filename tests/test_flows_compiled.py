@@ -270,3 +270,21 @@ def test_compiled_place_rows_refuses_more_rows_than_places():
     with pytest.raises(ValueError, match="place_rows"):
         nagleprobe.tuples.place_rows(np.array([0, 0, 0]), None, np.array([0]), 0,
                                      np.empty(2, np.int32), np.empty(2, np.int64))
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(0, 200), ntup=st.integers(1, 20), seed=st.integers(0, 2**32 - 1))
+def test_compiled_tally_equals_numpy(n, ntup, seed):
+    rng = np.random.default_rng(seed)
+    tid, ts = rng.integers(0, ntup, n), rng.integers(-10**12, 10**12, n)
+    start_rows, start_ts = rng.integers(0, 5, ntup), rng.integers(-10**12, 10**12, ntup)
+    got = start_rows.copy(), start_ts.copy()
+    nagleprobe.tuples.tally(tid, ts, *got)
+    kept, nagleprobe.tuples._compiled = nagleprobe.tuples._compiled, None
+    try:
+        want = start_rows.copy(), start_ts.copy()
+        nagleprobe.tuples.tally(tid, ts, *want)
+    finally:
+        nagleprobe.tuples._compiled = kept
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert np.array_equal(want[0], start_rows + np.bincount(tid, minlength=ntup))
