@@ -1,7 +1,8 @@
 /* Connection bookkeeping compiled: flows._segments (sequence space, classification and ACK
  * links of every segment, one pass per connection), the row neighbours of
- * Flows.before/after, the data -> ACK turnarounds and the 4-tuple ids of stream, instead of
- * dozens of numpy passes each (same results, tested against the numpy versions in
+ * Flows.before/after, the data -> ACK turnarounds, and the stream's per-tuple work (4-tuple
+ * ids, tallies, placing and gathering each batch's rows: tuples.py), instead of dozens of
+ * numpy passes each (same results, tested against the numpy versions in
  * tests/test_flows_compiled.py and tests/test_stream.py).
  * Plain C, no numpy headers.
  */

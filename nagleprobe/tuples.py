@@ -1,5 +1,6 @@
 """Connections by 4-tuple: the unordered pair of endpoints (and tunnel) each packet belongs
-to, its 64-bit hash, the table that numbers tuples over a stream, and their endpoints back."""
+to, its 64-bit hash, the table that numbers tuples over a stream, and their endpoints back;
+and the rows of each tuple counted, placed and gathered for the batch that analyses it."""
 
 from __future__ import annotations
 
