@@ -309,9 +309,10 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
 def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,
                 from_low: np.ndarray, far: bool = False) -> tuple[np.ndarray, int]:
     """Positions in `order` (rows grouped by 4-tuple, in time order within; None: the rows
-    as they are; `tup` and `from_low` in that order) of rows that repeat one of the DUPLICATE_LOOKBACK rows before
-    them of the same 4-tuple and direction within DUPLICATE_WINDOW_NS: same seq, ack, flags,
-    window, payload, IP ID and TCP timestamp (or none). Candidates are the pairs of rows whose
+    as they are; `tup` and `from_low` in that order) of rows that repeat one of the
+    DUPLICATE_LOOKBACK rows before them of the same 4-tuple and direction within
+    DUPLICATE_WINDOW_NS: same seq, ack, flags, window, payload, IP ID and TCP timestamp (or
+    none). Candidates are the pairs of rows whose
     32-bit mix of seq and ack is the same (few: a pure ACK and the data after it, duplicate
     ACKs); only they are compared field by field. Rows further back than DUPLICATE_FIRST
     are looked at only where a copy was found nearer, or with `far`. Also returns how many
@@ -398,49 +399,42 @@ SEG_COLUMNS = ("seq", "ack", "end", "sent_before", "new_data", "retrans", "keepa
 def _segments(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nflows: int
               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Flows.seg: each row's flow, direction and decoded fields in flow order, its
-    relative, unwrapped seq/ack, classification and ACK links (`_sequence_space`,
-    `_ack_links`); and the largest payload of each flow * 2 + dir. One compiled pass per
-    connection (nagleprobe/_flows.c) when built, else `_segments_numpy`. Rows the stream
-    handed in flow order already are not copied."""
+    relative, unwrapped seq/ack, classification and ACK links (`_sequence_space_numpy`,
+    `_ack_links_numpy`); and the largest payload of each flow * 2 + dir. One compiled pass
+    per connection (nagleprobe/_flows.c) when built, else `_segments_numpy`. Rows the
+    stream handed in flow order already are not copied."""
+    seg = {"flow": fid, "dir": d, "frame": c["frame"], "ts_ns": c["ts_ns"], "flags": flags,
+           "window": c["window"]}
     if _compiled is None:
-        return _segments_numpy(c, fid, d, flags, nflows)
-    n, cols = len(fid), c.cols
-    seg = {k: np.empty(n, dtype=np.int64) for k in ("seq", "ack", "end", "sent_before")}
-    seg.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
-    seg.update(flow=fid, dir=d, frame=c["frame"], ts_ns=c["ts_ns"],
-               payload=np.empty(n, np.int64), ack_max=np.empty(n, np.int64),
-               acked_by=np.empty(n, np.int64))
-    maxpay = np.zeros(nflows * 2, dtype=np.int64)
-    _compiled.segments(
-        np.ascontiguousarray(c.order, np.int64), np.ascontiguousarray(fid, np.int64),
-        np.ascontiguousarray(d).view(np.uint8), np.ascontiguousarray(flags, np.uint16),
-        *(np.ascontiguousarray(cols[k], TCP_COLUMNS[k]) for k in ("seq", "ack", "payload")),
-        *(seg[k] for k in ("seq", "ack", "end", "sent_before", "new_data", "retrans",
-                           "keepalive", "payload", "ack_max", "acked_by")), maxpay)
+        made, maxpay = _segments_numpy(c, seg, nflows)
+    else:
+        n = len(fid)
+        made = {k: np.empty(n, dtype=np.int64) for k in ("seq", "ack", "end", "sent_before")}
+        made.update({k: np.empty(n, dtype=bool) for k in ("new_data", "retrans", "keepalive")})
+        made.update({k: np.empty(n, dtype=np.int64) for k in ("payload", "ack_max", "acked_by")})
+        maxpay = np.zeros(nflows * 2, dtype=np.int64)
+        _compiled.segments(
+            np.ascontiguousarray(c.order, np.int64), np.ascontiguousarray(fid, np.int64),
+            np.ascontiguousarray(d).view(np.uint8), np.ascontiguousarray(flags, np.uint16),
+            *(np.ascontiguousarray(c.cols[k], TCP_COLUMNS[k]) for k in ("seq", "ack", "payload")),
+            *made.values(), maxpay)
+    seg.update(made)
     seg["has_data"] = seg["payload"] > 0
-    seg["flags"] = flags
-    seg["window"] = c["window"]
     return {k: seg[k] for k in SEG_COLUMNS}, maxpay
 
 
-def _segments_numpy(c: _Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray,
-                    nflows: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """`_segments` with numpy alone (the reference for the compiled version)."""
-    dgroup = fid * 2 + d
+def _segments_numpy(c: _Sorted, seg: dict[str, np.ndarray], nflows: int
+                    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`_segments`' computed columns with numpy alone (the reference for the compiled
+    version), from `seg`'s flow, dir and flags."""
+    dgroup = seg["flow"] * 2 + seg["dir"]
     by_dir = group_order(dgroup)  # each direction's rows in time order
-    seg = _sequence_space_numpy(c, by_dir, dgroup, nflows)
-    seg["flow"] = fid
-    seg["dir"] = d
-    seg["frame"] = c["frame"]
-    seg["ts_ns"] = c["ts_ns"]
-    seg["payload"] = c["payload"].astype(np.int64)
-    seg["has_data"] = seg["payload"] > 0
-    seg["flags"] = flags
-    seg["window"] = c["window"]
-    seg.update(_ack_links_numpy(seg, by_dir))
+    made = _sequence_space_numpy(c, by_dir, dgroup, nflows)
+    made["payload"] = c["payload"].astype(np.int64)
+    made.update(_ack_links_numpy({**seg, **made}, by_dir))
     maxpay = np.zeros(nflows * 2, dtype=np.int64)
-    np.maximum.at(maxpay, dgroup, seg["payload"])
-    return seg, maxpay
+    np.maximum.at(maxpay, dgroup, made["payload"])
+    return made, maxpay
 
 
 def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:

@@ -272,25 +272,22 @@ def place_rows(tid: np.ndarray, live: np.ndarray | None, cursor: np.ndarray, chu
     t = tid[going]
     by_tuple = np.argsort(t, kind="stable")
     t, going = t[by_tuple], going[by_tuple]
-    first = np.r_[True, t[1:] != t[:-1]] if len(t) else np.zeros(0, bool)
-    starts = np.flatnonzero(first)
-    nth = np.arange(len(t)) - np.repeat(starts, np.diff(np.r_[starts, len(t)]))
-    places = cursor[t] + nth
+    starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]]) if len(t) else np.zeros(0, np.int64)
+    counts = np.diff(np.r_[starts, len(t)])
+    places = cursor[t] + np.arange(len(t)) - np.repeat(starts, counts)
     if len(places) and int(places.max()) >= len(which):
         raise ValueError("place_rows: inconsistent arrays")
     which[places], rows[places] = chunk, going
-    cursor[t[starts]] += np.diff(np.r_[starts, len(t)])
+    cursor[t[starts]] += counts
     return len(going), taken, int(places.max()) if len(places) else -1
 
 
 class RowsOf:
     """A column of a batch left in the chunks that hold it: indexing reads just the rows
     asked for (`build_flows` reads some columns at a few rows only: SYN options, the fields
-    compared for copies of a packet). Row i is `sources[which[i]][rows[i]]` (which None:
-    all from `sources[0]`)."""
+    compared for copies of a packet). Row i is `sources[which[i]][rows[i]]`."""
 
-    def __init__(self, sources: list[np.ndarray], which: np.ndarray | None,
-                 rows: np.ndarray) -> None:
+    def __init__(self, sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray) -> None:
         self.sources, self.which, self.rows = sources, which, rows
         self.dtype = sources[0].dtype
 
@@ -299,8 +296,6 @@ class RowsOf:
 
     def __getitem__(self, index) -> np.ndarray:
         rows = self.rows[index]
-        if self.which is None:
-            return self.sources[0][rows]
         out = np.empty(np.shape(rows), self.dtype)
         take_rows(self.sources, np.ravel(self.which[index]), np.ravel(rows), out.reshape(-1))
         return out

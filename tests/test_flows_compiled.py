@@ -215,9 +215,9 @@ def test_compiled_take_rows_refuses_rows_out_of_range():
 def test_rows_left_in_their_chunks_read_as_the_gathered_column(one_chunk):
     rng = np.random.default_rng(7)
     sources = [rng.integers(0, 1 << 30, 50).astype(np.uint32) for _ in range(1 if one_chunk else 3)]
-    which = None if one_chunk else rng.integers(0, 3, 200).astype(np.int32)
+    which = rng.integers(0, len(sources), 200).astype(np.int32)
     rows = rng.integers(0, 50, 200)
-    column = np.array([sources[0 if which is None else which[i]][r] for i, r in enumerate(rows)])
+    column = np.array([sources[which[i]][r] for i, r in enumerate(rows)])
     lazy = nagleprobe.tuples.RowsOf(sources, which, rows)
     assert len(lazy) == 200 and lazy.dtype == np.uint32
     for index in (np.array([5, 0, 199, 5]), rows % 2 == 0, slice(10, 20), np.zeros(0, np.int64)):
