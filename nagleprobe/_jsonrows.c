@@ -18,6 +18,10 @@
  *                                 null when that is empty
  *   (7, keys, int64 columns)      {"key":v,...} of the columns nonzero in the row
  * Every text must be ASCII (json.dumps writes it so). Plain C, no numpy headers.
+ *
+ * factorize(objects, codes) -> uniques: the twin of jsonrows.factorize_python. Writes into
+ * `codes` (int64, as long as `objects`) the index of each object among the distinct ones, in
+ * order of first sight, -1 for None and NaN (missing); returns the distinct objects.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -407,8 +411,59 @@ done:
     return out;
 }
 
+static int missing(PyObject *v)
+{
+    return v == Py_None || (PyFloat_Check(v) && isnan(PyFloat_AS_DOUBLE(v)));
+}
+
+static PyObject *factorize(PyObject *self, PyObject *args)
+{
+    PyObject *seq;
+    Py_buffer codes;
+    if (!PyArg_ParseTuple(args, "Ow*", &seq, &codes))
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "factorize: a sequence of objects");
+    PyObject *index = PyDict_New(), *uniques = PyList_New(0);
+    Py_ssize_t n = fast ? PySequence_Fast_GET_SIZE(fast) : 0;
+    int ok = fast && index && uniques;
+    if (ok && codes.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "factorize: codes must be int64, one per object");
+        ok = 0;
+    }
+    int64_t *out = codes.buf;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(fast, i);
+        if (missing(v)) {
+            out[i] = -1;
+            continue;
+        }
+        PyObject *at = PyDict_GetItemWithError(index, v);
+        if (at) {
+            out[i] = PyLong_AsLongLong(at);
+            continue;
+        }
+        if (PyErr_Occurred())
+            ok = 0;
+        Py_ssize_t k = PyList_GET_SIZE(uniques);
+        PyObject *num = ok ? PyLong_FromSsize_t(k) : NULL;
+        ok = num && PyDict_SetItem(index, v, num) == 0 && PyList_Append(uniques, v) == 0;
+        Py_XDECREF(num);
+        out[i] = k;
+    }
+    PyBuffer_Release(&codes);
+    Py_XDECREF(fast);
+    Py_XDECREF(index);
+    if (!ok) {
+        Py_XDECREF(uniques);
+        return NULL;
+    }
+    return uniques;
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, "Rows start..stop-1 of a program of ops as JSON text."},
+    {"factorize", factorize, METH_VARARGS,
+     "Codes of objects among the distinct ones (written to an int64 buffer); the distinct."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -180,7 +180,9 @@ def _evidence(stalls: Any, limit: int) -> dict[int, list[dict[str, Any]]]:
     """Per flow, its first `limit` stalls in the JSON shape of `analyze`'s stalls (sender,
     delay, frames, times, confidence). All flows in one pass: per flow, pandas' row access
     cost 0.5-4 ms, most of a fleet's time on captures with many flows with stalls."""
-    rows = stalls.groupby("flow", sort=False).head(limit)
+    from .frames import columns_of
+
+    rows = columns_of(stalls.groupby("flow", sort=False).head(limit))
     out: dict[int, list[dict[str, Any]]] = {}
     for flow, doc in zip(rows["flow"].tolist(), stall_docs(rows, ("sender", "delay_ms"))):
         out.setdefault(flow, []).append(doc)

@@ -299,7 +299,7 @@ RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (n
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
                  ) -> tuple[str, ...]:
-    if not value:  # (no import: selection imports pandas, which analyze loads while it reads)
+    if not value:  # (no import of selection when no host is given)
         return value
     from .errors import BudgetError
     from .selection import parse_host

@@ -1,8 +1,9 @@
 """The shapes of a flow and of a stall in the JSON document, written down once.
 
-Each is a `jsonrows.Program` over the report's tables: the flat columns in table order,
-then the nested objects (a flow's why_not, relay, endpoints, fix and Wireshark filters; a
-stall's frames, times, files of a file set, and confidence last). `analyze --format json`
+Each is a `jsonrows.Program` over the numpy columns of the report's tables (`Report.columns`,
+no pandas): the flat columns in table order, then the nested objects (a flow's why_not,
+relay, endpoints, fix and Wireshark filters; a stall's frames, times, files of a file set,
+and confidence last). `analyze --format json`
 renders them to text directly; `Report.flow_docs`, `Report.stall_docs` and `check`'s
 evidence parse that text, so every output has the one shape.
 """
@@ -13,84 +14,87 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from . import relay, wireshark
 from .advice import FIX_FIELDS
 from .detect import REASONS
 from .jsonrows import Program, encode
-from .tables import STALL_POINTS, TABLE_ONLY
+from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of, take
 
 if TYPE_CHECKING:
     from .report import Report
+
+Columns = dict[str, np.ndarray]  # a table's numpy columns (see `tables`)
 
 # flow columns written inside a nested object, not at the top of the flow
 _NESTED = ({f"fix_{k}" for k in FIX_FIELDS} | {f"why_not_{r}" for r in REASONS}
            | set(relay.RELAY_COLUMNS) | set(TABLE_ONLY))
 
 
-def _column(col: pd.Series):
-    return lambda p: p.value(col)
+def _column(cols: Columns, name: str):
+    col = cols[name]
+    return lambda p: p.value(col, col < 0 if name in NULLABLE else None)
 
 
 def flow_program(report: Report, ids: np.ndarray | None = None) -> Program:
     """One flow per row (all, or the given ids in that order), as the document's "flows"."""
-    fl = report.flows if ids is None else report.flows.loc[ids]
-    sel = fl["id"].to_numpy()
+    every = report.columns("flows")
+    rows = np.arange(len(every["id"])) if ids is None else rows_of(every, ids)
+    fl = every if ids is None else take(every, rows)
     p = Program()
     items: list = []
-    for name in fl.columns:
+    for name in fl:
         if name in _NESTED:
             continue
         if name == "tunnel":
             tunnels = report.capture.get("tunnels", [])
-            items.append((name, lambda q, t=fl[name].to_numpy(dtype=np.int64), ts=tunnels:
+            items.append((name, lambda q, t=fl[name].astype(np.int64), ts=tunnels:
                           q.raw(["null" if not v else encode(ts[v - 1]) for v in t.tolist()])))
         else:
-            items.append((name, _column(fl[name])))
-    items.append(("why_not", lambda q: q.sparse(
-        list(REASONS), [fl[f"why_not_{r}"].to_numpy() for r in REASONS])))
+            items.append((name, _column(fl, name)))
+    items.append(("why_not", lambda q: q.sparse(list(REASONS),
+                                                [fl[f"why_not_{r}"] for r in REASONS])))
     up = {k.removeprefix("relay_"): fl[k] for k in relay.RELAY_COLUMNS}
     items.append(("relay", lambda q: q.maybe(
-        up["upstream_flow"].isna().to_numpy(),
-        lambda g: g.obj([(k, _column(v)) for k, v in up.items()]))))
-    ep = report.endpoints.drop(columns=["flow", "side"])
-    ends = {side: ep.loc[2 * sel + j].reset_index(drop=True)
-            for j, side in enumerate(("client", "server"))}
+        up["upstream_flow"] < 0,
+        lambda g: g.obj([(k, _column(up, k)) for k in up]))))
+    every_end = report.columns("endpoints")  # two rows per flow, client then server
+    ends = {side: take({k: v for k, v in every_end.items() if k not in ("flow", "side")},
+                       2 * rows + j) for j, side in enumerate(("client", "server"))}
     items.append(("endpoints", lambda q: q.obj(
-        [(side, lambda g, e=e: g.obj([(c, _column(e[c])) for c in e.columns]))
+        [(side, lambda g, e=e: g.obj([(c, _column(e, c)) for c in e]))
          for side, e in ends.items()])))
     fix = {k: fl[f"fix_{k}"] for k in FIX_FIELDS}
     items.append(("fix", lambda q: q.maybe(
-        fix["side"].isna().to_numpy(), lambda g: g.obj([(k, _column(v)) for k, v in fix.items()]))))
+        np.equal(fix["side"], None), lambda g: g.obj([(k, _column(fix, k)) for k in fix]))))
     items.append(("wireshark", lambda q: _filters(q, report, fl)))
     return p.obj(items)
 
 
-def _filters(p: Program, report: Report, fl: pd.DataFrame) -> None:
+def _filters(p: Program, report: Report, fl: Columns) -> None:
     """{"flow_filter", "stall_frames_filter"} (a file set: per file, see wireshark)."""
-    if "small_file" in report.stalls.columns:
-        p.raw([encode(d) for d in wireshark.filter_docs(report, fl["id"].tolist())])
+    if "small_file" in report.columns("stalls"):
+        p.raw([encode(d) for d in wireshark.filter_docs(report, fl["id"])])
         return
-    values, offsets = wireshark.stall_frames(report, fl["id"].to_numpy())
+    values, offsets = wireshark.stall_frames(report, fl["id"])
     p.obj([("flow_filter", lambda q: q.text(wireshark.flow_filters(fl))),
            ("stall_frames_filter", lambda q: q.int_list(values, offsets, '"frame.number in {',
                                                         '}"'))])
 
 
-def stall_program(st: pd.DataFrame, fields: tuple[str, ...] | None = None) -> Program:
+def stall_program(st: Columns, fields: tuple[str, ...] | None = None) -> Program:
     """One stall per row, as the document's "stalls": its columns (or only `fields`), then
     frames and times nested (a file set: each frame's file too), confidence last."""
     points = {w: {k: f"{k}_{w}" for k in STALL_POINTS} for w in ("frame", "s", "file")}
     nested = {c for cols in points.values() for c in cols.values()} | {"confidence"}
-    flat = fields if fields is not None else [c for c in st.columns
+    flat = fields if fields is not None else [c for c in st
                                               if c not in nested and c not in TABLE_ONLY]
-    items = [(c, _column(st[c])) for c in flat]
+    items = [(c, _column(st, c)) for c in flat]
     for group, w in (("frames", "frame"), ("times", "s"), ("files", "file")):
-        if points[w]["small"] in st.columns and (w != "file" or fields is None):
+        if points[w]["small"] in st and (w != "file" or fields is None):
             items.append((group, lambda q, cols=points[w]: q.obj(
-                [(k, _column(st[c])) for k, c in cols.items()])))
-    items.append(("confidence", _column(st["confidence"])))
+                [(k, _column(st, c)) for k, c in cols.items()])))
+    items.append(("confidence", _column(st, "confidence")))
     return Program().obj(items)
 
 
@@ -101,10 +105,11 @@ def parsed(p: Program, rows: int) -> list[dict[str, Any]]:
 
 def flow_docs(report: Report, ids: list[int] | np.ndarray | None = None) -> list[dict[str, Any]]:
     """Flows as the document's JSON objects (all, or the given ids)."""
-    n = len(report.flows) if ids is None else len(ids)
+    n = len(report.columns("flows")["id"]) if ids is None else len(ids)
     return parsed(flow_program(report, None if ids is None else np.asarray(ids, dtype=np.int64)), n)
 
 
-def stall_docs(st: pd.DataFrame, fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """Stall rows as the document's stall objects (all columns, or only `fields`)."""
-    return parsed(stall_program(st.reset_index(drop=True), fields), len(st))
+def stall_docs(st: Columns, fields: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Stall rows (a stalls table's columns) as the document's stall objects (all columns,
+    or only `fields`)."""
+    return parsed(stall_program(st, fields), len(st["flow"]))

@@ -347,10 +347,12 @@ class Tunnels:
         first record: `peel_one` once per tunnel, not per packet)."""
         if len(keys) and keys[0] == keys[-1] and (keys == keys[0]).all():  # one tunnel
             codes, uniq = np.zeros(len(keys), np.int64), keys[:1]
-        else:
-            import pandas as pd  # (here: reading and decoding load without pandas)
-
-            codes, uniq = pd.factorize(keys)
+        else:  # numbered by first appearance
+            uniq, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
+            by_first = np.argsort(first_at)
+            code_of = np.empty(len(uniq), np.int64)
+            code_of[by_first] = np.arange(len(uniq))
+            codes, uniq = code_of[inv.reshape(-1)], uniq[by_first]
         # factorize numbers by first appearance: a key's first row is where a new code starts
         first = np.flatnonzero(codes > np.maximum.accumulate(np.r_[-1, codes[:-1]]))
         nums = np.empty(len(uniq), np.uint32)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, format_address
 from .tuples import TupleEnds, endpoints, group_order, lower, tuple_ids
@@ -750,8 +749,8 @@ def _format_addresses(ver: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.nda
     if not len(ver):
         return np.zeros(0, dtype=object)
     if not hi.any() and (ver == ver[0]).all():  # one version, one word (IPv4): quicker
-        inv, uniq_lo = pd.factorize(lo)
-        uniq = [(int(ver[0]), 0, int(x)) for x in uniq_lo]
+        uniq_lo, inv = np.unique(lo, return_inverse=True)
+        uniq = [(int(ver[0]), 0, int(x)) for x in uniq_lo.tolist()]
     else:
         keys = np.stack([ver.astype(np.uint64), hi, lo], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)

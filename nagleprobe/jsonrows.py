@@ -17,7 +17,6 @@ from json.encoder import encode_basestring_ascii as _encode_str
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 try:
     from . import _jsonrows as _compiled
@@ -44,6 +43,25 @@ def decimals(x: np.ndarray) -> int:
     return -1
 
 
+def factorize(objects: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """(codes, distinct): each object's index among the distinct objects (in order of first
+    sight; -1 for None and NaN, i.e. missing) and those objects (compiled when built)."""
+    objects = np.asarray(objects, dtype=object).reshape(-1)
+    if _compiled is None:
+        return factorize_python(objects)
+    codes = np.empty(len(objects), dtype=np.int64)
+    return codes, _compiled.factorize(objects, codes)
+
+
+def factorize_python(objects: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """The reference for `_jsonrows.factorize`."""
+    index: dict[Any, int] = {}
+    codes = np.fromiter((-1 if v is None or (isinstance(v, float) and v != v)
+                          else index.setdefault(v, len(index))
+                         for v in objects.tolist()), dtype=np.int64, count=len(objects))
+    return codes, list(index)
+
+
 class Program:
     """The ops that write one row (see _jsonrows.c for their meaning); built key by key."""
 
@@ -58,32 +76,28 @@ class Program:
             self.ops.append((LIT, text))
         return self
 
-    def value(self, col: pd.Series | np.ndarray) -> Program:
-        """A column's value, by its type: integers (pandas' nullable ones: null for NA),
-        floats (NaN: null), booleans, else text (missing: null)."""
-        dtype = col.dtype
-        if isinstance(dtype, np.dtype) and dtype.kind in "iu":
-            self.ops.append((INT, np.ascontiguousarray(col, dtype=np.int64), None))
-        elif isinstance(dtype, np.dtype) and dtype.kind == "f":
+    def value(self, col: np.ndarray, null: np.ndarray | None = None) -> Program:
+        """A column's value, by its type: integers (null where `null` is set), floats (NaN:
+        null), booleans, else text (None or NaN: null)."""
+        col = np.asarray(col)
+        kind = col.dtype.kind
+        if kind in "iu":
+            self.ops.append((INT, np.ascontiguousarray(col, dtype=np.int64),
+                             None if null is None else np.ascontiguousarray(null, dtype=np.bool_)))
+        elif kind == "f":
             x = np.ascontiguousarray(col, dtype=np.float64)
             self.ops.append((FLOAT, x, decimals(x)))
-        elif isinstance(dtype, np.dtype) and dtype.kind == "b":
+        elif kind == "b":
             self.ops.append((BOOL, np.ascontiguousarray(col, dtype=np.bool_)))
-        elif isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iu":
-            s = pd.Series(col)
-            self.ops.append((INT, s.fillna(0).to_numpy(dtype=np.int64),
-                             s.isna().to_numpy()))
         else:
             self.text(col)
         return self
 
-    def text(self, col: pd.Series | np.ndarray) -> Program:
+    def text(self, col: np.ndarray | Sequence[Any]) -> Program:
         """Text (or any JSON-able objects) per row, each distinct value encoded once."""
-        codes, uniques = pd.factorize(pd.Series(np.asarray(col, dtype=object)),
-                                      use_na_sentinel=True)
-        self.ops.append((TEXT, codes.astype(np.int64),
-                         [_encode_str(u) if type(u) is str else encode(u)
-                          for u in np.asarray(uniques, dtype=object).tolist()]))
+        codes, uniques = factorize(col)
+        self.ops.append((TEXT, codes, [_encode_str(u) if type(u) is str else encode(u)
+                                       for u in uniques]))
         return self
 
     def raw(self, fragments: Sequence[str]) -> Program:

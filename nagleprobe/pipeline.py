@@ -1,8 +1,8 @@
 """read -> decode -> flows -> detect -> report: the library call behind every front end.
 
-Reading and decoding need numpy only; the analysis needs pandas too, whose import takes
-about 0.4 s. So `analyze` loads the analysis modules in a thread while it reads and decodes
-the first chunks of the capture.
+Reading and decoding need numpy only, and so does the analysis (pandas is loaded only when a
+report's DataFrames are asked for, see `report`); `analyze` loads the analysis modules
+(some 40 ms) in a thread while it reads and decodes the first chunks of the capture.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[CaptureReader, int], None]  # called after each chunk with frames read
 # How long the stream holds a connection's packets (nagleprobe.stream), defined here, where the
-# CLI and the library read them before pandas and the analysis modules load:
+# CLI and the library read them before the analysis modules load:
 # a connection silent this long (capture time) is analysed and freed as if closed: a port
 # scan or SYN flood leaves a million connections half open
 DEFAULT_IDLE_S = 3600.0
@@ -38,7 +38,7 @@ EARLY_CHUNKS = 8  # at most this many decoded chunks wait for the analysis modul
 
 
 def _load_analysis() -> None:
-    from . import stream  # noqa: F401  (and with it flows, detect, report and pandas)
+    from . import stream  # noqa: F401  (and with it flows, detect and report)
 
 
 def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str]],

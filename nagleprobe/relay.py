@@ -17,9 +17,9 @@ joins them with the stalls once all flows are known.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from .flows import NEAR_MS, Flows
+from .jsonrows import factorize
 
 RELAY_WINDOW_MS = 1.0  # a relay forwards what it read within this (loopback: microseconds)
 LOOK_BACK = 8  # arrivals at the host examined before each S1, latest first
@@ -60,8 +60,9 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     if arr is None or not len(stalls["flow"]) or not len(arr["flow"]):
         return out
     ends = np.stack([flows["client"], flows["server"]], axis=1).astype(object)  # [flow, side]
-    addr_of = np.unique(pd.Series(ends.reshape(-1)).str.rsplit(":", n=1).str[0]
-                        .to_numpy(dtype=object), return_inverse=True)[1].reshape(nflows, 2)
+    codes, distinct = factorize(ends.reshape(-1))  # each endpoint's address split off once
+    addr = np.array([e.rsplit(":", 1)[0] for e in distinct], dtype=object)
+    addr_of = np.unique(addr, return_inverse=True)[1].reshape(-1)[codes].reshape(nflows, 2)
     # endpoints at the capture point are on one host, whatever their address (a proxy with
     # one address towards its clients and another towards its servers, captured on it)
     near = np.stack([flows["rtt_client_ms"], flows["rtt_server_ms"]], axis=1) <= NEAR_MS

@@ -1,13 +1,16 @@
-"""The analysis result: pandas tables for notebooks, a JSON document, and the text report."""
+"""The analysis result: pandas tables for notebooks, a JSON document, and the text report.
+
+The tables are held as numpy columns (`tables`), from which the text and JSON reports are
+written; a DataFrame is made the first time it is asked for (`frames`), so the command
+line never loads pandas (0.2-0.3 s of every run).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
-import pandas as pd
 
 from . import document, relay
 from . import selection as sel
@@ -16,17 +19,13 @@ from .errors import utf8_safe
 from .flows import Flows
 from .read import CaptureInfo
 from .selection import parse_host, worst_first
-from .tables import (
-    STALL_POINTS,
-    TEXT_DTYPE,
-    add_tcp_streams,
-    capture_doc,
-    report_columns,
-    segment_table,
-    table,
-)
+from .tables import STALL_POINTS, capture_doc, report_columns, take
 from .text_report import TEXT_WIDTH, render_text
+from .wireshark import add_tcp_streams
 from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-exported)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (a flow is ten times a stall)
 SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
@@ -46,38 +45,81 @@ def json_schema() -> dict[str, Any]:
 
     return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
 
+TABLES = ("flows", "stalls", "endpoints")
 
-@dataclass
+
 class Report:
     """Everything nagleprobe found in one capture.
 
     `capture`: how the file was read (a dict). `flows`, `stalls`, `endpoints`: pandas
-    DataFrames, one row per flow, per stall and per flow endpoint; `segments` one row per
-    TCP segment, built on first use from `source` (columns of all four in the README).
+    DataFrames, one row per flow, per stall and per flow endpoint, made on first use from
+    their numpy columns (`columns(name)`); `segments` one row per TCP segment, built on
+    first use from `source` (columns of all four in the README).
     `to_dict()` is the JSON document. `flow(i)`, `worst(n)` and `select(...)` give a
     Report restricted to some flows.
     """
 
-    capture: dict[str, Any]
-    flows: pd.DataFrame
-    stalls: pd.DataFrame
-    endpoints: pd.DataFrame
-    source: Flows | None = field(default=None, repr=False, compare=False)
-    # how to read the capture's reassembled flows again when `source` was not kept (a
-    # streamed analysis): set by the pipeline, called with the report
-    reread: Callable[[Report], Flows] | None = field(default=None, repr=False, compare=False)
-    _segments: pd.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
-    # what `select` chose (the JSON's "selection"); None for the whole capture
-    selection: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    def __init__(self, capture: dict[str, Any], flows: dict[str, np.ndarray] | pd.DataFrame,
+                 stalls: dict[str, np.ndarray] | pd.DataFrame,
+                 endpoints: dict[str, np.ndarray] | pd.DataFrame, source: Flows | None = None,
+                 reread: Callable[[Report], Flows] | None = None) -> None:
+        """`flows`, `stalls`, `endpoints`: each a DataFrame or its numpy columns (as
+        `tables.report_columns` gives them); endpoints two rows per flow, client then
+        server, in the flows' order."""
+        self.capture = capture
+        self.source = source
+        # how to read the capture's reassembled flows again when `source` was not kept (a
+        # streamed analysis): set by the pipeline, called with the report
+        self.reread = reread
+        # what `select` chose (the JSON's "selection"); None for the whole capture
+        self.selection: dict[str, Any] | None = None
+        self._segments: pd.DataFrame | None = None
+        self._columns: dict[str, dict[str, np.ndarray]] = {}
+        self._frames: dict[str, pd.DataFrame] = {}
+        for name, t in zip(TABLES, (flows, stalls, endpoints)):
+            (self._columns if isinstance(t, dict) else self._frames)[name] = t
+
+    def columns(self, name: str) -> dict[str, np.ndarray]:
+        """The numpy columns of the table `name` ("flows", "stalls" or "endpoints"): times
+        as epoch nanoseconds, -1 for NA in `tables.NULLABLE` columns, text as objects (not
+        copies: leave them as they are). The text and JSON reports are written from them."""
+        if name not in self._columns:
+            from .frames import columns_of
+
+            self._columns[name] = columns_of(self._frames[name])
+        return self._columns[name]
+
+    def _frame(self, name: str) -> pd.DataFrame:
+        if name not in self._frames:
+            from .frames import table
+
+            self._frames[name] = table(self._columns[name])
+        return self._frames[name]
+
+    @property
+    def flows(self) -> pd.DataFrame:
+        """One row per flow (columns in the README), indexed by flow id."""
+        return self._frame("flows")
+
+    @property
+    def stalls(self) -> pd.DataFrame:
+        """One row per stall, by flow then released frame."""
+        return self._frame("stalls")
+
+    @property
+    def endpoints(self) -> pd.DataFrame:
+        """Two rows per flow, client then server."""
+        return self._frame("endpoints")
 
     @property
     def stall_count(self) -> int:
-        return len(self.stalls)
+        return len(self.columns("stalls")["flow"])
 
     def summary(self) -> dict[str, Any]:
-        return {"stalls": len(self.stalls), "flows": len(self.flows),
-                "flows_with_stalls": int((self.flows["stalls"] > 0).sum()),
-                "stall_ms": round(float(self.flows["stall_ms"].sum()), 3)}
+        fl = self.columns("flows")
+        return {"stalls": self.stall_count, "flows": len(fl["id"]),
+                "flows_with_stalls": int((fl["stalls"] > 0).sum()),
+                "stall_ms": round(float(fl["stall_ms"].sum()), 3)}
 
     def verdict(self) -> str:
         """One sentence: are stalls present, where, and what they cost."""
@@ -95,8 +137,8 @@ class Report:
 
     def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
         """Stalls as JSON objects (all, or one flow's), frames and times nested."""
-        return document.stall_docs(self.stalls if flow is None
-                                   else self.stalls[self.stalls["flow"] == flow])
+        st = self.columns("stalls")
+        return document.stall_docs(st if flow is None else take(st, st["flow"] == flow))
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see README, "JSON output")."""
@@ -116,7 +158,7 @@ class Report:
         assert head.endswith('"flows":[]}')
         # a slice at a time: a program holds a column per key for its rows (a million
         # flows of a port scan at once took 700 MB more)
-        ids, per = self.flows["id"].to_numpy(), min(rows_per_piece, FLOWS_PER_PIECE)
+        ids, per = self.columns("flows")["id"], min(rows_per_piece, FLOWS_PER_PIECE)
         piece = head[:-2]
         for a in range(0, len(ids), per):
             if a:
@@ -125,9 +167,10 @@ class Report:
             part = ids[a:a + per]
             piece += document.flow_program(self, part).render(0, len(part))
         yield piece + '],"stalls":['
-        for a in range(0, len(self.stalls), rows_per_piece):
-            part = self.stalls.iloc[a:a + rows_per_piece]
-            yield ("," if a else "") + document.stall_program(part).render(0, len(part))
+        st = self.columns("stalls")
+        for a in range(0, self.stall_count, rows_per_piece):
+            part = take(st, slice(a, a + rows_per_piece))
+            yield ("," if a else "") + document.stall_program(part).render(0, len(part["flow"]))
         yield "]}"
 
     def to_text(self, width: int = TEXT_WIDTH) -> str:
@@ -158,9 +201,13 @@ class Report:
                     raise ValueError(f"{self.capture['path']}: no segments: the report keeps "
                                      "neither its packets nor a way to read them again")
                 self.source = self.reread(self)
+            from .frames import TEXT_DTYPE, segment_table
+
             self._segments = segment_table(self.source, self.capture["time_origin_ns"],
-                                           self.flows["id"].to_numpy())
+                                           self.columns("flows")["id"])
             if files:  # a file set: the frame in its file, and the file
+                import pandas as pd
+
                 from .fileset import file_frames
 
                 idx, local = file_frames(self._segments["frame"].to_numpy(dtype=np.int64))
@@ -288,8 +335,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         capture["warnings"].append(relay.relay_warning())
         arr = None
     cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
-    return Report(capture, table(cols["flows"]), table(cols["stalls"]),
-                  table(cols["endpoints"]), source=f)
+    return Report(capture, cols["flows"], cols["stalls"], cols["endpoints"], source=f)
 
 
 def _parse_hosts(hosts: tuple[Any, ...]) -> list[str]:
@@ -312,25 +358,32 @@ def name_files(r: Report, files: list[dict[str, Any]]) -> None:
     names = np.asarray([f["path"] for f in files], dtype=object)
     r.capture["files"] = files
 
-    def split(df: pd.DataFrame, frame_cols: list[str], before: str | None) -> pd.DataFrame:
+    def split(cols: dict[str, np.ndarray], frame_cols: list[str], before: str | None
+              ) -> dict[str, np.ndarray]:
         add = {}
         for c in frame_cols:
-            idx, local = file_frames(df[c].to_numpy(dtype=np.int64))
-            df[c] = local
-            add[c.removesuffix("_frame") + "_file"] = pd.array(names[idx], dtype=TEXT_DTYPE)
-        cols = list(df.columns)
-        at = cols.index(before) if before in cols else len(cols)
-        for j, (name, col) in enumerate(add.items()):
-            df.insert(at + j, name, col)
-        return df
+            idx, local = file_frames(cols[c].astype(np.int64))
+            cols[c] = local
+            add[c.removesuffix("_frame") + "_file"] = names[idx]
+        out: dict[str, np.ndarray] = {}
+        for name, col in cols.items():
+            if name == before:
+                out.update(add)
+            out[name] = col
+        out.update(add)  # at the end without `before` (else in place already)
+        return out
 
-    r.stalls = split(r.stalls, [f"{k}_frame" for k in STALL_POINTS], "confidence")
-    fl = r.flows
-    after_last = list(fl.columns).index("last_frame") + 1
-    nxt = fl.columns[after_last] if after_last < len(fl.columns) else None
-    r.flows = split(fl, ["first_frame", "last_frame"], nxt)
-    if "tcp_stream" in r.flows.columns:
-        r.flows["tcp_stream"] = pd.array([pd.NA] * len(r.flows), dtype="Int64")
+    stalls = split(dict(r.columns("stalls")), [f"{k}_frame" for k in STALL_POINTS], "confidence")
+    fl = dict(r.columns("flows"))
+    names_fl = list(fl)
+    after_last = names_fl.index("last_frame") + 1
+    fl = split(fl, ["first_frame", "last_frame"],
+               names_fl[after_last] if after_last < len(names_fl) else None)
+    if "tcp_stream" in fl:
+        fl["tcp_stream"] = np.full(len(fl["id"]), -1, dtype=np.int64)
+    r._columns.update(flows=fl, stalls=stalls)
+    r._frames.pop("flows", None)
+    r._frames.pop("stalls", None)
 
 
 def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:

@@ -23,10 +23,18 @@ if TYPE_CHECKING:
     import pandas as pd  # loaded by the functions that take tables (the CLI parses --host early)
 
 
+def worst_order(stall_ms: np.ndarray, ids: np.ndarray, among: np.ndarray | None = None
+                ) -> np.ndarray:
+    """The rows of a flows table (its columns; `among`: only the rows of this mask), those
+    that lost the most time to stalls first (ties by id): the order of every "worst first"
+    list (--top, the text, HTML and pcapng comments, the pictures)."""
+    rows = np.arange(len(ids)) if among is None else np.flatnonzero(among)
+    return rows[np.lexsort((ids[rows], -stall_ms[rows]))]
+
+
 def worst_first(flows: pd.DataFrame) -> pd.DataFrame:
-    """The flows, those that lost the most time to stalls first (ties by id): the order of
-    every "worst first" list (--top, the text, HTML and pcapng comments, the pictures)."""
-    return flows.sort_values(["stall_ms", "id"], ascending=[False, True])
+    """The flows table in `worst_order`."""
+    return flows.iloc[worst_order(flows["stall_ms"].to_numpy(), flows["id"].to_numpy())]
 
 
 def as_tuple(value: Any) -> tuple[Any, ...]:

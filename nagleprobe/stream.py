@@ -37,17 +37,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
 from .detect import Detection, detect
 from .flows import Flows, build_flows
+from .jsonrows import factorize
 from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
 from .report import Report
-from .tables import add_tcp_streams, capture_doc, report_columns, table
+from .tables import capture_doc, report_columns
 from .tuples import RowsOf, TupleEnds, TupleTable, place_rows, take_rows, tally
+from .wireshark import add_tcp_streams
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -77,8 +78,8 @@ def _interned(col: np.ndarray) -> np.ndarray:
     """An object column whose equal strings are one object."""
     if col.dtype != object or len(col) < 2:
         return col
-    codes, uniques = pd.factorize(col.reshape(-1), use_na_sentinel=False)
-    return np.asarray(uniques, dtype=object)[codes].reshape(col.shape)
+    codes, uniques = factorize(col)
+    return np.array(uniques + [None], dtype=object)[codes].reshape(col.shape)
 
 
 def _libc_trim():
@@ -720,7 +721,7 @@ def _join(p: _Parts, capture: dict) -> Report:
         arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])
         p.arrivals = []
     flows.update(link(flows, stalls, arr))
-    return Report(capture, table(flows), table(stalls), table(endpoints))
+    return Report(capture, flows, stalls, endpoints)
 
 
 def _take(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:

@@ -1,24 +1,19 @@
-"""The result tables: flows, stalls, endpoints and segments as pandas DataFrames, built
-column-wise from the stages' arrays (no Python object per row), and the JSON's capture
-object."""
+"""The result tables (flows, stalls, endpoints) as numpy columns, built column-wise from the
+stages' arrays (no Python object per row), and the JSON's capture object. The text and JSON
+reports are written from these columns; `frames` makes pandas DataFrames of them."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from . import advice, encap, wireshark
-from .decode import SYN, TCP_FLAG_NAMES
+from . import advice, encap
 from .detect import REASONS, Detection
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
 from .words import SIDES
 
-# the dtype pandas gives text (str from pandas 3, object before): every text column has it,
-# also when a table is empty or a column holds only missing values
-TEXT_DTYPE = pd.Series(["x"]).dtype
 _NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
 
 
@@ -109,97 +104,6 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     return {"flows": flows, "stalls": stalls, "endpoints": endpoints}
 
 
-def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
-    """A DataFrame of `report_columns` columns (used as they are, not copied): times as UTC
-    datetimes, an unknown window scale as NA, text in TEXT_DTYPE. `columns` is emptied, so
-    that each column the table converts is let go of at once, not held twice meanwhile."""
-    out = {}
-    for name in list(columns):
-        col = columns.pop(name)
-        if name in TABLE_ONLY:
-            col = _utc(col)
-        elif name in ("window_scale", "tcp_stream", "relay_upstream_flow"):
-            known = col >= 0
-            col = pd.array(col, dtype="Int64")
-            col[~known] = pd.NA
-        elif col.dtype == object:  # text (None: missing), made TEXT_DTYPE at once (not
-            col = pd.array(col, dtype=TEXT_DTYPE)  # inferred first: twice the time)
-        out[name] = col
-    df = pd.DataFrame(out, copy=False)
-    del out, col
-    return settle_dtypes(df)
-
-
-def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
-    """Add the flows' Wireshark `tcp.stream` (-1: not computable exactly; NA in the table)
-    to the columns of all of a capture's flows (see `wireshark.tcp_streams`)."""
-    flows["tcp_stream"] = wireshark.tcp_streams(flows["first_frame"], flows["client"],
-                                                flows["server"], capture)
-
-
-def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
-    """Epoch nanoseconds as UTC pandas datetimes (the same numbers seen as datetimes: twenty
-    times quicker than pd.to_datetime's conversion of 263 k stalls' times)."""
-    return pd.DatetimeIndex(np.asarray(ns, dtype=np.int64).view("M8[ns]")).tz_localize("UTC")
-
-
-def settle_dtypes(df: pd.DataFrame) -> pd.DataFrame:
-    """Give every text column the same dtype whatever its content (an empty column or one
-    of only None would otherwise stay `object` under pandas 3)."""
-    for name, dtype in df.dtypes.items():
-        if dtype == object:
-            df[name] = df[name].astype(TEXT_DTYPE)
-    return df
-
-
-def segment_table(f: Flows, origin_ns: int, ids: np.ndarray | None = None) -> pd.DataFrame:
-    """One row per TCP segment of the given flows (all if None), in flow then time order.
-
-    seq is relative to the sender's ISN and ack to the peer's (0 at the SYN, as Wireshark
-    shows them); `window_bytes` applies the window scale both SYNs agreed on (never to SYNs).
-    """
-    s = f.seg
-    if ids is None:
-        rows = np.arange(len(s["flow"]))
-    else:
-        bounds = [f.rows(int(i)) for i in ids]
-        rows = (np.concatenate([np.arange(b.start, b.stop) for b in bounds]) if bounds
-                else np.zeros(0, dtype=np.int64))
-    fid, d = s["flow"][rows], s["dir"][rows].astype(np.int64)
-    flags = s["flags"][rows].astype(np.int64)
-    ts = s["ts_ns"][rows].astype(np.int64)
-    ack = pd.array(s["ack"][rows], dtype="Int64")
-    ack[s["ack"][rows] < 0] = pd.NA
-    window = s["window"][rows].astype(np.int64)
-    wscale = f.flow["wscale"].reshape(-1, 2)[fid, d] if len(rows) else np.zeros(0, np.int64)
-    syn = (flags & SYN) != 0
-    window_bytes = pd.array(np.where(syn, window, window << np.maximum(wscale, 0)), dtype="Int64")
-    window_bytes[(wscale < 0) & ~syn] = pd.NA
-    return settle_dtypes(pd.DataFrame({
-        "flow": fid.astype(np.int64),
-        "sender": np.array(SIDES, dtype=object)[d],
-        "frame": s["frame"][rows].astype(np.int64),
-        "time": _utc(ts),
-        "time_s": (ts - origin_ns) / 1e9,
-        "seq": s["seq"][rows].astype(np.int64),
-        "ack": ack,
-        "payload": s["payload"][rows].astype(np.int64),
-        "flags": _flag_names(flags),
-        "window": window,
-        "window_bytes": window_bytes,
-        "retransmission": s["retrans"][rows].astype(bool),
-        "keepalive": s["keepalive"][rows].astype(bool),
-    }))
-
-
-def _flag_names(flags: np.ndarray) -> np.ndarray:
-    """TCP flags as Wireshark names them, e.g. "PSH,ACK", one lookup per distinct value."""
-    uniq, inv = np.unique(flags, return_inverse=True)
-    names = np.array([",".join(n for b, n in enumerate(TCP_FLAG_NAMES) if v >> b & 1)
-                      for v in uniq.tolist()], dtype=object)
-    return names[inv.reshape(-1)]
-
-
 def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, origin_ns: int,
                 warnings: list[str] | None = None) -> dict[str, Any]:
     """The JSON document's `capture` object: how the file was read."""
@@ -215,18 +119,27 @@ STALL_POINTS = ("small", "ack", "released")
 
 # datetime columns of the tables: for notebooks only, the JSON keeps its seconds
 TABLE_ONLY = ("start_time", "small_time", "ack_time", "released_time")
+# integer columns whose missing values are -1 here (NA in the DataFrames, null in JSON)
+NULLABLE = ("window_scale", "tcp_stream", "relay_upstream_flow")
 
 
-def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows as plain Python dicts (Python scalars; NaN and NA as None, i.e. JSON null)."""
-    cols = []
-    for name in df.columns:
-        col = df[name]
-        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f":
-            cols.append([None if x != x else x for x in col.to_numpy().tolist()])
-        elif isinstance(col.dtype, np.dtype) and col.dtype.kind in "iub":
-            cols.append(col.to_numpy().tolist())
-        else:  # text, objects, pandas extension types (Int64 with NA): missing -> None
-            cols.append(col.to_numpy(dtype=object, na_value=None).tolist())
-    names = list(df.columns)
-    return [dict(zip(names, row)) for row in zip(*cols)] if names else []
+def take(columns: dict[str, np.ndarray], rows: np.ndarray | slice) -> dict[str, np.ndarray]:
+    """Some rows of a table's columns."""
+    return {k: v[rows] for k, v in columns.items()}
+
+
+def rows_of(columns: dict[str, np.ndarray], ids: np.ndarray | list[int]) -> np.ndarray:
+    """The rows of the flows with these ids (in that order) in a flows table's columns;
+    KeyError for an id it does not hold."""
+    have, ids = columns["id"], np.asarray(ids, dtype=np.int64).reshape(-1)
+    if not len(ids):
+        return ids
+    if 0 <= ids.min() and ids.max() < len(have) and np.array_equal(have[ids], ids):
+        return ids  # a whole capture's flows: the id is the row
+    order = np.argsort(have, kind="stable")
+    rows = order[np.minimum(np.searchsorted(have, ids, sorter=order), len(have) - 1)] \
+        if len(have) else np.zeros(len(ids), dtype=np.int64)
+    missing = ids[have[rows] != ids] if len(have) else ids
+    if len(missing):
+        raise KeyError(int(missing[0]))
+    return rows

@@ -13,8 +13,8 @@ from .advice import HOLD_SHARE, HOLD_TEXT_MS
 from .detect import timer_name
 from .document import stall_docs
 from .errors import printable
-from .selection import selection_line, worst_first
-from .tables import records
+from .selection import selection_line, worst_order
+from .tables import take
 from .words import SIDES, human_count, human_ms
 
 if TYPE_CHECKING:
@@ -184,16 +184,17 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
     lines.append(r.verdict())
     # the ids of the flows with stalls, worst first, sorted on the two columns that order them
     # (not on the whole table); every flow shown is made a document at once
-    fl = r.flows
-    stalled = worst_first(fl.loc[fl["stalls"] > 0, ["stall_ms", "id"]])["id"].to_numpy()
-    clean_ids = fl.index[fl["stalls"] == 0]  # (no list of a million Python ints)
+    fl = r.columns("flows")
+    worst = worst_order(fl["stall_ms"], fl["id"], fl["stalls"] > 0)  # rows of the stalled flows
+    stalled = fl["id"][worst]
+    clean_ids = fl["id"][fl["stalls"] == 0]
     detailed = stalled[:TEXT_DETAILED_FLOWS].tolist()
     docs = r.flow_docs(detailed + clean_ids[:TEXT_LISTED_FLOWS].tolist())
     # each detailed flow's stall rows; the documents of those listed made at once
-    stall_flow = r.stalls["flow"].to_numpy()
-    rows = [np.flatnonzero(stall_flow == i) for i in detailed]
-    listed = iter(stall_docs(r.stalls.iloc[np.concatenate(
-        [x[:TEXT_EVIDENCE_ROWS] for x in rows] or [np.zeros(0, np.int64)])]))
+    st = r.columns("stalls")
+    rows = [np.flatnonzero(st["flow"] == i) for i in detailed]
+    listed = iter(stall_docs(take(st, np.concatenate(
+        [x[:TEXT_EVIDENCE_ROWS] for x in rows] or [np.zeros(0, np.int64)]))))
     for f, mine in zip(docs, rows):
         lines.append("")
         lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
@@ -218,13 +219,15 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         if len(mine) > TEXT_EVIDENCE_ROWS:
             lines.append(f"    ... {human_count(len(mine) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
                          f"lists them all)")
-    rest = stalled[TEXT_DETAILED_FLOWS:]
+    rest = worst[TEXT_DETAILED_FLOWS:]
     if len(rest):
         lines.append("")
         lines.append(f"{human_count(len(rest))} more flows with stalls (worst first; --format json lists all):")
-        for f in records(fl.loc[rest[:TEXT_LISTED_FLOWS]]):
-            lines.append(f"  {f['id']:>6}  {f['client']} -> {f['server']}  "
-                         f"{human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])}; fix: {f['fix_action']} on the {f['fix_side']}")
+        shown = take(fl, rest[:TEXT_LISTED_FLOWS])
+        for i, client, server, n, ms, action, side in zip(*(shown[k].tolist() for k in (
+                "id", "client", "server", "stalls", "stall_ms", "fix_action", "fix_side"))):
+            lines.append(f"  {i:>6}  {client} -> {server}  {human_count(n)} stalls, "
+                         f"{human_ms(ms)}; fix: {action} on the {side}")
         if len(rest) > TEXT_LISTED_FLOWS:
             lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
     if len(clean_ids):

@@ -133,7 +133,6 @@ class TupleTable:
     64-bit mix in a pandas index, checked against the words."""
 
     def __init__(self) -> None:
-        import pandas as pd  # here, not at load: encap imports this module early
         self.count = 0
         self._ver = np.zeros(0, dtype=np.uint8)  # IP version of each tuple
         self._compiled = _compiled  # as built, or as a test switched it (flows._compiled)
@@ -141,6 +140,8 @@ class TupleTable:
             self._slots = np.full(1 << 10, -1, dtype=np.int64)
             self._table = np.zeros(5 << 9, dtype=np.uint64)  # five words per id
         else:
+            import pandas as pd  # (the numpy path only)
+
             self._index = pd.Index(np.zeros(0, dtype=np.uint64))
             self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
 

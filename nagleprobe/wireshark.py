@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .errors import printable
+from .tables import rows_of, take
 
 if TYPE_CHECKING:
     from .report import Report
@@ -50,20 +50,29 @@ def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
     # the 4-tuple, either way round, as a 64-bit hash of its endpoints' hashes (no string
     # or table entry per endpoint: a port scan's million flows took 200 MB more with them);
     # a reuse it finds is checked on the text, so a hash collision cannot end the numbering
-    a = pd.util.hash_array(client, categorize=False)
-    b = pd.util.hash_array(server, categorize=False)
-    key = pd.Series(np.minimum(a, b) * np.uint64(0x9E3779B97F4A7C15) ^ np.maximum(a, b))
+    a = np.fromiter(map(hash, client), dtype=np.int64, count=n).view(np.uint64)
+    b = np.fromiter(map(hash, server), dtype=np.int64, count=n).view(np.uint64)
+    key = np.minimum(a, b) * np.uint64(0x9E3779B97F4A7C15) ^ np.maximum(a, b)
     del a, b
-    again = np.flatnonzero(key.duplicated().to_numpy())
+    by_key = np.argsort(key, kind="stable")  # a key's flows in first-frame order
+    later = np.zeros(n, dtype=bool)  # a key seen before
+    later[by_key[1:]] = key[by_key[1:]] == key[by_key[:-1]]
     stop = n
-    for i in again.tolist():  # the first true reuse; a collision is passed over
-        earlier = np.flatnonzero((key.to_numpy()[:i] == key.to_numpy()[i]))
+    for i in np.flatnonzero(later).tolist():  # the first true reuse; a collision is passed over
+        earlier = np.flatnonzero(key[:i] == key[i])
         pair = {client[i], server[i]}
         if any({client[j], server[j]} == pair for j in earlier.tolist()):
             stop = i  # numbered up to the first reused 4-tuple
             break
     out[order[:stop]] = np.arange(stop)
     return out
+
+
+def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
+    """Add the flows' Wireshark `tcp.stream` (-1: not computable exactly; NA in the table)
+    to the columns of all of a capture's flows (see `tcp_streams`)."""
+    flows["tcp_stream"] = tcp_streams(flows["first_frame"], flows["client"], flows["server"],
+                                      capture)
 
 
 def _endpoint(text: str) -> tuple[str, str, int]:
@@ -99,10 +108,11 @@ def _frames_in(frames: np.ndarray) -> str | None:
 def stall_frames(report: Report, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The frames of the stalls (S1, late ACK, S2) of each flow of `ids`, sorted and each
     once per flow: (values, offsets), flow j's frames being values[offsets[j]:offsets[j+1]]."""
-    st = report.stalls
-    mine = st["flow"].isin(ids).to_numpy() if len(ids) < len(report.flows) else slice(None)
-    flow = np.tile(st["flow"].to_numpy()[mine], 3)
-    frames = np.concatenate([st[f"{k}_frame"].to_numpy()[mine]
+    st = report.columns("stalls")
+    mine = np.isin(st["flow"], ids) if len(ids) < len(report.columns("flows")["id"]) \
+        else slice(None)
+    flow = np.tile(st["flow"][mine], 3)
+    frames = np.concatenate([st[f"{k}_frame"][mine]
                              for k in ("small", "ack", "released")]).astype(np.int64)
     order = np.lexsort((frames, flow))
     flow, frames = flow[order], frames[order]
@@ -111,14 +121,13 @@ def stall_frames(report: Report, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     flow, frames = flow[once], frames[once]
     lo, hi = np.searchsorted(flow, ids, side="left"), np.searchsorted(flow, ids, side="right")
     # flows of `ids` in any order: gather each one's run, then offsets over the runs
-    take = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo) + np.arange((hi - lo).sum())
-    return frames[take], np.r_[0, np.cumsum(hi - lo)].astype(np.int64)
+    pick = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo) + np.arange((hi - lo).sum())
+    return frames[pick], np.r_[0, np.cumsum(hi - lo)].astype(np.int64)
 
 
-def flow_filters(fl: pd.DataFrame) -> list[str]:
-    """`flow_filter` of each row of a flows table."""
-    streams = (fl["tcp_stream"].to_numpy(dtype=np.int64, na_value=-1)
-               if "tcp_stream" in fl.columns else np.full(len(fl), -1))
+def flow_filters(fl: dict[str, np.ndarray]) -> list[str]:
+    """`flow_filter` of each row of a flows table (its columns)."""
+    streams = fl["tcp_stream"] if "tcp_stream" in fl else np.full(len(fl["id"]), -1)
     return [flow_filter(c, s, t, ff, lf) for c, s, t, ff, lf in zip(
         fl["client"].tolist(), fl["server"].tolist(), streams.tolist(),
         fl["first_frame"].tolist(), fl["last_frame"].tolist())]
@@ -131,20 +140,21 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
     them. For a file set, frame numbers belong to their file: the flow filter is the
     endpoints' alone (good in every file), "stall_frames_filter" is None and
     "stall_frames_filters" gives one filter per file ({path: filter})."""
-    fl = report.flows if ids is None else report.flows.loc[list(ids)]
-    sel = fl["id"].to_numpy()
-    if "small_file" not in report.stalls.columns:
+    fl = report.columns("flows")
+    if ids is not None:
+        fl = take(fl, rows_of(fl, ids))
+    sel = fl["id"]
+    st = report.columns("stalls")
+    if "small_file" not in st:
         values, offsets = stall_frames(report, sel)
         return [{"flow_filter": f, "stall_frames_filter": _frames_in(values[a:b])}
                 for f, a, b in zip(flow_filters(fl), offsets[:-1].tolist(),
                                    offsets[1:].tolist())]
-    st = report.stalls
     set_paths = [f["path"] for f in report.capture.get("files") or []]  # in set order
-    mine = st["flow"].isin(sel).to_numpy()
-    flow = np.tile(st["flow"].to_numpy()[mine], 3)
-    frames = np.concatenate([st[f"{k}_frame"].to_numpy()[mine]
-                             for k in ("small", "ack", "released")])
-    files = np.concatenate([st[f"{k}_file"].to_numpy(dtype=object)[mine]
+    mine = np.isin(st["flow"], sel)
+    flow = np.tile(st["flow"][mine], 3)
+    frames = np.concatenate([st[f"{k}_frame"][mine] for k in ("small", "ack", "released")])
+    files = np.concatenate([np.asarray(st[f"{k}_file"], dtype=object)[mine]
                             for k in ("small", "ack", "released")])
     order = np.lexsort((frames, flow))
     flow, frames, files = flow[order], frames[order], files[order]
@@ -172,20 +182,23 @@ def render_filters(report: Report) -> str:
     """`analyze --format wireshark`: per flow with stalls, a filter for the flow and one for
     its stall frames, ready to paste into Wireshark's display filter bar."""
     c = report.capture
-    stalled = report.flows[report.flows["stalls"] > 0]
+    fl = report.columns("flows")
+    stalled = take(fl, np.flatnonzero(fl["stalls"] > 0))
     lines = [f"{c['path']}: {report.verdict()}"]
     if c["warnings"]:
         lines.append("warning: the capture is damaged; frame numbers after the damage may "
                      "differ from Wireshark's")
-    if not len(stalled):
+    if not len(stalled["id"]):
         return "\n".join(lines) + "\n"
     lines.append("Wireshark display filters (paste into the display filter bar; frame numbers "
                  "as Wireshark counts them):")
-    docs = filter_docs(report, stalled["id"].tolist())
-    for f, d in zip(stalled.to_dict("records"), docs):
+    docs = filter_docs(report, stalled["id"])
+    rows = zip(stalled["id"].tolist(), stalled["client"].tolist(), stalled["server"].tolist(),
+               stalled["stalls"].tolist(), stalled["stall_ms"].tolist())
+    for (i, client, server, n, ms), d in zip(rows, docs):
         lines.append("")
-        lines.append(f"flow {f['id']}: client {f['client']} -> server {f['server']}: "
-                     f"{f['stalls']} stalls, {f['stall_ms']:.1f} ms lost")
+        lines.append(f"flow {i}: client {client} -> server {server}: {n} stalls, "
+                     f"{ms:.1f} ms lost")
         lines.append(f"  flow:   {d['flow_filter']}")
         if "stall_frames_filters" in d:  # a file set: frame numbers per file
             for path, filt in d["stall_frames_filters"].items():

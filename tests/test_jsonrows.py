@@ -6,7 +6,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 import nagleprobe
@@ -65,9 +64,21 @@ def test_integers_booleans_and_missing_integers():
     ints = np.array([0, -1, 2**63 - 1, -2**63, 42], dtype=np.int64)
     assert both(Program().value(ints), 5) == dumps(ints.tolist())
     assert both(Program().value(np.array([True, False])), 2) == "true,false"
-    nullable = pd.array([3, None, -7], dtype="Int64")
-    assert both(Program().value(nullable), 3) == "3,null,-7"
+    missing = np.array([False, True, False])
+    assert both(Program().value(np.array([3, -1, -7]), missing), 3) == "3,null,-7"
     assert both(Program().value(np.array([1, 2], dtype=np.uint16)), 2) == "1,2"
+
+
+@compiled
+def test_factorize_numbers_distinct_objects_in_order_of_first_sight_and_missing_as_minus_one():
+    objects = np.array(["b", None, "a", "b", float("nan"), np.float64("nan"), "a", 7],
+                       dtype=object)
+    for codes, distinct in (jsonrows.factorize(objects), jsonrows.factorize_python(objects)):
+        assert codes.tolist() == [0, -1, 1, 0, -1, -1, 1, 2]
+        assert distinct == ["b", "a", 7]
+    assert jsonrows.factorize(np.zeros(0, dtype=object))[0].dtype == np.int64
+    with pytest.raises(TypeError):  # unhashable objects: an error, never a wrong code
+        jsonrows.factorize([1, 2, {}])
 
 
 @compiled

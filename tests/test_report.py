@@ -3,6 +3,8 @@ segments table built only when asked for and checked packet by packet against an
 parse of the real capture, selections, and print(report) == the CLI's text."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dpkt
@@ -12,8 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import nagleprobe
-from nagleprobe import report as report_module
-from nagleprobe import text_report
+from nagleprobe import frames, text_report
 from nagleprobe.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,7 @@ TABLES = ("flows", "stalls", "endpoints", "segments")
 
 def dtype_name(dtype) -> str:
     """The README's name for a dtype (text is `str`, also under pandas 2's `object`)."""
-    return "str" if dtype == report_module.TEXT_DTYPE else str(dtype)
+    return "str" if dtype == frames.TEXT_DTYPE else str(dtype)
 
 
 def readme_schema() -> dict[str, list[tuple[str, str]]]:
@@ -83,7 +84,7 @@ def test_segments_are_built_only_when_first_asked_for(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("segments built during analyze / text / JSON")
 
-    monkeypatch.setattr(report_module, "segment_table", refuse)
+    monkeypatch.setattr(frames, "segment_table", refuse)
     r = nagleprobe.analyze(str(SAMPLES / "echo_split_lo.pcap"))
     r.to_text(), r.to_json(), r._repr_html_()
     with pytest.raises(AssertionError, match="segments built"):
@@ -245,3 +246,29 @@ def test_text_report_prints_every_warning_up_to_20(tmp_path):
     rep.capture["warnings"] = rep.capture["warnings"][:20]
     text = rep.to_text(width=1000)
     assert text.count("\nwarning: ") == 20 and "more warning" not in text
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "wireshark"])
+def test_the_command_line_reports_never_load_pandas(fmt):
+    """The tables are numpy columns until a DataFrame is asked for: the CLI's reports are
+    written from the columns, and pandas' import (0.2-0.3 s) is left out of every run."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nagleprobe", "analyze",
+                           "--quiet", "--format", fmt, str(SAMPLES / "proxy_any.pcap")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "nagleprobe.report" in imported
+    assert not {m for m in imported if m.split(".")[0] == "pandas"}
+
+
+def test_a_table_made_of_columns_gives_them_back(proxy_any):
+    """`frames.table` and `frames.columns_of` are each other's inverse (a selection's
+    DataFrames are written out through their columns), every dtype of every table."""
+    for name in ("flows", "stalls", "endpoints"):
+        cols = proxy_any.columns(name)
+        back = frames.columns_of(frames.table(cols))
+        assert list(back) == list(cols)
+        for k, col in cols.items():
+            assert back[k].dtype == col.dtype, k
+            np.testing.assert_array_equal(back[k], col, err_msg=k)
