@@ -17,7 +17,9 @@
  *                                 prefix v,v,... suffix of values[offsets[r]:offsets[r+1]],
  *                                 null when that is empty
  *   (7, keys, int64 columns)      {"key":v,...} of the columns nonzero in the row
- * Every text must be ASCII (json.dumps writes it so). Plain C, no numpy headers.
+ * Every text must be ASCII (json.dumps writes it so). Plain C, no numpy headers. The rows are
+ * written without the GIL (held again only for a float Python's repr must write), so a
+ * thread can render one piece of a document while another builds the next.
  *
  * factorize(objects, codes) -> uniques: the twin of jsonrows.factorize_python. Writes into
  * `codes` (int64, as long as `objects`) the index of each object among the distinct ones, in
@@ -50,7 +52,16 @@ typedef struct {
 typedef struct {
     char *p;
     Py_ssize_t n, cap;
+    PyObject *err;      /* an exception type, set (with msg) where the GIL is not held */
+    const char *msg;
 } Buf;
+
+static int fail(Buf *b, PyObject *type, const char *msg)
+{
+    b->err = type;
+    b->msg = msg;
+    return -1;
+}
 
 static int grow(Buf *b, Py_ssize_t more)
 {
@@ -59,11 +70,9 @@ static int grow(Buf *b, Py_ssize_t more)
     Py_ssize_t cap = b->cap ? b->cap : 1 << 16;
     while (cap < b->n + more)
         cap *= 2;
-    char *p = PyMem_Realloc(b->p, cap);
-    if (!p) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    char *p = PyMem_RawRealloc(b->p, cap);
+    if (!p)
+        return fail(b, PyExc_MemoryError, "jsonrows: out of memory");
     b->p = p;
     b->cap = cap;
     return 0;
@@ -98,10 +107,8 @@ static int put_float(Buf *b, double x, long k)
 {
     if (isnan(x))
         return put(b, "null", 4);
-    if (isinf(x)) {
-        PyErr_SetString(PyExc_ValueError, "Out of range float values are not JSON compliant");
-        return -1;
-    }
+    if (isinf(x))
+        return fail(b, PyExc_ValueError, "Out of range float values are not JSON compliant");
     double ax = fabs(x);
     /* a multiple of 10^-k of at most 15 significant digits, written without an exponent
        by repr (1e-4 <= |x| < 1e16): its k decimals, trailing zeros cut, are repr's digits */
@@ -128,11 +135,12 @@ static int put_float(Buf *b, double x, long k)
             tmp[--i] = '-';
         return put(b, tmp + i, 48 - i);
     }
+    PyGILState_STATE gil = PyGILState_Ensure();
     char *s = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (!s)
-        return -1;
-    int rc = put(b, s, (Py_ssize_t)strlen(s));
+    int rc = s ? put(b, s, (Py_ssize_t)strlen(s)) : fail(b, PyExc_MemoryError, "jsonrows: repr");
+    PyErr_Clear();
     PyMem_Free(s);
+    PyGILState_Release(gil);
     return rc;
 }
 
@@ -305,10 +313,9 @@ static int row(Buf *b, const Op *ops, Py_ssize_t nops, Py_ssize_t r)
             int64_t c = ((const int64_t *)op->a.buf)[r];
             if (c < 0)
                 rc = put(b, "null", 4);
-            else if (c >= op->ntexts) {
-                PyErr_SetString(PyExc_IndexError, "jsonrows: a text code out of range");
-                return -1;
-            } else
+            else if (c >= op->ntexts)
+                return fail(b, PyExc_IndexError, "jsonrows: a text code out of range");
+            else
                 rc = put(b, op->texts[c].s, op->texts[c].n);
             break;
         }
@@ -321,10 +328,8 @@ static int row(Buf *b, const Op *ops, Py_ssize_t nops, Py_ssize_t r)
         case INTLIST: {
             const int64_t *off = op->b.buf, *v = op->a.buf;
             int64_t lo = off[r], hi = off[r + 1];
-            if (lo < 0 || hi > (int64_t)(op->a.len / 8) || lo > hi) {
-                PyErr_SetString(PyExc_IndexError, "jsonrows: list offsets out of range");
-                return -1;
-            }
+            if (lo < 0 || hi > (int64_t)(op->a.len / 8) || lo > hi)
+                return fail(b, PyExc_IndexError, "jsonrows: list offsets out of range");
             if (lo == hi) {
                 rc = put(b, "null", 4);
                 break;
@@ -385,7 +390,7 @@ static PyObject *render(PyObject *self, PyObject *args)
         Py_DECREF(fast);
         return PyErr_NoMemory();
     }
-    Buf b = {NULL, 0, 0};
+    Buf b = {NULL, 0, 0, NULL, NULL};
     PyObject *out = NULL;
     for (Py_ssize_t i = 0; i < nops; i++)
         if (parse_op(PySequence_Fast_GET_ITEM(fast, i), &ops[i], stop) < 0)
@@ -395,17 +400,24 @@ static PyObject *render(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "jsonrows: MAYBE skips past the end");
             goto done;
         }
-    for (Py_ssize_t r = start; r < stop; r++) {
-        if (r > start && put(&b, ",", 1) < 0)
-            goto done;
-        if (row(&b, ops, nops, r) < 0)
-            goto done;
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t r = start; r < stop && rc == 0; r++) {
+        if (r > start)
+            rc = put(&b, ",", 1);
+        if (rc == 0)
+            rc = row(&b, ops, nops, r);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_SetString(b.err, b.msg);
+        goto done;
     }
     out = PyUnicode_New(b.n, 127);
     if (out)
         memcpy(PyUnicode_DATA(out), b.p, b.n);
 done:
-    PyMem_Free(b.p);
+    PyMem_RawFree(b.p);
     free_ops(ops, nops);
     Py_DECREF(fast);
     return out;

@@ -8,6 +8,8 @@ line never loads pandas (0.2-0.3 s of every run).
 from __future__ import annotations
 
 import json
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -26,6 +28,8 @@ from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-expor
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .jsonrows import Program
 
 FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (a flow is ten times a stall)
 SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
@@ -151,7 +155,20 @@ class Report:
 
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (flows and stalls a slice at a time), to write a large
-        document without holding all its text at once."""
+        document without holding all its text at once. A thread renders each piece's rows
+        while the next piece's program is built (the compiled writer lets go of the GIL)."""
+        with ThreadPoolExecutor(1, thread_name_prefix="nagleprobe-json") as pool:
+            waiting: deque = deque()  # (text, rendering of the rows after it, or None)
+            for text, program, rows in self._json_parts(rows_per_piece):
+                waiting.append((text, program and pool.submit(program.render, 0, rows)))
+                if len(waiting) > 1:
+                    text, rendered = waiting.popleft()
+                    yield text + (rendered.result() if rendered else "")
+            for text, rendered in waiting:
+                yield text + (rendered.result() if rendered else "")
+
+    def _json_parts(self, rows_per_piece: int) -> Iterator[tuple[str, Program | None, int]]:
+        """The document as (text, program, rows): each text followed by the program's rows."""
         head = json.dumps({**document_head(), "capture": _capture_doc(self.capture),
                            "selection": self.selection, "summary": self.summary(), "flows": []},
                           separators=(",", ":"), allow_nan=False)
@@ -159,19 +176,16 @@ class Report:
         # a slice at a time: a program holds a column per key for its rows (a million
         # flows of a port scan at once took 700 MB more)
         ids, per = self.columns("flows")["id"], min(rows_per_piece, FLOWS_PER_PIECE)
-        piece = head[:-2]
+        yield head[:-2], None, 0
         for a in range(0, len(ids), per):
-            if a:
-                yield piece
-                piece = ","
             part = ids[a:a + per]
-            piece += document.flow_program(self, part).render(0, len(part))
-        yield piece + '],"stalls":['
+            yield "," if a else "", document.flow_program(self, part), len(part)
+        yield '],"stalls":[', None, 0
         st = self.columns("stalls")
         for a in range(0, self.stall_count, rows_per_piece):
             part = take(st, slice(a, a + rows_per_piece))
-            yield ("," if a else "") + document.stall_program(part).render(0, len(part["flow"]))
-        yield "]}"
+            yield "," if a else "", document.stall_program(part), len(part["flow"])
+        yield "]}", None, 0
 
     def to_text(self, width: int = TEXT_WIDTH) -> str:
         """The text report, prose wrapped to `width` columns (the CLI passes the terminal's)."""
