@@ -5,7 +5,10 @@ are only compared run against run, never across runs.
     git worktree add /tmp/np-old <commit> && (cd /tmp/np-old && python3 setup.py build_ext --inplace)
     python3 benchmarks/bench_ab.py /tmp/np-old . [--size 10000000] [--rounds 5] [--json]
 
-Each build is a source tree with its compiled parts built in place. The capture is
+Each build is a source tree with its compiled parts built in place, and its Python modules
+byte-compiled first (`compileall`), as pip leaves an installed package: where bytecode is
+not written (PYTHONDONTWRITEBYTECODE, set on this machine) every run would otherwise compile
+the package's source again (0.07 CPU-s of each run). The capture is
 bench_scaling's (copies of five sample conversations every 20 ms of capture time, cached in
 benchmarks/out/). Every round runs `nagleprobe analyze` of each build once, in alternating
 order, timed whole (wall, CPU, peak RSS, hypervisor steal, as bench_scaling measures them).
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,9 +30,12 @@ from bench_scaling import capture, run  # noqa: E402
 
 
 def command(tree: Path, pcap: Path, fmt: str) -> list[str]:
-    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed),
-    through the console entry point as the installed command runs it (`cli.run`: it skips
-    the interpreter's teardown where it can; `cli.main` alone pays it)."""
+    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed, its
+    modules byte-compiled here), through the console entry point as the installed command
+    runs it (`cli.run`: it skips the interpreter's teardown where it can; `cli.main` alone
+    pays it)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "nagleprobe")],
+                   check=True)
     code = (f"import sys; sys.path.insert(0, {str(tree)!r}); import nagleprobe.cli as c; "
             "sys.argv[0] = 'nagleprobe'; getattr(c, 'run', c.main)()")
     return [sys.executable, "-c", code, "analyze", "--format", fmt, str(pcap)]

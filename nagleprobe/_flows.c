@@ -265,35 +265,56 @@ static PyObject *tally(PyObject *self, PyObject *args)
     return done(b, 4, 0, NULL);
 }
 
-/* take_rows(sources, which, rows, out): out[i] = sources[which[i]][rows[i]] for i < len(out):
- * rows gathered from several arrays of one item size (1, 2, 4 or 8 bytes) in one pass
- * (stream._gather: a batch's rows from the chunks holding them, in the batch's order);
- * `which` int32, `rows` int64, checked against each source's length. */
+/* take_rows(sources, which, rows, outs): outs[c][i] = sources[c][which[i]][rows[i]] for every
+ * column c and i < len(which): a batch's rows gathered from the chunks holding them, in the
+ * batch's order (stream._gather), every column in one pass over the rows. sources[c] is a
+ * list of arrays (one per chunk) of outs[c]'s item size (1, 2, 4 or 8 bytes); `which` int32,
+ * `rows` int64, checked once against each chunk's length in every column. */
 static PyObject *take_rows(PyObject *self, PyObject *args)
 {
-    PyObject *list;
-    Py_buffer which, rows, out;
-    if (!PyArg_ParseTuple(args, "O!y*y*w*", &PyList_Type, &list, &which, &rows, &out))
+    PyObject *srcs, *outs;
+    Py_buffer which, rows;
+    if (!PyArg_ParseTuple(args, "O!y*y*O!", &PyList_Type, &srcs, &which, &rows, &PyList_Type,
+                          &outs))
         return NULL;
-    Py_ssize_t k = PyList_GET_SIZE(list), got = 0, n = which.len / 4, item = 0;
-    Py_buffer *src = PyMem_Calloc((size_t)k + 1, sizeof(Py_buffer));
-    const char **base = PyMem_Calloc((size_t)k + 1, sizeof(char *));
-    Py_ssize_t *len = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
-    int ok = src && base && len && rows.len == n * 8;
-    for (; ok && got < k; got++) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(list, got), &src[got], PyBUF_SIMPLE) < 0) {
+    Py_ssize_t ncol = PyList_GET_SIZE(srcs), n = which.len / 4, k = -1, nbuf = 0;
+    int ok = PyList_GET_SIZE(outs) == ncol && rows.len == n * 8 && ncol > 0;
+    for (Py_ssize_t c = 0; ok && c < ncol; c++) {
+        PyObject *l = PyList_GET_ITEM(srcs, c);
+        ok = PyList_Check(l) && (k < 0 || PyList_GET_SIZE(l) == k);
+        if (ok)
+            k = PyList_GET_SIZE(l);
+    }
+    /* per column: its output, then its k sources */
+    Py_buffer *buf = ok ? PyMem_Calloc((size_t)(ncol * (k + 1)) + 1, sizeof(Py_buffer)) : NULL;
+    const char **base = ok ? PyMem_Calloc((size_t)(ncol * k) + 1, sizeof(char *)) : NULL;
+    char **out = ok ? PyMem_Calloc((size_t)ncol + 1, sizeof(char *)) : NULL;
+    int *item = ok ? PyMem_Calloc((size_t)ncol + 1, sizeof(int)) : NULL;
+    Py_ssize_t *len = ok ? PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t)) : NULL;
+    ok = ok && buf && base && out && item && len;
+    for (Py_ssize_t j = 0; ok && j < k; j++)
+        len[j] = PY_SSIZE_T_MAX;
+    for (Py_ssize_t c = 0; ok && c < ncol; c++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(outs, c), &buf[nbuf], PyBUF_WRITABLE) < 0) {
             ok = 0;
             break;
         }
-        base[got] = src[got].buf;
-        len[got] = src[got].len;
-    }
-    if (ok && k && n) {
-        item = out.len / n;
-        ok = (item == 1 || item == 2 || item == 4 || item == 8) && out.len == n * item;
+        Py_ssize_t size = buf[nbuf].len;
+        out[c] = buf[nbuf++].buf;
+        item[c] = n ? (int)(size / n) : 1;
+        ok = (item[c] == 1 || item[c] == 2 || item[c] == 4 || item[c] == 8)
+             && size == n * item[c];
+        PyObject *l = PyList_GET_ITEM(srcs, c);
         for (Py_ssize_t j = 0; ok && j < k; j++) {
-            ok &= len[j] % item == 0;
-            len[j] /= item;
+            if (PyObject_GetBuffer(PyList_GET_ITEM(l, j), &buf[nbuf], PyBUF_SIMPLE) < 0) {
+                ok = 0;
+                break;
+            }
+            ok = buf[nbuf].len % item[c] == 0;
+            base[c * k + j] = buf[nbuf].buf;
+            if (buf[nbuf].len / item[c] < len[j])
+                len[j] = buf[nbuf].len / item[c];
+            nbuf++;
         }
     }
     const int32_t *w = which.buf;
@@ -302,26 +323,29 @@ static PyObject *take_rows(PyObject *self, PyObject *args)
         ok &= w[i] >= 0 && w[i] < k && r[i] >= 0 && r[i] < len[w[i]];
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
-#define TAKE(T)                                                                                \
-    for (Py_ssize_t i = 0; i < n; i++)                                                       \
-        ((T *)out.buf)[i] = ((const T *)base[w[i]])[r[i]];
-        switch (item) {
-        case 1: TAKE(uint8_t) break;
-        case 2: TAKE(uint16_t) break;
-        case 4: TAKE(uint32_t) break;
-        case 8: TAKE(uint64_t) break;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const char *const *from = base + w[i];
+            int64_t at = r[i];
+            for (Py_ssize_t c = 0; c < ncol; c++, from += k) {
+                switch (item[c]) {
+                case 8: ((uint64_t *)out[c])[i] = ((const uint64_t *)*from)[at]; break;
+                case 4: ((uint32_t *)out[c])[i] = ((const uint32_t *)*from)[at]; break;
+                case 2: ((uint16_t *)out[c])[i] = ((const uint16_t *)*from)[at]; break;
+                default: ((uint8_t *)out[c])[i] = ((const uint8_t *)*from)[at]; break;
+                }
+            }
         }
-#undef TAKE
         Py_END_ALLOW_THREADS
     }
-    for (Py_ssize_t j = 0; j < got; j++)
-        PyBuffer_Release(&src[j]);
-    PyMem_Free(src);
+    for (Py_ssize_t j = 0; j < nbuf; j++)
+        PyBuffer_Release(&buf[j]);
+    PyMem_Free(buf);
     PyMem_Free(base);
+    PyMem_Free(out);
+    PyMem_Free(item);
     PyMem_Free(len);
     PyBuffer_Release(&which);
     PyBuffer_Release(&rows);
-    PyBuffer_Release(&out);
     if (PyErr_Occurred())
         return NULL;
     if (!ok) {
@@ -566,7 +590,7 @@ static PyMethodDef methods[] = {
      "A held chunk's rows put in their places in a hand-on's batches."},
     {"tally", tally, METH_VARARGS, "Per tuple: rows counted and the latest time."},
     {"take_rows", take_rows, METH_VARARGS,
-     "Rows gathered from several arrays of one item size in one pass."},
+     "A batch's rows gathered from the chunks holding them, every column in one pass."},
     {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},
     {"segments", segments, METH_VARARGS,
      "Sequence space, classification and ACK links of every segment, per connection."},

@@ -158,14 +158,19 @@ class Report:
         document without holding all its text at once. A thread renders each piece's rows
         while the next piece's program is built (the compiled writer lets go of the GIL)."""
         with ThreadPoolExecutor(1, thread_name_prefix="nagleprobe-json") as pool:
-            waiting: deque = deque()  # (text, rendering of the rows after it, or None)
-            for text, program, rows in self._json_parts(rows_per_piece):
-                waiting.append((text, program and pool.submit(program.render, 0, rows)))
+            waiting: deque = deque()  # (text, the rendering of the rows after it)
+            text = ""
+            for more, program, rows in self._json_parts(rows_per_piece):
+                text += more
+                if program is not None:
+                    waiting.append((text, pool.submit(program.render, 0, rows)))
+                    text = ""
                 if len(waiting) > 1:
-                    text, rendered = waiting.popleft()
-                    yield text + (rendered.result() if rendered else "")
-            for text, rendered in waiting:
-                yield text + (rendered.result() if rendered else "")
+                    before, rendered = waiting.popleft()
+                    yield before + rendered.result()
+            for before, rendered in waiting:
+                yield before + rendered.result()
+            yield text
 
     def _json_parts(self, rows_per_piece: int) -> Iterator[tuple[str, Program | None, int]]:
         """The document as (text, program, rows): each text followed by the program's rows."""

@@ -133,15 +133,11 @@ def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.nda
     `StreamAnalyzer._hand_on` placed them: grouped by 4-tuple, in time order within, as
     `build_flows` reads them in place). The columns it reads at a few rows only
     (READ_AT_FEW) stay in the chunks (`tuples.RowsOf`)."""
-    batch = {}
-    for k, t in HELD.items():
-        sources = [cols[k] for cols in chunks]
-        if k in READ_AT_FEW:
-            batch[k] = RowsOf(sources, which, rows)
-        else:
-            batch[k] = np.empty(len(rows), t)
-            take_rows(sources, which, rows, batch[k])
-    return batch
+    batch = {k: RowsOf([cols[k] for cols in chunks], which, rows) for k in READ_AT_FEW}
+    gathered = [k for k in HELD if k not in READ_AT_FEW]
+    outs = [np.empty(len(rows), HELD[k]) for k in gathered]
+    take_rows([[cols[k] for cols in chunks] for k in gathered], which, rows, outs)
+    return {k: batch[k] if k in batch else outs[gathered.index(k)] for k in HELD}
 
 
 @dataclass

@@ -224,17 +224,19 @@ def group_order(ids: np.ndarray) -> np.ndarray:
     return order
 
 
-def take_rows(sources: list[np.ndarray], which: np.ndarray, rows: np.ndarray,
-              out: np.ndarray) -> None:
-    """out[i] = sources[which[i]][rows[i]]: rows gathered from several arrays of one dtype
-    (the chunks holding a batch's rows) in one pass; compiled (nagleprobe/_flows.c) when
-    built, else through one concatenation."""
+def take_rows(sources: list[list[np.ndarray]], which: np.ndarray, rows: np.ndarray,
+              outs: list[np.ndarray]) -> None:
+    """outs[c][i] = sources[c][which[i]][rows[i]] for each column c: rows gathered from
+    several arrays (the chunks holding a batch's rows, a list of them per column, each of
+    its output's dtype); compiled (nagleprobe/_flows.c: every column in one pass over the
+    rows) when built, else through one concatenation per column."""
     if _compiled is not None:
         _compiled.take_rows(sources, np.ascontiguousarray(which, np.int32),
-                            np.ascontiguousarray(rows, np.int64), out)
+                            np.ascontiguousarray(rows, np.int64), outs)
         return
-    offset = np.cumsum([0] + [len(s) for s in sources[:-1]], dtype=np.int64)
-    np.take(np.concatenate(sources), rows + offset[which], out=out)
+    for column, out in zip(sources, outs):
+        offset = np.cumsum([0] + [len(s) for s in column[:-1]], dtype=np.int64)
+        np.take(np.concatenate(column), rows + offset[which], out=out)
 
 
 def tally(tid: np.ndarray, ts: np.ndarray, rows: np.ndarray, last_ts: np.ndarray) -> None:
@@ -298,5 +300,5 @@ class RowsOf:
     def __getitem__(self, index) -> np.ndarray:
         rows = self.rows[index]
         out = np.empty(np.shape(rows), self.dtype)
-        take_rows(self.sources, np.ravel(self.which[index]), np.ravel(rows), out.reshape(-1))
+        take_rows([self.sources], np.ravel(self.which[index]), np.ravel(rows), [out.reshape(-1)])
         return out

@@ -178,37 +178,47 @@ def test_the_compiled_tuple_table_grows_and_keeps_its_ids():
                           np.concatenate(tids[len(chunks):][::-1]))
 
 
+DTYPES = [np.bool_, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
+
+
 @settings(max_examples=100, deadline=None)
 @given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=5),
-       dtype=st.sampled_from([np.bool_, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
-                              np.int64, np.uint64]),
-       data=st.data())
-def test_compiled_take_rows_equals_numpy(sizes, dtype, data):
-    """Rows gathered from several chunks in any order: the compiled pass and numpy agree."""
+       dtypes=st.lists(st.sampled_from(DTYPES), min_size=1, max_size=4), data=st.data())
+def test_compiled_take_rows_equals_numpy(sizes, dtypes, data):
+    """Rows gathered from several chunks in any order, columns of any item sizes at once:
+    the compiled pass and numpy agree."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    sources = [rng.integers(0, 2**62, size=k).astype(dtype) for k in sizes]
+    sources = [[rng.integers(0, 2**62, size=k).astype(t) for k in sizes] for t in dtypes]
     which = np.concatenate([np.full(k, j, np.int32) for j, k in enumerate(sizes)])
     rows = np.concatenate([rng.permutation(k) for k in sizes]).astype(np.int64)
     perm = rng.permutation(len(rows))
     which, rows = which[perm], rows[perm]
-    got = np.empty(len(rows), dtype)
+    got = [np.empty(len(rows), t) for t in dtypes]
     nagleprobe.tuples.take_rows(sources, which, rows, got)
     kept, nagleprobe.tuples._compiled = nagleprobe.tuples._compiled, None
     try:
-        want = np.empty(len(rows), dtype)
+        want = [np.empty(len(rows), t) for t in dtypes]
         nagleprobe.tuples.take_rows(sources, which, rows, want)
     finally:
         nagleprobe.tuples._compiled = kept
-    assert np.array_equal(got, want)
-    assert np.array_equal(want, np.array([sources[w][r] for w, r in zip(which, rows)], dtype))
+    for column, g, w, t in zip(sources, got, want, dtypes):
+        assert np.array_equal(g, w)
+        assert np.array_equal(w, np.array([column[c][r] for c, r in zip(which, rows)], t))
 
 
 def test_compiled_take_rows_refuses_rows_out_of_range():
-    out = np.empty(2, np.int64)
+    out = [np.empty(2, np.int64)]
     with pytest.raises(ValueError, match="take_rows"):
-        nagleprobe.tuples.take_rows([np.arange(3)], np.array([0, 0]), np.array([1, 3]), out)
+        nagleprobe.tuples.take_rows([[np.arange(3)]], np.array([0, 0]), np.array([1, 3]), out)
     with pytest.raises(ValueError, match="take_rows"):
-        nagleprobe.tuples.take_rows([np.arange(3)], np.array([0, 1]), np.array([1, 2]), out)
+        nagleprobe.tuples.take_rows([[np.arange(3)]], np.array([0, 1]), np.array([1, 2]), out)
+    two = [[np.arange(3), np.arange(3)], [np.arange(3), np.arange(2)]]  # a chunk of 2 rows
+    with pytest.raises(ValueError, match="take_rows"):  # in one column: row 2 is not in it
+        nagleprobe.tuples.take_rows(two, np.array([1, 1]), np.array([0, 2]),
+                                    [np.empty(2, np.int64), np.empty(2, np.int64)])
+    with pytest.raises(ValueError, match="take_rows"):  # an output of another length
+        nagleprobe.tuples.take_rows([[np.arange(3)]], np.array([0, 0]), np.array([0, 1]),
+                                    [np.empty(3, np.int64)])
 
 
 @pytest.mark.parametrize("one_chunk", [True, False])
