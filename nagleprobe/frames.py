@@ -30,9 +30,7 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
         elif col.dtype == object:  # text (None: missing), made TEXT_DTYPE at once (not
             col = pd.array(col, dtype=TEXT_DTYPE)  # inferred first: twice the time)
         out[name] = col
-    df = pd.DataFrame(out, copy=False)
-    del out
-    return settle_dtypes(df)
+    return settle_dtypes(pd.DataFrame(out, copy=False))
 
 
 def columns_of(df: pd.DataFrame) -> dict[str, np.ndarray]:
