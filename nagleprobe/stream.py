@@ -63,6 +63,8 @@ READ_AT_FEW = frozenset({"mss", "wscale", "tsval", "has_ts", "ipid"})
 # in a batch's list of chunks, one it takes no rows from
 _GONE = {k: np.zeros(0, t) for k, t in HELD.items()}
 DEFAULT_BATCH_ROWS = 1 << 18
+# ... or this many already when no batch is being analysed (the start of a capture)
+IDLE_BATCH_ROWS = 1 << 16
 # and at most this many connections per batch: a batch's working memory and its result
 # grow with its connections, and a SYN flood hands on a million one-packet ones at once
 BATCH_FLOWS = 1 << 14
@@ -445,7 +447,10 @@ class StreamAnalyzer:
         done = ((closed | idle) & (self._last_ts + self.reorder_window_ns <= self.now)
                 & ((self._rows > 0) | self._pieced))
         ready = int(self._rows[done].sum())
-        if ready and ready >= min(self.batch_rows, max(int(self._rows.sum()) // 2, 1)):
+        enough = min(self.batch_rows, max(int(self._rows.sum()) // 2, 1))
+        if self._pool is not None and all(job.done() for job in self._running):
+            enough = min(enough, IDLE_BATCH_ROWS)  # the analysis threads wait: feed them
+        if ready and ready >= enough:
             self.idle_flushed += int((done & ~closed).sum())
             self._hand_on(done)
 
