@@ -210,3 +210,32 @@ def test_every_packet_seen_twice_gives_the_same_analysis_with_the_copies_counted
     assert f"skipped: {n:,} duplicate" in head
     assert (f"{n:,} duplicate packets (the same packet seen twice, as `tcpdump -i any` does on "
             "bridges/veth) were dropped before analysis") in head
+
+
+def first_hand_on(path: Path, **kw) -> tuple[int, nagleprobe.Report]:
+    """The chunk after whose feeding the stream first handed rows on, and the report."""
+    reader = CaptureReader(str(path), chunk_bytes=16 << 10)
+    skipped: Counter = Counter()
+    st, first = None, None
+    for i, batch in enumerate(reader):
+        st = st or StreamAnalyzer(int(batch.ts_ns[0]), **{**KNOBS, **kw})
+        st.feed(decode(batch, skipped))
+        if first is None and st.batches:
+            first = i
+    skipped.update(reader.info.skipped)
+    return first, st.finish(reader.info, dict(skipped))
+
+
+def test_idle_analysis_threads_are_handed_what_is_ready_before_a_batch_fills(tmp_path,
+                                                                           monkeypatch):
+    """With analysis threads and none of them busy, the rows ready go on once there are
+    IDLE_BATCH_ROWS of them (not a batch's worth, nor half of all held): the threads start
+    early in a capture; the report is the same."""
+    cap = tmp_path / "mix.pcap"
+    cap.write_bytes(replicate(MIX, copies=10, every_ns=100_000_000))
+    monkeypatch.setattr(nagleprobe.stream, "IDLE_BATCH_ROWS", 100)
+    serial_at, serial = first_hand_on(cap, reorder_window_s=0.2, batch_rows=1 << 30, workers=0)
+    threaded_at, threaded = first_hand_on(cap, reorder_window_s=0.2, batch_rows=1 << 30,
+                                          workers=2)
+    assert threaded_at < serial_at
+    assert threaded.to_json() == serial.to_json()
