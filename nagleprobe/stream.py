@@ -135,11 +135,11 @@ def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.nda
     `StreamAnalyzer._hand_on` placed them: grouped by 4-tuple, in time order within, as
     `build_flows` reads them in place). The columns it reads at a few rows only
     (READ_AT_FEW) stay in the chunks (`tuples.RowsOf`)."""
-    batch = {k: RowsOf([cols[k] for cols in chunks], which, rows) for k in READ_AT_FEW}
-    gathered = [k for k in HELD if k not in READ_AT_FEW]
-    outs = [np.empty(len(rows), HELD[k]) for k in gathered]
-    take_rows([[cols[k] for cols in chunks] for k in gathered], which, rows, outs)
-    return {k: batch[k] if k in batch else outs[gathered.index(k)] for k in HELD}
+    gathered = {k: np.empty(len(rows), t) for k, t in HELD.items() if k not in READ_AT_FEW}
+    take_rows([[cols[k] for cols in chunks] for k in gathered], which, rows,
+              list(gathered.values()))
+    return {k: gathered[k] if k in gathered else RowsOf([cols[k] for cols in chunks], which, rows)
+            for k in HELD}
 
 
 @dataclass
