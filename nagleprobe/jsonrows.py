@@ -56,7 +56,7 @@ def factorize(objects: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, list[Any
 def factorize_python(objects: np.ndarray) -> tuple[np.ndarray, list[Any]]:
     """The reference for `_jsonrows.factorize`."""
     index: dict[Any, int] = {}
-    codes = np.fromiter((-1 if v is None or (isinstance(v, float) and v != v)
+    codes = np.fromiter((-1 if v is None or (isinstance(v, float) and math.isnan(v))
                          else index.setdefault(v, len(index)) for v in objects.tolist()),
                         dtype=np.int64, count=len(objects))
     return codes, list(index)
