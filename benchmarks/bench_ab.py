@@ -29,13 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scaling import capture, run  # noqa: E402
 
 
-def command(tree: Path, pcap: Path, fmt: str) -> list[str]:
-    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed, its
-    modules byte-compiled here), through the console entry point as the installed command
-    runs it (`cli.run`: it skips the interpreter's teardown where it can; `cli.main` alone
-    pays it)."""
+def compiled(tree: Path) -> Path:
+    """`tree`, its modules byte-compiled (as an installed package's are)."""
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "nagleprobe")],
                    check=True)
+    return tree
+
+
+def command(tree: Path, pcap: Path, fmt: str) -> list[str]:
+    """`nagleprobe analyze` of the build in `tree` (imported from there, not installed; see
+    `compiled`), through the console entry point as the installed command runs it
+    (`cli.run`: it skips the interpreter's teardown where it can; `cli.main` alone pays
+    it)."""
     code = (f"import sys; sys.path.insert(0, {str(tree)!r}); import nagleprobe.cli as c; "
             "sys.argv[0] = 'nagleprobe'; getattr(c, 'run', c.main)()")
     return [sys.executable, "-c", code, "analyze", "--format", fmt, str(pcap)]
@@ -65,10 +70,11 @@ def main() -> None:
     pcap = capture(args.size, args.every_ms)
     fmt = "json" if args.json else "text"
     runs: dict[str, list[dict]] = {"old": [], "new": []}
+    cmds = {name: command(compiled(getattr(args, name).resolve()), pcap, fmt) for name in runs}
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             tree = getattr(args, name).resolve()
-            res = run(command(tree, pcap, fmt))
+            res = run(cmds[name])
             res.update(build=name, tree=str(tree), round=r, format=fmt, packets=args.size)
             print(json.dumps(res), flush=True)
             runs[name].append(res)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ab import command, print_table  # noqa: E402
+from bench_ab import command, compiled, print_table  # noqa: E402
 from bench_scaling import capture, run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=HERE.parent, help="nagleprobe source tree")
     args = ap.parse_args()
     pcap = capture(args.size, args.every_ms)
-    tree = args.tree.resolve()
+    tree = compiled(args.tree.resolve())
     cmds = {"cwalk": [str(build_cwalk()), str(pcap)],
             "text": command(tree, pcap, "text"), "json": command(tree, pcap, "json")}
     names = list(cmds)

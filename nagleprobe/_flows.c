@@ -130,8 +130,8 @@ static void connection(Py_ssize_t s, Py_ssize_t e, const int64_t *order, const u
  *          seq_rel, ack_rel, end, sent_before, new_data, retrans, keepalive, payload_out,
  *          ack_max, acked_by, maxpay)
  *
- * flows._sequence_space and flows._ack_links in one pass per connection. Rows come in flow
- * order (by flow, in time order within): row i is decoded row order[i] (int64) of flow
+ * flows._segments_numpy (sequence space, classification, ACK links) in one pass per
+ * connection. Rows come in flow order (by flow, in time order within): row i is decoded row order[i] (int64) of flow
  * fid[i] (int64, ascending), in direction dir[i] (uint8, 0 or 1), with flags flags[i]
  * (uint16, already in flow order); seq, ack (uint32) and payload (int32) are the decoded
  * columns, read at order[i]. Every output is written at

@@ -73,6 +73,11 @@ def empty_columns() -> dict[str, np.ndarray]:
     return {k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()}
 
 
+def take(columns: dict[str, np.ndarray], rows: np.ndarray | slice) -> dict[str, np.ndarray]:
+    """Some rows of a table's columns (decoded packets, a stage's rows, a result table)."""
+    return {k: v[rows] for k, v in columns.items()}
+
+
 # ---------------------------------------------------------------------- network layer
 def _ipv4(data, batch, rows, l3, drops):
     """-> rows, l4, avail (bytes after the IP header per IP lengths), src_lo, dst_lo, ipid."""

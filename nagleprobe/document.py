@@ -17,9 +17,10 @@ import numpy as np
 
 from . import relay, wireshark
 from .advice import FIX_FIELDS
+from .decode import take
 from .detect import REASONS
 from .jsonrows import Program, encode
-from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of, take
+from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of
 
 if TYPE_CHECKING:
     from .report import Report

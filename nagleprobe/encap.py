@@ -346,23 +346,18 @@ class Tunnels:
         """Numbers of the tunnel keys of peeled records (a new tunnel is described from its
         first record: `peel_one` once per tunnel, not per packet)."""
         if len(keys) and keys[0] == keys[-1] and (keys == keys[0]).all():  # one tunnel
-            codes, uniq = np.zeros(len(keys), np.int64), keys[:1]
-        else:  # numbered by first appearance
-            uniq, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
-            by_first = np.argsort(first_at)
-            code_of = np.empty(len(uniq), np.int64)
-            code_of[by_first] = np.arange(len(uniq))
-            codes, uniq = code_of[inv.reshape(-1)], uniq[by_first]
-        # factorize numbers by first appearance: a key's first row is where a new code starts
-        first = np.flatnonzero(codes > np.maximum.accumulate(np.r_[-1, codes[:-1]]))
+            uniq, first, inv = keys[:1], np.zeros(1, np.int64), np.zeros(len(keys), np.int64)
+        else:
+            uniq, first, inv = np.unique(keys, return_index=True, return_inverse=True)
         nums = np.empty(len(uniq), np.uint32)
-        for j, (k, i) in enumerate(zip(np.asarray(uniq, np.uint64).tolist(), first.tolist())):
+        for j in np.argsort(first).tolist():  # new tunnels numbered by first appearance
+            k, i = int(uniq[j]), int(first[j])
             if k not in self.number:
                 o, c = int(offset[i]), int(caplen[i])
                 self.layers.append(describe(peel_one(data[o:o + c].tobytes(), int(linktype[i]))[4]))
                 self.number[k] = len(self.layers)
             nums[j] = self.number[k]
-        return nums[codes]
+        return nums[inv.reshape(-1)]
 
 
 def peel_numpy(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, linktype: np.ndarray

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decode import ACK, SYN
+from .decode import ACK, SYN, take
 from .detect import (
     ANSWER_PENDING,
     CANDIDATE_COLUMNS,
@@ -109,10 +109,6 @@ def _empty(like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _cat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     parts = [p for p in parts if p is not None]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def _take(cols: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
-    return {k: v[rows] for k, v in cols.items()}
 
 
 @dataclass
@@ -321,7 +317,7 @@ class Ledger:
                 hs[syn[0]] = self.syn_held[k] = True
         rows_hs = src[pos[hs]]
         kind[rows_hs] = _HS
-        self.hs = _cat([self.hs, _take({k: v for k, v in rows.items() if k != "known"},
+        self.hs = _cat([self.hs, take({k: v for k, v in rows.items() if k != "known"},
                                        rows_hs)])
         self.hs_open = self.packets + (hi - lo) < HANDSHAKE_ROWS or not self.syn_held.all()
 
@@ -448,10 +444,10 @@ class Ledger:
         waits = c["answer_ns"] == ANSWER_PENDING  # kept here until its answer is seen
         would = (k["plain"] == -1) & ~waits
         if would.any():
-            self.stalls.append(_take(c, np.flatnonzero(would)))
+            self.stalls.append(take(c, np.flatnonzero(would)))
         others = np.flatnonzero(~would & ~waits)
         old, keep = others[:max(len(others) - kept, 0)], others[max(len(others) - kept, 0):]
-        self.recent = _take(c, np.sort(np.r_[keep, np.flatnonzero(waits)]))
+        self.recent = take(c, np.sort(np.r_[keep, np.flatnonzero(waits)]))
         if not len(old):
             return
         plain, s1_small, late_seen = k["plain"][old], k["s1_small"][old], k["late_seen"][old]
@@ -473,7 +469,7 @@ class Ledger:
             for side in (False, True):
                 m = moves & (k[rule][old] == side)
                 _sentinel(self.sentinels, key[m], values[value][m], (rule, side),
-                          side == large, lambda j, old=old, m=m: _take(c, old[m][[j]]))
+                          side == large, lambda j, old=old, m=m: take(c, old[m][[j]]))
 
     def _judge_acks(self, p, kept: int) -> None:
         """Keep the newest `kept` lone-segment ACKs one by one; count the older ones (late,
@@ -566,7 +562,7 @@ class Ledger:
                          np.where(analysed, 0, 1),
                          rows["known"]).astype(np.int8)
         new_kind = np.where(tail, 0, _EXTRA).astype(np.int8)
-        self.rows = {**_take(rows, np.flatnonzero(carry)),
+        self.rows = {**take(rows, np.flatnonzero(carry)),
                      "known": known[carry], "kind": new_kind[carry]}
         # the handshake of the next piece ends where its first row of each direction
         # begins: what that direction had sent and acknowledged before it
@@ -726,7 +722,7 @@ def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
     start = int(new_isn[-1]) if len(new_isn) else 0
     if start == 0:
         return rows, None
-    return _take(rows, np.arange(start, len(rows["frame"]))), _take(rows, np.arange(start))
+    return take(rows, np.arange(start, len(rows["frame"]))), take(rows, np.arange(start))
 
 
 def _sentinel(store: dict, key: np.ndarray, value: np.ndarray, name: tuple, smallest: bool,
@@ -749,7 +745,7 @@ def in_time_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     order = np.lexsort((rows["frame"], rows["ts_ns"]))
     if np.array_equal(order, np.arange(len(order))):
         return rows
-    return _take(rows, order)
+    return take(rows, order)
 
 
 def _positions(frames: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -1,8 +1,10 @@
 """The analysis result: pandas tables for notebooks, a JSON document, and the text report.
 
 The tables are held as numpy columns (`tables`), from which the text and JSON reports are
-written; a DataFrame is made the first time it is asked for (`frames`), so the command
-line never loads pandas (0.2-0.3 s of every run).
+written; a DataFrame is made the first time it is asked for (`frames`), so a plain
+`nagleprobe analyze` never loads pandas (0.2-0.3 s of every run). Selections (`select`,
+`flow`, `worst`: `--port/--host/--flow/--top/--min-confidence`) and `check` still work on
+the DataFrames.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import numpy as np
 
 from . import document, relay
 from . import selection as sel
+from .decode import take
 from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
 from .errors import utf8_safe
 from .flows import Flows
 from .read import CaptureInfo
 from .selection import parse_host, worst_first
-from .tables import STALL_POINTS, capture_doc, report_columns, take
+from .tables import STALL_POINTS, capture_doc, report_columns
 from .text_report import TEXT_WIDTH, render_text
 from .wireshark import add_tcp_streams
 from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-exported)

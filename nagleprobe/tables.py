@@ -123,11 +123,6 @@ TABLE_ONLY = ("start_time", "small_time", "ack_time", "released_time")
 NULLABLE = ("window_scale", "tcp_stream", "relay_upstream_flow")
 
 
-def take(columns: dict[str, np.ndarray], rows: np.ndarray | slice) -> dict[str, np.ndarray]:
-    """Some rows of a table's columns."""
-    return {k: v[rows] for k, v in columns.items()}
-
-
 def rows_of(columns: dict[str, np.ndarray], ids: np.ndarray | list[int]) -> np.ndarray:
     """The rows of the flows with these ids (in that order) in a flows table's columns;
     KeyError for an id it does not hold."""

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .advice import HOLD_SHARE, HOLD_TEXT_MS
+from .decode import take
 from .detect import timer_name
 from .document import stall_docs
 from .errors import printable
 from .selection import selection_line, worst_order
-from .tables import take
 from .words import SIDES, human_count, human_ms
 
 if TYPE_CHECKING:

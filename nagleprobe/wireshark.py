@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .decode import take
 from .errors import printable
-from .tables import rows_of, take
+from .tables import rows_of
 
 if TYPE_CHECKING:
     from .report import Report
