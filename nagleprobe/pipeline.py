@@ -120,6 +120,7 @@ def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Prog
         if progress is not None:
             progress(reader, frames)
         yield first_ns, cols
+        del cols  # the stream keeps what it holds; the rest is free for the next chunk
 
 
 def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: deque,

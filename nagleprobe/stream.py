@@ -650,9 +650,9 @@ class StreamAnalyzer:
         """Analyse everything still held (end of input) and join the batches into a Report."""
         if self._pending or self._ledgers:
             self._hand_on((self._rows > 0) | self._pieced)
+        self._free_tuples()  # while the last batches are analysed
         self._take_results(all=True)
         self.close()
-        self._free_tuples()
         p = self._parts
         if not p.flows:
             none = empty_columns()

@@ -105,7 +105,9 @@ class PcapRecords:
                 # a deletion in the last record read puts the next header a little earlier
                 p = end if gap else max(end - RESYNC_BACK, int(st[k - 1]) + 16 if k else p)
             carry = bytes(buf[p:]) if p < n else b""
-            buf = data = None  # let _fill reuse the buffer once the batches are dropped
+            # let _fill reuse the buffer, and the heap the walk's arrays, once the batches
+            # are dropped
+            buf = data = st = ts = cl = wl = None
             self._pos = base + p
         self._finish(len(carry), resync)
 
