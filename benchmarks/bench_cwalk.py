@@ -9,7 +9,8 @@ analyze --format json` of the build in `--tree`, one after the other, in an orde
 rotates each round (this machine's speed drifts, so only runs of one session are compared).
 Prints one JSON object per run, then per command the median and range of wall time, CPU
 time and peak RSS, and the ratios the issue asks about: text / C walk (goal 2) and JSON /
-text (goal 1.3). The capture is bench_scaling's, cached in benchmarks/out/.
+text (goal 1.3), of the medians and within each round. The capture is bench_scaling's,
+cached in benchmarks/out/.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def main() -> None:
     med = {n: statistics.median(x["seconds"] for x in rs) for n, rs in runs.items()}
     print(f"\ntext / C walk: {med['text'] / med['cwalk']:.2f} (goal 2)   "
           f"JSON / text: {med['json'] / med['text']:.2f} (goal 1.3)")
+    # the same ratios within each round (its three commands ran back to back)
+    for (a, b), goal in ((("text", "cwalk"), 2.0), (("json", "text"), 1.3)):
+        r = [x["seconds"] / y["seconds"] for x, y in zip(runs[a], runs[b])]
+        print(f"per round {a} / {b}: median {statistics.median(r):.2f}, range "
+              f"{min(r):.2f}-{max(r):.2f}, {sum(v < goal for v in r)} of {len(r)} under {goal}")
 
 
 if __name__ == "__main__":
