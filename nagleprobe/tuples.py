@@ -187,7 +187,8 @@ class TupleTable:
                                                                "dst_lo")),
             np.ascontiguousarray(c["sport"], np.uint16),
             np.ascontiguousarray(c["dport"], np.uint16),
-            np.ascontiguousarray(tunnel_numbers(c).astype(np.uint32)),
+            np.ascontiguousarray(c["tunnel"], np.uint32) if "tunnel" in c
+            else np.zeros(n, np.uint32),
             self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
         return tid, from_low, first
 
