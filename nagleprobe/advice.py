@@ -33,7 +33,7 @@ def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
                                                 hold_ms[i[noted]].tolist(),
                                                 duration_s[i[noted]].tolist())]
     endpoint = names[i, k]
-    # the same fields as `fix` gives, each a column at once; only the text one by one
+    # each field a column at once; only the text one by one
     fields = {"side": _SIDES[k], "endpoint": endpoint, "action": _ACTIONS[one * 1],
               "alternative": _ACTIONS[1 - one * 1], "text": [
                   fix_text(side, name, None if timer != timer else timer, n, ms, o, note)
@@ -63,25 +63,19 @@ def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
             f"which the same change saves.")
 
 
-# what enabling quick ACKs on the peer of side k does, as `fix` says it
+# what enabling quick ACKs on the peer of side k does, as the fix's text says it
 _QUICKACK = tuple(f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, TcpAckFrequency=1 "
                   f"on Windows) only mitigates it" for peer in SIDES[::-1])
 _SIDES = np.array(SIDES, dtype=object)
 _ACTIONS = np.array(["set-tcp-nodelay", "coalesce-writes"], dtype=object)  # [one message]
 
 
-def fix(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-        one_message: bool, hold_note: str = "") -> dict[str, str]:
-    """Who must change what (`k`: 0 the client, 1 the server), in one readable sentence:
-    coalesce the writes of one message, or set TCP_NODELAY (`fix_text` says why)."""
-    return {"side": SIDES[k], "endpoint": endpoint, "action": _ACTIONS[int(one_message)],
-            "alternative": _ACTIONS[1 - int(one_message)],
-            "text": fix_text(k, endpoint, timer, count, lost_ms, one_message, hold_note)}
-
-
 def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
              one_message: bool, hold_note: str = "") -> str:
-    """The sentence of `fix`."""
+    """The fix's sentence: side `k` (0 the client, 1 the server), at `endpoint`, must
+    coalesce the writes of one message (`one_message`), or else set TCP_NODELAY; why: the
+    `count` writes that waited for the peer's delayed ACK (`timer` ms, None unknown) and
+    the `lost_ms` they cost, then `hold_note`."""
     side, peer = SIDES[k], SIDES[1 - k]
     if timer is None:
         timer_txt = "its timer"

@@ -162,9 +162,9 @@ def test_the_text_report_writes_large_numbers_and_times_for_people(echo_split):
     assert "(12,345 packets, roles from handshake)" in text
     assert "12,345 stalls, 3,712.8 s lost" in text
     assert "3712847.8" not in text
-    from nagleprobe.advice import fix as fix_of
+    from nagleprobe.advice import fix_text
 
-    fix = fix_of(0, "10.0.0.1:40000", 41.0, 12345, 3712847.8, True)["text"]
+    fix = fix_text(0, "10.0.0.1:40000", 41.0, 12345, 3712847.8, True)
     assert "12,345 writes waited for the server's delayed ACK (~41 ms, Linux-like), costing " \
            "3,712.8 s" in fix
     doc = r.to_dict()  # the JSON keeps its numbers
