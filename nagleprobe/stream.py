@@ -93,7 +93,7 @@ def _libc_trim():
 
 _malloc_trim = _libc_trim()
 TRIM_EVERY = 16
-TRIM_ROWS = 1 << 20  # joined result columns this long give their copies back at once
+TRIM_ROWS = 1 << 20  # joined stall columns this long give their copies back at once
 # the flows' and endpoints' columns from this long on (a trim costs milliseconds; a
 # million flows' parts kept by the heap took 0.5 GB more at the peak)
 TRIM_JOIN_ROWS = 1 << 18
@@ -725,15 +725,16 @@ def _join(p: _Parts, capture: dict) -> Report:
     return Report(capture, flows, stalls, endpoints)
 
 
-def _take(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
-    """The parts joined, rows in `order`; the parts let go of (and, for a large column, their
-    memory given back at once: the heap otherwise keeps every column's parts, 0.5 GB more
-    at the peak for a million flows)."""
+def _take(parts: list[np.ndarray], order: np.ndarray, trim_rows: int = TRIM_JOIN_ROWS
+          ) -> np.ndarray:
+    """The parts joined, rows in `order`; the parts let go of (and, for a column of
+    `trim_rows` or more, their memory given back at once: the heap otherwise keeps every
+    column's parts, 0.5 GB more at the peak for a million flows)."""
     col = np.concatenate(parts)
     parts.clear()
     out = col[order]
     del col
-    if len(out) >= TRIM_JOIN_ROWS:
+    if len(out) >= trim_rows:
         release_free_memory()
     return out
 
@@ -758,10 +759,6 @@ def _join_stalls(parts: list[dict[str, np.ndarray]], order: np.ndarray, offsets:
         if name == "flow":
             columns[name] = np.repeat(np.arange(len(order)), n)
             continue
-        col = np.concatenate([st.pop(name) for st in parts])
-        columns[name] = col[rows]
-        del col
-        if len(rows) > TRIM_ROWS:  # a trim costs milliseconds: only for big columns
-            release_free_memory()
+        columns[name] = _take([st.pop(name) for st in parts], rows, TRIM_ROWS)
     parts.clear()
     return columns
