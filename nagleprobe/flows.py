@@ -52,8 +52,7 @@ class Flows:
     `seg` columns (numpy arrays, one row per TCP segment):
       flow, dir (0 client->server, 1 server->client), frame, ts_ns, seq, ack
       (relative, unwrapped, int64; ack -1 without the ACK flag), payload,
-      has_data, flags, window (raw; in the stream's batches a `tuples.RowsOf`, read where
-      indexed), end (seq + payload + SYN + FIN), sent_before (highest
+      has_data, flags, window (raw), end (seq + payload + SYN + FIN), sent_before (highest
       end sent earlier in the direction), new_data (carries bytes never sent
       before), retrans, keepalive, ack_max (highest ACK the direction had sent up
       to and including the row), acked_by (for new sequence space: the first row

@@ -57,9 +57,9 @@ ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
 ADDRESSES = ("ipver", "src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport", "tunnel")
 HELD = {**{k: t for k, t in ANALYSED.items() if k not in ADDRESSES},
         "from_low": np.dtype(bool)}
-# held columns the analysis reads at a few rows only (SYNs, candidates for copies of a
-# packet, the ACKs detect looks at): a batch leaves them in its chunks
-READ_AT_FEW = frozenset({"mss", "wscale", "tsval", "has_ts", "ipid", "window"})
+# held columns build_flows reads at a few rows only (SYNs, candidates for copies of a packet):
+# a batch leaves them in its chunks
+READ_AT_FEW = frozenset({"mss", "wscale", "tsval", "has_ts", "ipid"})
 # in a batch's list of chunks, one it takes no rows from
 _GONE = {k: np.zeros(0, t) for k, t in HELD.items()}
 DEFAULT_BATCH_ROWS = 1 << 18
