@@ -80,7 +80,7 @@ def _interned(col: np.ndarray) -> np.ndarray:
     """An object column whose equal strings are one object."""
     if col.dtype != object or len(col) < 2:
         return col
-    codes, uniques = factorize(col)
+    codes, uniques = factorize(col)  # code -1 (None, NaN) picks the None after them
     return np.array(uniques + [None], dtype=object)[codes].reshape(col.shape)
 
 

@@ -118,13 +118,14 @@ def tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]
     lo, hi, a_low = ordered([c["src_hi"], c["src_lo"], c["sport"].astype(np.uint64)],
                              [c["dst_hi"], c["dst_lo"], c["dport"].astype(np.uint64)])
     return [lo[0], lo[1], hi[0], hi[1],
-            (tunnel_numbers(c) << np.uint64(32)) | (lo[2] << np.uint64(16)) | hi[2]], a_low
+            (tunnel_numbers(c).astype(np.uint64) << np.uint64(32)) | (lo[2] << np.uint64(16))
+            | hi[2]], a_low
 
 
 def tunnel_numbers(c: dict[str, np.ndarray]) -> np.ndarray:
-    """The rows' tunnel numbers as uint64 (0 where the columns have none)."""
+    """The rows' tunnel numbers, uint32 (the column itself; 0 where the columns have none)."""
     t = c.get("tunnel")
-    return np.zeros(len(c["sport"]), np.uint64) if t is None else t.astype(np.uint64)
+    return np.zeros(len(c["sport"]), np.uint32) if t is None else np.asarray(t, np.uint32)
 
 
 class TupleTable:
@@ -187,8 +188,7 @@ class TupleTable:
                                                                "dst_lo")),
             np.ascontiguousarray(c["sport"], np.uint16),
             np.ascontiguousarray(c["dport"], np.uint16),
-            np.ascontiguousarray(c["tunnel"], np.uint32) if "tunnel" in c
-            else np.zeros(n, np.uint32),
+            np.ascontiguousarray(tunnel_numbers(c)),
             self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
         return tid, from_low, first
 

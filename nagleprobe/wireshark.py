@@ -17,7 +17,7 @@ import numpy as np
 
 from .decode import take
 from .errors import printable
-from .tables import rows_of
+from .tables import STALL_POINTS, rows_of
 
 if TYPE_CHECKING:
     from .report import Report
@@ -112,11 +112,8 @@ def stall_frames(report: Report, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     st = report.columns("stalls")
     mine = np.isin(st["flow"], ids) if len(ids) < len(report.columns("flows")["id"]) \
         else slice(None)
-    flow = np.tile(st["flow"][mine], 3)
-    frames = np.concatenate([st[f"{k}_frame"][mine]
-                             for k in ("small", "ack", "released")]).astype(np.int64)
-    order = np.lexsort((frames, flow))
-    flow, frames = flow[order], frames[order]
+    flow, frames = _sorted_points(st, mine)
+    frames = frames.astype(np.int64)
     once = np.r_[True, (flow[1:] != flow[:-1]) | (frames[1:] != frames[:-1])] \
         if len(flow) else np.zeros(0, bool)
     flow, frames = flow[once], frames[once]
@@ -124,6 +121,17 @@ def stall_frames(report: Report, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     # flows of `ids` in any order: gather each one's run, then offsets over the runs
     pick = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo) + np.arange((hi - lo).sum())
     return frames[pick], np.r_[0, np.cumsum(hi - lo)].astype(np.int64)
+
+
+def _sorted_points(st: dict[str, np.ndarray], mine: np.ndarray | slice, *also: str
+                   ) -> tuple[np.ndarray, ...]:
+    """The points (S1, late ACK, S2) of the stall rows `mine` by flow, then frame: (flow,
+    frame, then each point column named in `also`, e.g. "file")."""
+    flow = np.tile(st["flow"][mine], len(STALL_POINTS))
+    cols = [np.concatenate([np.asarray(st[f"{k}_{w}"])[mine] for k in STALL_POINTS])
+            for w in ("frame", *also)]
+    order = np.lexsort((cols[0], flow))
+    return (flow[order], *(c[order] for c in cols))
 
 
 def flow_filters(fl: dict[str, np.ndarray]) -> list[str]:
@@ -152,13 +160,7 @@ def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
                 for f, a, b in zip(flow_filters(fl), offsets[:-1].tolist(),
                                    offsets[1:].tolist())]
     set_paths = [f["path"] for f in report.capture.get("files") or []]  # in set order
-    mine = np.isin(st["flow"], sel)
-    flow = np.tile(st["flow"][mine], 3)
-    frames = np.concatenate([st[f"{k}_frame"][mine] for k in ("small", "ack", "released")])
-    files = np.concatenate([np.asarray(st[f"{k}_file"], dtype=object)[mine]
-                            for k in ("small", "ack", "released")])
-    order = np.lexsort((frames, flow))
-    flow, frames, files = flow[order], frames[order], files[order]
+    flow, frames, files = _sorted_points(st, np.isin(st["flow"], sel), "file")
     bounds = np.searchsorted(flow, sel, side="left"), np.searchsorted(flow, sel, side="right")
     docs = []
     for j, (c, s) in enumerate(zip(fl["client"].tolist(), fl["server"].tolist())):
