@@ -32,8 +32,9 @@ def _batches(path: str, map_file: bool, **kw) -> tuple[list, object]:
         r = CaptureReader(path, map_file=map_file, **kw)
         for b in r:
             cols = decode(b, skipped)
-            out.append(([getattr(b, k).tolist() for k in ("offset", "caplen", "wirelen", "ts_ns",
-                                                           "linktype", "frame", "start")],
+            out.append(([None if getattr(b, k) is None else getattr(b, k).tolist()
+                         for k in ("offset", "caplen", "wirelen", "ts_ns", "linktype", "frame",
+                                   "start")],  # (start: pcapng only)
                         [b.data[o:o + c].tobytes() for o, c in zip(b.offset, b.caplen)],
                         {k: cols[k].tolist() for k in TCP_COLUMNS}))
         return out, (r.info.packets, r.info.warnings, r.info.skipped, dict(skipped),

@@ -89,7 +89,7 @@ class PcapRecords:
                     end = int(st[k])
                     need = int(cl[k]) + 16
                 if k:
-                    yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k], base)
+                    yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k])
                     buf, data = self._unmap_lost(buf, data)  # (a file truncated meanwhile)
                     n = len(buf)
                 if bad is None:
@@ -138,7 +138,7 @@ class PcapRecords:
         return j, f"time is {d:.0f} s after the records read so far", True
 
     def _pcap_batch(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, caplen: np.ndarray,
-                    wirelen: np.ndarray, base: int = 0) -> RecordBatch:
+                    wirelen: np.ndarray) -> RecordBatch:
         k = len(st)
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
         self._frames += k
@@ -147,7 +147,7 @@ class PcapRecords:
         self._anchor = top if self._anchor is None else max(self._anchor, top)
         return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
                            linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame,
-                           start=st + base, tunnels=self.info.tunnels)
+                           tunnels=self.info.tunnels)
 
     def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
