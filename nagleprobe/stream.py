@@ -456,13 +456,17 @@ class StreamAnalyzer:
 
     def _free_tuples(self) -> None:
         """Let go of the per-4-tuple state once everything is analysed (a SYN flood's million
-        tuples hold 150 MB of it, which the joining of the results can use)."""
+        tuples hold 150 MB of it, which the joining of the results can use, as it can the
+        working memory of the last pieces of connections analysed in pieces). Else not worth
+        the trim: it runs while the last batches are analysed (3 % of a 10 M-packet run)."""
+        many = self._tuples.count >= TRIM_JOIN_ROWS or self.pieces > 0
         self._tuples = TupleTable()
         self._last_ts = self._last_syn = self._rows = np.zeros(0, dtype=np.int64)
         self._closed = np.zeros(0, dtype=np.uint8)
         self._handed_on = self._pieced = np.zeros(0, dtype=bool)
         self._cut = np.zeros(0, dtype=np.int64)
-        release_free_memory()
+        if many:
+            release_free_memory()
 
     def _grow(self, k: int) -> None:
         """State for `k` new tuples."""
