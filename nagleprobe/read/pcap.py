@@ -47,6 +47,7 @@ class PcapRecords:
                                "nagleprobe reads EN10MB, LINUX_SLL, LINUX_SLL2, RAW, IPV4, "
                                "IPV6, NULL and LOOP captures", "byte 20")
         self._linktype = lt
+        self._linktypes = np.zeros(0, np.int32)
         self._snaplen = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
         self._anchor: int | None = None  # latest time (ns) of the records read so far
         self.info.link_types.append(linktype_name(lt))
@@ -145,9 +146,11 @@ class PcapRecords:
         self.info.packets += k
         top = int(ts.max())
         self._anchor = top if self._anchor is None else max(self._anchor, top)
+        if len(self._linktypes) < k:  # one read-only column for every batch: no fill per chunk
+            self._linktypes = np.full(max(k, 2 * len(self._linktypes)), self._linktype, np.int32)
+            self._linktypes.flags.writeable = False
         return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
-                           linktype=np.full(k, self._linktype, dtype=np.int32), frame=frame,
-                           tunnels=self.info.tunnels)
+                           linktype=self._linktypes[:k], frame=frame, tunnels=self.info.tunnels)
 
     def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
