@@ -334,7 +334,7 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     """np.unique(a) for integers (numpy's looks for a masked array first, importing numpy.ma
     once: 10 ms of the first batch)."""
     a = np.sort(a)
-    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
+    return a[_group_starts(a)]
 
 
 def _copies(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,
