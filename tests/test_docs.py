@@ -59,16 +59,16 @@ def test_the_readme_links_the_page():
     assert "docs/DETECTION.md" in (ROOT / "README.md").read_text()
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def page_section(page: str, title: str) -> str:
+    text = (ROOT / "docs" / page).read_text() + "\n## "
     start = text.index(f"\n## {title}\n")
     return text[start:text.index("\n## ", start + 1)]
 
 
-def test_the_readme_exit_table_lists_exactly_the_exit_statuses():
+def test_the_cli_page_exit_table_lists_exactly_the_exit_statuses():
     from nagleprobe.errors import ExitStatus
 
-    rows = re.findall(r"^\| (\d+) \|", readme_section("Exit status"), re.M)
+    rows = re.findall(r"^\| (\d+) \|", page_section("cli.md", "Exit status"), re.M)
     assert sorted(map(int, rows)) == sorted(s.value for s in ExitStatus)
 
 
