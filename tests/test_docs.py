@@ -84,3 +84,31 @@ def test_every_status_a_help_text_names_is_one_of_the_enum():
         numbers = {int(n) for n in re.findall(r"(?<![\w.+-])(\d{1,3})(?= [a-z(])", said)}
         assert numbers <= {s.value for s in ExitStatus}, (command, numbers)
         assert said or command in (["annotate"],), command
+
+
+def nagleprobe_command(env: dict) -> str:
+    """What the installed `nagleprobe` command prints (its entry point, `cli.run`) under env."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys; sys.argv[0] = 'nagleprobe'; from nagleprobe.cli import run; run()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=60,
+                          check=True)
+    return proc.stdout
+
+
+def test_the_documented_shell_completion_prints_a_script_that_completes_commands():
+    documented = 'eval "$(_NAGLEPROBE_COMPLETE=bash_source nagleprobe)"'
+    assert documented in (ROOT / "README.md").read_text()
+    assert documented in page_section("cli.md", "Shell completion")
+    script = nagleprobe_command({"_NAGLEPROBE_COMPLETE": "bash_source"})
+    assert "_nagleprobe_completion() {" in script
+    assert "complete -o nosort -F _nagleprobe_completion nagleprobe" in script
+    # what the script asks for when the user types `nagleprobe an<TAB>`, then `--fo<TAB>`
+    asked = {"_NAGLEPROBE_COMPLETE": "bash_complete", "COMP_WORDS": "nagleprobe an",
+             "COMP_CWORD": "1"}
+    assert nagleprobe_command(asked).split() == ["plain,analyze", "plain,annotate"]
+    asked.update(COMP_WORDS="nagleprobe analyze --fo", COMP_CWORD="2")
+    assert nagleprobe_command(asked).split() == ["plain,--format"]
