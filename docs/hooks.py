@@ -4,7 +4,9 @@
 * `schema.md` from the JSON Schemas shipped in nagleprobe/schema/ (and the schemas themselves),
 * `performance.md` from benchmarks/RESULTS.md, which the benchmark scripts append to,
 * `incident-review.ipynb`: examples/incident-review.ipynb executed by a Jupyter kernel
-  (mkdocs-jupyter renders it, outputs included).
+  (mkdocs-jupyter renders it, outputs included),
+* in cli.md, the `::: mkdocs-click` block: mkdocs-click's reference of the click commands,
+  with their epilogs (exit statuses) and click's `\b` (keep as written) paragraphs as text blocks.
 
 Nothing is written into the repository; the executed notebook lives in a temporary folder.
 """
@@ -118,6 +120,57 @@ def performance_page(results: str) -> str:
     return "\n\n".join([intro, note, *(e.strip() for e in reversed(entries))]) + "\n"
 
 
+# -- the command-line reference ------------------------------------------------------------
+
+def _markdown_help(text: str) -> str:
+    """Click help as Markdown: a paragraph that click keeps as written (first line `\b`)
+    becomes a text block; the rest stays prose."""
+    paragraphs = text.split("\n\n")
+    return "\n\n".join("```text\n" + p.split("\n", 1)[1] + "\n```" if p.startswith("\b\n")
+                       else p for p in paragraphs)
+
+
+def _documented(command):
+    """A copy of a click command (and its subcommands) whose help is Markdown, its epilog
+    appended: mkdocs-click shows the help but not the epilog. The commands stay untouched."""
+    import copy
+    import inspect
+
+    import click
+
+    doc = copy.copy(command)
+    parts = [inspect.cleandoc(command.help or ""), command.epilog or ""]
+    doc.help = _markdown_help("\n\n".join(filter(None, parts)))
+    doc.epilog = None
+    if isinstance(command, click.Group):
+        doc.commands = {name: _documented(sub) for name, sub in command.commands.items()}
+    return doc
+
+
+def cli_reference(options: dict[str, str]) -> str:
+    """mkdocs-click's Markdown for `:module:`/`:command:` (with `:prog_name:`, `:depth:`,
+    `:style:`), subcommands listed."""
+    import importlib
+
+    from mkdocs_click._docs import make_command_docs
+
+    command = getattr(importlib.import_module(options["module"]), options["command"])
+    lines = make_command_docs(options.get("prog_name", command.name), _documented(command),
+                              depth=int(options.get("depth", 0)),
+                              style=options.get("style", "plain"), list_subcommands=True,
+                              has_attr_list=True)
+    # click >= 8.3 marks "no default" with a sentinel, which mkdocs-click 0.9 prints
+    return "\n".join(line.replace("`Sentinel.UNSET`", "None") for line in lines)
+
+
+def expand_cli_blocks(markdown: str) -> str:
+    """Every `::: mkdocs-click` block (its indented `:key: value` lines) replaced by the
+    reference it asks for."""
+    def expand(m: re.Match) -> str:
+        return cli_reference(dict(re.findall(r"^\s+:(\w+):\s*(.+?)\s*$", m.group(1), re.M)))
+    return re.sub(r"^::: mkdocs-click\n((?:[ \t]+:\w+:.*\n)+)", expand, markdown, flags=re.M)
+
+
 # -- the executed notebook -----------------------------------------------------------------
 
 def executed_notebook(notebook: Path, workdir: Path) -> Path:
@@ -169,6 +222,10 @@ def on_files(files, config):
     # a File with a source folder: mkdocs-jupyter's wrapper finds the path only through it
     files.append(File(nb.name, str(nb.parent), config["site_dir"], config["use_directory_urls"]))
     return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    return expand_cli_blocks(markdown)
 
 
 def on_post_build(config):

@@ -88,3 +88,21 @@ def test_the_performance_page_is_the_results_file_newest_first():
     assert page.startswith("# Performance\n")
     for entry in results.split("\n## ")[1:]:
         assert entry.strip() in page
+
+
+def test_the_cli_page_is_generated_from_every_command_option_and_epilog():
+    import click
+
+    from nagleprobe.cli import main
+
+    page = hooks.expand_cli_blocks((ROOT / "docs" / "cli.md").read_text())
+    assert "::: mkdocs-click" not in page and "Sentinel" not in page
+    for name, command in [("", main), *main.commands.items()]:
+        title = f"nagleprobe {name}".strip()
+        section = page.split(f"# {title} {{", 1)[1].split("\n## nagleprobe ", 1)[0]
+        assert command.epilog and command.epilog in section, title
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert f"`{param.opts[0]}`" in section, (title, param.opts)
+    # click's keep-as-written paragraphs (examples) stay lines of text, not one paragraph
+    assert "```text\nExamples:\n  nagleprobe analyze capture.pcap" in page
