@@ -41,7 +41,8 @@ def test_the_readme_links_resolve_in_the_repository_and_on_the_site():
 
 def test_the_readme_keeps_its_two_set_up_commands():
     readme = (ROOT / "README.md").read_text()
-    assert "    python3 -m pip install . && nagleprobe analyze samples/echo_split_lo.pcap\n" in readme
+    quick_start = "python3 -m pip install . && nagleprobe analyze samples/echo_split_lo.pcap"
+    assert f"    {quick_start}\n" in readme
     assert "    python3 -m pip install -e '.[test]' && python3 -m pytest -q\n" in readme
     assert len(readme.splitlines()) <= 220
 
