@@ -9,8 +9,9 @@ analyze --format json` of the build in `--tree`, one after the other, in an orde
 rotates each round (this machine's speed drifts, so only runs of one session are compared).
 Prints one JSON object per run, then per command the median and range of wall time, CPU
 time and peak RSS, and the ratios the issue asks about: text / C walk (goal 2) and JSON /
-text (goal 1.3), of the medians and within each round. The capture is bench_scaling's,
-cached in benchmarks/out/.
+text (goal 1.3), of the medians and within each round; the summary is appended to
+benchmarks/RESULTS.md with the date and commit (`--results`). The capture is
+bench_scaling's, cached in benchmarks/out/.
 
 With several `--tree`s, every round runs each build's text and JSON report too (all
 commands in a rotating order), and the ratios are given per build: this machine's ratio
@@ -29,6 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_results  # noqa: E402
 from bench_ab import command, compiled, print_table  # noqa: E402
 from bench_scaling import capture, run  # noqa: E402
 
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tree", type=Path, action="append",
                     help="nagleprobe source tree (default: this one); repeat to compare builds")
+    bench_results.add_argument(ap)
     args = ap.parse_args()
     pcap = capture(args.size, args.every_ms)
     trees = [compiled(t.resolve()) for t in args.tree or [HERE.parent]]
@@ -67,19 +70,20 @@ def main() -> None:
             res.update(command=name, round=r, packets=args.size)
             print(json.dumps(res), flush=True)
             runs[name].append(res)
-    print(f"\n{args.size} packets, {args.rounds} rounds, order rotated each round")
-    print_table("command", runs)
-    med = {n: statistics.median(x["seconds"] for x in rs) for n, rs in runs.items()}
-    for i in range(len(trees)):
-        text, js = f"text{tag(i)}", f"json{tag(i)}"
-        print(f"\n{trees[i]}: text / C walk: {med[text] / med['cwalk']:.2f} (goal 2)   "
-              f"JSON / text: {med[js] / med[text]:.2f} (goal 1.3)")
-        # the same ratios within each round (its commands ran back to back)
-        for (a, b), goal in (((text, "cwalk"), 2.0), ((js, text), 1.3)):
-            r = [x["seconds"] / y["seconds"] for x, y in zip(runs[a], runs[b])]
-            print(f"per round {a} / {b}: median {statistics.median(r):.2f}, range "
-                  f"{min(r):.2f}-{max(r):.2f}, {sum(v < goal for v in r)} of {len(r)} under "
-                  f"{goal}")
+    with bench_results.recorded("bench_cwalk.py", args.results, trees):
+        print(f"\n{args.size} packets, {args.rounds} rounds, order rotated each round")
+        print_table("command", runs)
+        med = {n: statistics.median(x["seconds"] for x in rs) for n, rs in runs.items()}
+        for i in range(len(trees)):
+            text, js = f"text{tag(i)}", f"json{tag(i)}"
+            print(f"\n{trees[i]}: text / C walk: {med[text] / med['cwalk']:.2f} (goal 2)   "
+                  f"JSON / text: {med[js] / med[text]:.2f} (goal 1.3)")
+            # the same ratios within each round (its commands ran back to back)
+            for (a, b), goal in (((text, "cwalk"), 2.0), ((js, text), 1.3)):
+                r = [x["seconds"] / y["seconds"] for x, y in zip(runs[a], runs[b])]
+                print(f"per round {a} / {b}: median {statistics.median(r):.2f}, range "
+                      f"{min(r):.2f}-{max(r):.2f}, {sum(v < goal for v in r)} of {len(r)} under "
+                      f"{goal}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ editcap, tcpdump and mergecap, when installed), and, where installed,
 `tshark -T fields` and `tcptrace -l` on the same pcap. Each command is timed whole (process
 start to exit, output to /dev/null), its CPU time and peak RSS read from the kernel (wait4),
 and the CPU time the hypervisor stole meanwhile from /proc/stat. Prints
-one JSON object per run, then a Markdown table with the machine and its load average.
+one JSON object per run, then a Markdown table with the machine and its load average, which
+it also appends to benchmarks/RESULTS.md with the date and commit (`--results`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_results  # noqa: E402
 from bench_analyze import DEFAULT_SOURCES, ROOT  # noqa: E402
 
 TSHARK_FIELDS = ["frame.number", "frame.time_epoch", "tcp.stream", "tcp.srcport", "tcp.dstport",
@@ -126,6 +128,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per measurement; best is kept")
     ap.add_argument("--tools-max", type=int, default=1_000_000,
                     help="run tshark and tcptrace only on captures up to this many packets")
+    bench_results.add_argument(ap)
     args = ap.parse_args()
     nagle = [sys.executable, "-m", "nagleprobe", "analyze", "--quiet"]
     rows = []
@@ -157,18 +160,19 @@ def main() -> None:
                                   for k, v in row.items()}), flush=True)
     ours = {(r["packets"], r["format"]): r["seconds"] for r in rows if r["tool"] == "nagleprobe"}
     # "time vs nagleprobe": against the default (text report) run on the same file
-    print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
-    print("\n| tool | file | packets | MB | seconds | CPU s | packets/s | MB/s | peak RSS MB | "
-          "time vs nagleprobe | load avg | steal |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        ratio = r["seconds"] / ours[(r["packets"], r["format"])]
-        steal = "?" if r["steal_pct"] is None else f"{r['steal_pct']:.0f} %"
-        print(f"| {r['tool']} | {r['format']} | {r['packets']:,} | {r['mb']:.0f} | "
-              f"{r['seconds']:.2f} | {r['cpu_s']:.2f} | {r['packets_per_s'] / 1e6:.2f} M | "
-              f"{r['mb_per_s']:.0f} | {r['peak_rss_mb']:.0f} | {ratio:.1f}x | "
-              f"{r['load_avg_1min']:.1f} | {steal} |")
+    with bench_results.recorded("bench_scaling.py", args.results):
+        print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+              f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
+        print("\n| tool | file | packets | MB | seconds | CPU s | packets/s | MB/s | peak RSS MB | "
+              "time vs nagleprobe | load avg | steal |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            ratio = r["seconds"] / ours[(r["packets"], r["format"])]
+            steal = "?" if r["steal_pct"] is None else f"{r['steal_pct']:.0f} %"
+            print(f"| {r['tool']} | {r['format']} | {r['packets']:,} | {r['mb']:.0f} | "
+                  f"{r['seconds']:.2f} | {r['cpu_s']:.2f} | {r['packets_per_s'] / 1e6:.2f} M | "
+                  f"{r['mb_per_s']:.0f} | {r['peak_rss_mb']:.0f} | {ratio:.1f}x | "
+                  f"{r['load_avg_1min']:.1f} | {steal} |")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import unicodedata
 
 
 class ExitStatus(enum.IntEnum):
-    """Process exit statuses of the `nagleprobe` command (documented in the README)."""
+    """Process exit statuses of the `nagleprobe` command (documented in docs/cli.md)."""
 
     OK = 0  # analysed; with `check`: within budget
     STALLS_FOUND = 1  # `check`: a capture is over the stall budget

@@ -61,7 +61,7 @@ class Report:
     `capture`: how the file was read (a dict). `flows`, `stalls`, `endpoints`: pandas
     DataFrames, one row per flow, per stall and per flow endpoint, made on first use from
     their numpy columns (`columns(name)`); `segments` one row per TCP segment, built on
-    first use from `source` (columns of all four in the README).
+    first use from `source` (columns of all four in docs/notebook.md).
     `to_dict()` is the JSON document. `flow(i)`, `worst(n)` and `select(...)` give a
     Report restricted to some flows.
     """
@@ -105,7 +105,7 @@ class Report:
 
     @property
     def flows(self) -> pd.DataFrame:
-        """One row per flow (columns in the README), indexed by flow id."""
+        """One row per flow (columns in docs/notebook.md), indexed by flow id."""
         return self._frame("flows")
 
     @property
@@ -148,7 +148,7 @@ class Report:
         return document.stall_docs(st if flow is None else take(st, st["flow"] == flow))
 
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON document (see README, "JSON output")."""
+        """The documented JSON document (see docs/json.md)."""
         return json.loads(self.to_json())
 
     def to_json(self) -> str:
@@ -214,7 +214,7 @@ class Report:
 
     @property
     def segments(self) -> pd.DataFrame:
-        """Every TCP segment of the report's flows (columns in the README), built on first
+        """Every TCP segment of the report's flows (columns in docs/notebook.md), built on first
         access from the reassembled flows so that `analyze` and the CLI do not pay for it."""
         if self._segments is None:
             files = self.capture.get("files")

@@ -59,16 +59,16 @@ def test_the_readme_links_the_page():
     assert "docs/DETECTION.md" in (ROOT / "README.md").read_text()
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def page_section(page: str, title: str) -> str:
+    text = (ROOT / "docs" / page).read_text() + "\n## "
     start = text.index(f"\n## {title}\n")
     return text[start:text.index("\n## ", start + 1)]
 
 
-def test_the_readme_exit_table_lists_exactly_the_exit_statuses():
+def test_the_cli_page_exit_table_lists_exactly_the_exit_statuses():
     from nagleprobe.errors import ExitStatus
 
-    rows = re.findall(r"^\| (\d+) \|", readme_section("Exit status"), re.M)
+    rows = re.findall(r"^\| (\d+) \|", page_section("cli.md", "Exit status"), re.M)
     assert sorted(map(int, rows)) == sorted(s.value for s in ExitStatus)
 
 
@@ -84,3 +84,31 @@ def test_every_status_a_help_text_names_is_one_of_the_enum():
         numbers = {int(n) for n in re.findall(r"(?<![\w.+-])(\d{1,3})(?= [a-z(])", said)}
         assert numbers <= {s.value for s in ExitStatus}, (command, numbers)
         assert said or command in (["annotate"],), command
+
+
+def nagleprobe_command(env: dict) -> str:
+    """What the installed `nagleprobe` command prints (its entry point, `cli.run`) under env."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys; sys.argv[0] = 'nagleprobe'; from nagleprobe.cli import run; run()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=60,
+                          check=True)
+    return proc.stdout
+
+
+def test_the_documented_shell_completion_prints_a_script_that_completes_commands():
+    documented = 'eval "$(_NAGLEPROBE_COMPLETE=bash_source nagleprobe)"'
+    assert documented in (ROOT / "README.md").read_text()
+    assert documented in page_section("cli.md", "Shell completion")
+    script = nagleprobe_command({"_NAGLEPROBE_COMPLETE": "bash_source"})
+    assert "_nagleprobe_completion() {" in script
+    assert "complete -o nosort -F _nagleprobe_completion nagleprobe" in script
+    # what the script asks for when the user types `nagleprobe an<TAB>`, then `--fo<TAB>`
+    asked = {"_NAGLEPROBE_COMPLETE": "bash_complete", "COMP_WORDS": "nagleprobe an",
+             "COMP_CWORD": "1"}
+    assert nagleprobe_command(asked).split() == ["plain,analyze", "plain,annotate"]
+    asked.update(COMP_WORDS="nagleprobe analyze --fo", COMP_CWORD="2")
+    assert nagleprobe_command(asked).split() == ["plain,--format"]

@@ -1,6 +1,6 @@
 """The JSON document holds the report's tables: each flow object is its row of `flows` (with
 its why-not counts, relay, fix and endpoints nested), each stall object its row of `stalls`
-(frames and times nested), as the README's "JSON output" describes them. Checked against
+(frames and times nested), as docs/json.md describes them. Checked against
 the tables value by value on every sample, without the writer's code."""
 
 import json

@@ -1,6 +1,6 @@
 """The JSON document has a JSON Schema, shipped in the package: every sample's document (and
 every readable broken capture's) validates against it, also with additional properties
-forbidden (so a new field cannot go undocumented), and the README's JSON section names
+forbidden (so a new field cannot go undocumented), and docs/json.md names
 exactly the fields the schema has."""
 
 import copy
@@ -90,9 +90,9 @@ def property_names(node, out=None) -> set[str]:
     return out
 
 
-def test_the_readme_json_section_names_exactly_the_schema_s_fields():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## JSON output", 1)[1].split("\n## ", 1)[0]
+def test_the_json_page_names_exactly_the_schema_s_fields():
+    page = (ROOT / "docs" / "json.md").read_text()
+    section = page.split("\n## ", 1)[0]  # the page's text before its first subsection
     block = section.split("```\n", 2)[1]
     documented = set(re.findall(r'"(\w+)"\s*(?:\([^)]*\))?\s*:', block))
     assert documented == property_names(SCHEMA)

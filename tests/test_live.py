@@ -335,9 +335,9 @@ def test_every_jsonl_event_has_the_schema_shipped_in_the_package(name):
         jsonschema.validate(e, WATCH_SCHEMA)
 
 
-def test_the_readme_names_every_field_of_the_jsonl_events():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Live traffic: `nagleprobe watch`", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_name_every_field_of_the_jsonl_events():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "fleets-live.md").read_text()
+    section = page.split("## Live traffic: `nagleprobe watch`", 1)[1].split("\n## ", 1)[0]
     for kind in WATCH_SCHEMA["oneOf"]:
         for name in kind["properties"]:
             assert f"`{name}`" in section or name == "event", name

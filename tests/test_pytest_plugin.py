@@ -99,7 +99,7 @@ def test_fixture_skips_with_the_reason_where_capture_is_not_possible(inner, monk
 
 
 def test_a_watched_port_outside_the_configured_ones_is_captured_and_checked(inner):
-    """The README's pyproject (ports 8000/8443) and a test on another port: its traffic is
+    """The documented pyproject (docs/ci.md: ports 8000/8443) and a test on another port: its traffic is
     captured (all TCP), selected by watch_port, and its stalls fail the test."""
     require_capture()
     inner.makepyprojecttoml("[tool.nagleprobe.check]\nmax-stalls = 0\nports = [8000, 8443]\n")

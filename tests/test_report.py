@@ -23,13 +23,13 @@ TABLES = ("flows", "stalls", "endpoints", "segments")
 
 
 def dtype_name(dtype) -> str:
-    """The README's name for a dtype (text is `str`, also under pandas 2's `object`)."""
+    """The docs' name for a dtype (text is `str`, also under pandas 2's `object`)."""
     return "str" if dtype == frames.TEXT_DTYPE else str(dtype)
 
 
-def readme_schema() -> dict[str, list[tuple[str, str]]]:
-    """The README's tables of columns: `### report.NAME` then `| column | dtype | meaning |`."""
-    text = (ROOT / "README.md").read_text()
+def documented_schema() -> dict[str, list[tuple[str, str]]]:
+    """docs/notebook.md's tables of columns: `### report.NAME` then `| column | dtype | meaning |`."""
+    text = (ROOT / "docs" / "notebook.md").read_text()
     schema = {}
     for name in TABLES:
         section = text.split(f"### `report.{name}`", 1)[1].split("\n#", 1)[0]
@@ -39,9 +39,9 @@ def readme_schema() -> dict[str, list[tuple[str, str]]]:
 
 
 @pytest.mark.parametrize("table", TABLES)
-def test_readme_documents_every_column_and_dtype_of_every_table(echo_split, table):
+def test_the_docs_document_every_column_and_dtype_of_every_table(echo_split, table):
     actual = [(c, dtype_name(t)) for c, t in getattr(echo_split, table).dtypes.items()]
-    assert readme_schema()[table] == actual
+    assert documented_schema()[table] == actual
 
 
 @pytest.mark.parametrize("table", TABLES)

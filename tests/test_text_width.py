@@ -94,9 +94,12 @@ def test_a_clean_flow_says_what_was_seen(proxy_any):
     assert "no delayed ACKs seen" in nodelay and "Nagle client off" in nodelay
 
 
-def test_readme_text_report_is_what_an_80_column_terminal_shows(monkeypatch):
-    readme = (SAMPLES.parent / "README.md").read_text()
-    block = readme.split("## Text report", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+@pytest.mark.parametrize("page, section", [("README.md", "## One real report"),
+                                           ("docs/reports.md", "## Text report")])
+def test_the_documented_text_report_is_what_an_80_column_terminal_shows(monkeypatch, page,
+                                                                        section):
+    text = (SAMPLES.parent / page).read_text()
+    block = text.split(section, 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     shown = block.splitlines()
     monkeypatch.chdir(SAMPLES.parent)
     real = nagleprobe.analyze("samples/echo_split_lo.pcap").to_text(80).splitlines()
