@@ -509,7 +509,8 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
     sys.exit(_run_gate([output], ports, opts))
 
 
-WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C (after the final report), "
+WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after the final "
+              "report; also while waiting for a FIFO's writer or the capture's header), "
               "2 usage error, 3 unreadable capture, 5 capture not possible (-i: not root, no "
               "tcpdump, no such interface, bad filter), 4 internal error.")
 
@@ -583,17 +584,17 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                 raw = cap.start_pipe()
                 click.echo(f"nagleprobe: watching {printable(interface)} "
                            f"({printable(cap.filter)}); Ctrl-C for the final report", err=True)
-            elif capture == "-":
-                raw = sys.stdin.buffer
-            else:
-                try:
-                    raw = open(follow or capture, "rb")
-                except OSError as e:
-                    raise CaptureError(name, e.strerror or str(e)) from None
-            stream = LiveStream(raw, follow=follow is not None, name=name)
-            try:
+            try:  # stopped before the capture's header came: the report of nothing
+                if capture == "-":
+                    raw = sys.stdin.buffer
+                elif cap is None:
+                    try:  # a FIFO blocks here until something opens it for writing
+                        raw = open(follow or capture, "rb")
+                    except OSError as e:
+                        raise CaptureError(name, e.strerror or str(e)) from None
+                stream = LiveStream(raw, follow=follow is not None, name=name)
                 reader = CaptureReader(name, chunk_bytes=LIVE_CHUNK_BYTES, stream=stream)
-            except KeyboardInterrupt:  # stopped before the capture's header came
+            except KeyboardInterrupt:
                 emit(line_for_nothing(fmt))
                 return
             run_watch(reader, emit, fmt, summary_s=summary_every, window_rows=window_rows,
