@@ -159,6 +159,7 @@ def _capture_set(args: tuple[str, ...]) -> list[str]:
     from .fileset import expand_targets
 
     targets = expand_targets(args)
+    _print_notes(targets.notes)
     for t in targets:
         if t.problem:
             click.echo(f"nagleprobe: error: {printable(t.path)}: {t.problem}", err=True)
@@ -169,6 +170,13 @@ def _capture_set(args: tuple[str, ...]) -> list[str]:
                    err=True)
         sys.exit(ExitStatus.USAGE)
     return paths
+
+
+def _print_notes(notes: list[str]) -> None:
+    """What finding the captures left out (a file under a second name, a directory gone),
+    on standard error."""
+    for note in notes:
+        click.echo(f"nagleprobe: note: {note}", err=True)
 
 
 @contextmanager
@@ -371,6 +379,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         click.echo(f"nagleprobe: error: {e}", err=True)
         return ExitStatus.USAGE
     targets = expand_targets(captures)
+    _print_notes(targets.notes)
     client = None
     if dask is not None:
         from .fleet import SchedulerError, connect

@@ -14,7 +14,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .check import Budget, CaptureVerdict, CheckRun, expand_targets, run_check
@@ -82,12 +82,14 @@ async def _identity(address: str, timeout: float) -> str:
 class Fleet:
     """The result of `analyze_many`: a verdict per capture (in the order given) and the
     flows, stalls and endpoints of every capture that could be read, each table with a
-    `capture` column (the path or URL) in front of the report's own columns."""
+    `capture` column (the path or URL) in front of the report's own columns. `notes`:
+    what finding the captures left out and why (a file reached under a second name)."""
 
     run: CheckRun
     flows: pd.DataFrame
     stalls: pd.DataFrame
     endpoints: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
 
     @property
     def verdicts(self) -> list[CaptureVerdict]:
@@ -130,7 +132,7 @@ def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = No
     finally:
         if own:
             client.close()
-    return Fleet(run, *(_combined(run.verdicts, name) for name in TABLES))
+    return Fleet(run, *(_combined(run.verdicts, name) for name in TABLES), notes=targets.notes)
 
 
 def _combined(verdicts: list[CaptureVerdict], name: str) -> pd.DataFrame:

@@ -106,6 +106,9 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
                 if stat.S_ISREG(st.st_mode):
                     self._size = st.st_size
         except FileNotFoundError:
+            if os.path.islink(path):
+                raise CaptureError(path, "dangling symbolic link: its target "
+                                   f"{os.readlink(path)} does not exist") from None
             raise CaptureError(path, "no such file") from None
         except IsADirectoryError:
             raise CaptureError(path, "is a directory, not a capture file") from None
