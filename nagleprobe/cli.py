@@ -21,6 +21,7 @@ from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before n
 from .errors import CaptureError, ExitStatus, printable
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
+from .read import URL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from .report import Report
@@ -65,6 +66,13 @@ def _nothing_left() -> bool:
     return mp is None or not mp.active_children()
 
 
+URL_TIMEOUT_OPTION = click.option(
+    "--url-timeout", type=click.FloatRange(min=0, min_open=True), default=URL_TIMEOUT_S,
+    show_default=True, metavar="SECONDS",
+    help="Longest wait for an http(s) server: to connect, for its answer, for more of the "
+         "capture; then that capture is unreadable (exit 3).")
+
+
 @click.group(epilog=MAIN_HELP)
 @click.version_option(__version__, prog_name="nagleprobe")
 def main() -> None:
@@ -104,10 +112,12 @@ def main() -> None:
               default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
               help="Capture time after which a connection that has sent nothing is analysed "
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
+@URL_TIMEOUT_OPTION
 def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
             ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
             top: int | None, min_confidence: float | None, debug: bool,
-            quiet: bool, reorder_window: float, idle_timeout: float) -> None:
+            quiet: bool, reorder_window: float, idle_timeout: float,
+            url_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
     Several files, directories and glob patterns are one capture (a file set, e.g. rotated
@@ -132,7 +142,8 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
         try:
             report = pipeline.analyze(paths if len(paths) > 1 else paths[0], strict=strict,
                                       reorder_window_s=reorder_window,
-                                      idle_s=idle_timeout, progress=bar)
+                                      idle_s=idle_timeout, progress=bar,
+                                      url_timeout=url_timeout)
         finally:
             if bar is not None:
                 bar.close()
@@ -361,7 +372,7 @@ def _gate_options(f):  # type: ignore[no-untyped-def]
 
 def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None,
               merge: bool = False, dask: str | None = None,
-              progress: bool | None = None) -> ExitStatus:
+              progress: bool | None = None, url_timeout: float = URL_TIMEOUT_S) -> ExitStatus:
     """Load the budget, check the captures (on the Dask scheduler at `dask` if given), write
     every requested output; the exit status. `progress`: show it (None: on a terminal)."""
     from .check import Budget, BudgetError, expand_targets, load_budget, run_check
@@ -397,7 +408,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     try:
         run = run_check(targets, budget, jobs=jobs, with_documents=opts["fmt"] == "json",
                         config=str(source) if source else None, strict=bool(opts["strict"]),
-                        merge=merge, client=client, progress=bar)
+                        merge=merge, client=client, progress=bar, url_timeout=url_timeout)
     finally:
         if bar is not None:
             bar.close()
@@ -446,8 +457,10 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
 @click.option("--progress/--no-progress", default=None,
               help="Show captures done, packets/s and failures on standard error "
                    "[default: on a terminal, with several captures].")
+@URL_TIMEOUT_OPTION
 def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
-          merge: bool, dask: str | None, progress: bool | None, **opts: object) -> None:
+          merge: bool, dask: str | None, progress: bool | None, url_timeout: float,
+          **opts: object) -> None:
     """Fail when CAPTURE... (files, directories, glob patterns) show too many stalls.
 
     Each file gets its own verdict; --merge judges them all as one capture (a file set).
@@ -465,7 +478,8 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
       nagleprobe check --dask tcp://10.0.0.5:8786 /shared/caps/ 's3://bucket/caps/*.pcap.gz'
     """
     try:
-        status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress)
+        status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress,
+                           url_timeout)
     except KeyboardInterrupt:
         sys.exit(ExitStatus.INTERRUPTED)
     sys.exit(status)

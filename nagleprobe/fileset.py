@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import CaptureError, printable
 from .findfiles import Finder
-from .read import CaptureInfo, CaptureReader, RecordBatch, url_scheme
+from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
 FRAME_MASK = (1 << FILE_SHIFT) - 1
@@ -164,11 +164,12 @@ class SetReader:
     file with records up to the watermark), all records of a list before any of the next;
     `info` (complete after iteration) sums the files up, `files` describes each."""
 
-    def __init__(self, paths: list[str], chunk_bytes: int = 32 << 20, strict: bool = False
-                 ) -> None:
+    def __init__(self, paths: list[str], chunk_bytes: int = 32 << 20, strict: bool = False,
+                 url_timeout: float = URL_TIMEOUT_S) -> None:
         if not paths:
             raise ValueError("a file set needs at least one file")
         self.strict = strict
+        self.url_timeout = url_timeout
         self.chunk_bytes = chunk_bytes
         self.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
         self.info = CaptureInfo(path=self.path)
@@ -176,7 +177,7 @@ class SetReader:
         members, errors = [], []
         for i, p in enumerate(paths):
             try:
-                first = _first_ns(p, strict)
+                first = _first_ns(p, strict, url_timeout)
             except CaptureError as e:
                 if strict or len(paths) == 1:
                     raise
@@ -221,7 +222,8 @@ class SetReader:
 
     def _open(self, m: _Member, active: list[_Member]) -> None:
         try:
-            m.reader = CaptureReader(m.path, chunk_bytes=self.chunk_bytes, strict=self.strict)
+            m.reader = CaptureReader(m.path, chunk_bytes=self.chunk_bytes, strict=self.strict,
+                                     url_timeout=self.url_timeout)
         except CaptureError as e:  # it could be peeked at, but not opened again
             self._failed(m, e)
             return
@@ -308,9 +310,9 @@ class SetReader:
         return done, total
 
 
-def _first_ns(path: str, strict: bool) -> int | None:
+def _first_ns(path: str, strict: bool, url_timeout: float) -> int | None:
     """The time of a file's first record (None if it has none): opens and reads a little."""
-    reader = CaptureReader(path, chunk_bytes=1 << 16, strict=strict)
+    reader = CaptureReader(path, chunk_bytes=1 << 16, strict=strict, url_timeout=url_timeout)
     try:
         for b in reader:
             if len(b):

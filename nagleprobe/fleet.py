@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .check import Budget, CaptureVerdict, CheckRun, expand_targets, run_check
 from .errors import ExitStatus
+from .read import URL_TIMEOUT_S
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -113,13 +114,15 @@ class Fleet:
 def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = None, *,
                  budget: Budget | None = None, jobs: int | None = None,
                  strict: bool = False,
-                 progress: Callable[[CaptureVerdict], None] | None = None) -> Fleet:
+                 progress: Callable[[CaptureVerdict], None] | None = None,
+                 url_timeout: float = URL_TIMEOUT_S) -> Fleet:
     """Analyse every capture of `paths` (files, directories, glob patterns, URLs), one
     analysis per capture: on the workers of `client` (a `distributed.Client`, or a
     scheduler address to connect to) when given, else in local processes (`jobs`, default
     one per core). Paths must be readable from the workers as given. A capture that fails
     gets its error verdict; the others go on. `budget` (default: no stall allowed) decides
-    each verdict, as `nagleprobe check` does; `progress` is called with each verdict."""
+    each verdict, as `nagleprobe check` does; `progress` is called with each verdict;
+    `url_timeout` is the longest wait for an http(s) server, in seconds."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     targets = expand_targets([os.fspath(p) for p in paths])
@@ -128,7 +131,7 @@ def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = No
         client = connect(client)
     try:
         run = run_check(targets, budget or Budget(), jobs=jobs, strict=strict, client=client,
-                        progress=progress, with_tables=True)
+                        progress=progress, with_tables=True, url_timeout=url_timeout)
     finally:
         if own:
             client.close()
