@@ -23,7 +23,7 @@ from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # 
 from .document import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
-from .read import url_scheme
+from .read import URL_TIMEOUT_S, url_scheme
 from .selection import confident, flow_mask
 from .words import plural, short_number
 
@@ -190,12 +190,14 @@ def _evidence(stalls: Any, limit: int) -> dict[int, list[dict[str, Any]]]:
 
 
 def check_capture(path: str | list[str], budget: Budget, with_document: bool = False,
-                  strict: bool = False, with_tables: bool = False) -> CaptureVerdict:
+                  strict: bool = False, with_tables: bool = False,
+                  url_timeout: float = URL_TIMEOUT_S) -> CaptureVerdict:
     """Analyse one capture (or a list of files: a set judged as one capture) and evaluate
     it; never raises for a bad file (see `status`). `strict`: a damaged capture (a warning
     while reading) is unreadable, as `analyze --strict` has it. `with_tables`: keep the
     report's flows, stalls and endpoints tables (small next to its segments, which never
-    leave the process that read them)."""
+    leave the process that read them). `url_timeout`: the longest wait for an http(s)
+    server, in seconds."""
     from .pipeline import analyze  # the worker's import, kept out of `import nagleprobe.check`
 
     t0 = time.perf_counter()
@@ -203,7 +205,7 @@ def check_capture(path: str | list[str], budget: Budget, with_document: bool = F
     if isinstance(path, list):
         path = path[0] if len(path) == 1 else f"{path[0]} (+{len(path) - 1} files)"
     try:
-        report = analyze(files, strict=strict)
+        report = analyze(files, strict=strict, url_timeout=url_timeout)
         v = evaluate(report, budget, path)
         v.packets = int(report.capture.get("packets", 0))
         if with_document:
@@ -265,20 +267,20 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
               with_documents: bool = False, config: str | None = None,
               strict: bool = False, merge: bool = False, *, client: Any = None,
               progress: Callable[[CaptureVerdict], None] | None = None,
-              with_tables: bool = False) -> CheckRun:
+              with_tables: bool = False, url_timeout: float = URL_TIMEOUT_S) -> CheckRun:
     """Check every target: on the workers of a Dask `client` (a `distributed.Client`) when
     given, else in local processes (at most `jobs`, default one per core). Each worker reads
     its capture itself and sends back only the verdict (and, `with_tables`, the report's
     small tables). `progress` is called with each verdict as it arrives. With `merge`, the
     readable targets are one file set with one verdict (arguments that named no file keep
-    their own)."""
+    their own). `url_timeout`: as `check_capture`'s."""
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     good = [t.path for t in targets if not t.problem]
     if merge and len(good) > 1:
         bad = [CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
                               error=f"{t.path}: {t.problem}") for t in targets if t.problem]
         return CheckRun(budget, bad + [check_capture(good, budget, with_documents, strict,
-                                                     with_tables)],
+                                                     with_tables, url_timeout)],
                         config)
     results: list[CaptureVerdict | None] = [None] * len(targets)
 
@@ -294,7 +296,7 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
                                    error=f"{t.path}: {t.problem}"))
         else:
             todo.append(i)
-    args = (budget, with_documents, strict, with_tables)
+    args = (budget, with_documents, strict, with_tables, url_timeout)
     local = [i for i in todo if targets[i].path == "-"]  # stdin belongs to this process
     remote = [i for i in todo if i not in local]
     if client is not None:

@@ -21,6 +21,7 @@ from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before n
 from .errors import CaptureError, ExitStatus, printable
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
+from .read import URL_TIMEOUT_S
 
 if TYPE_CHECKING:
     from .report import Report
@@ -65,6 +66,13 @@ def _nothing_left() -> bool:
     return mp is None or not mp.active_children()
 
 
+URL_TIMEOUT_OPTION = click.option(
+    "--url-timeout", type=click.FloatRange(min=0, min_open=True), default=URL_TIMEOUT_S,
+    show_default=True, metavar="SECONDS",
+    help="Longest wait for an http(s) server: to connect, for its answer, for more of the "
+         "capture; then that capture is unreadable (exit 3).")
+
+
 @click.group(epilog=MAIN_HELP)
 @click.version_option(__version__, prog_name="nagleprobe")
 def main() -> None:
@@ -104,10 +112,12 @@ def main() -> None:
               default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
               help="Capture time after which a connection that has sent nothing is analysed "
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
+@URL_TIMEOUT_OPTION
 def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
             ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
             top: int | None, min_confidence: float | None, debug: bool,
-            quiet: bool, reorder_window: float, idle_timeout: float) -> None:
+            quiet: bool, reorder_window: float, idle_timeout: float,
+            url_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
     Several files, directories and glob patterns are one capture (a file set, e.g. rotated
@@ -132,7 +142,8 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
         try:
             report = pipeline.analyze(paths if len(paths) > 1 else paths[0], strict=strict,
                                       reorder_window_s=reorder_window,
-                                      idle_s=idle_timeout, progress=bar)
+                                      idle_s=idle_timeout, progress=bar,
+                                      url_timeout=url_timeout)
         finally:
             if bar is not None:
                 bar.close()
@@ -159,6 +170,7 @@ def _capture_set(args: tuple[str, ...]) -> list[str]:
     from .fileset import expand_targets
 
     targets = expand_targets(args)
+    _print_notes(targets.notes)
     for t in targets:
         if t.problem:
             click.echo(f"nagleprobe: error: {printable(t.path)}: {t.problem}", err=True)
@@ -169,6 +181,13 @@ def _capture_set(args: tuple[str, ...]) -> list[str]:
                    err=True)
         sys.exit(ExitStatus.USAGE)
     return paths
+
+
+def _print_notes(notes: list[str]) -> None:
+    """What finding the captures left out (a file under a second name, a directory gone),
+    on standard error."""
+    for note in notes:
+        click.echo(f"nagleprobe: note: {note}", err=True)
 
 
 @contextmanager
@@ -353,7 +372,7 @@ def _gate_options(f):  # type: ignore[no-untyped-def]
 
 def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None,
               merge: bool = False, dask: str | None = None,
-              progress: bool | None = None) -> ExitStatus:
+              progress: bool | None = None, url_timeout: float = URL_TIMEOUT_S) -> ExitStatus:
     """Load the budget, check the captures (on the Dask scheduler at `dask` if given), write
     every requested output; the exit status. `progress`: show it (None: on a terminal)."""
     from .check import Budget, BudgetError, expand_targets, load_budget, run_check
@@ -371,6 +390,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         click.echo(f"nagleprobe: error: {e}", err=True)
         return ExitStatus.USAGE
     targets = expand_targets(captures)
+    _print_notes(targets.notes)
     client = None
     if dask is not None:
         from .fleet import SchedulerError, connect
@@ -388,7 +408,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     try:
         run = run_check(targets, budget, jobs=jobs, with_documents=opts["fmt"] == "json",
                         config=str(source) if source else None, strict=bool(opts["strict"]),
-                        merge=merge, client=client, progress=bar)
+                        merge=merge, client=client, progress=bar, url_timeout=url_timeout)
     finally:
         if bar is not None:
             bar.close()
@@ -437,8 +457,10 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
 @click.option("--progress/--no-progress", default=None,
               help="Show captures done, packets/s and failures on standard error "
                    "[default: on a terminal, with several captures].")
+@URL_TIMEOUT_OPTION
 def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
-          merge: bool, dask: str | None, progress: bool | None, **opts: object) -> None:
+          merge: bool, dask: str | None, progress: bool | None, url_timeout: float,
+          **opts: object) -> None:
     """Fail when CAPTURE... (files, directories, glob patterns) show too many stalls.
 
     Each file gets its own verdict; --merge judges them all as one capture (a file set).
@@ -456,7 +478,8 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
       nagleprobe check --dask tcp://10.0.0.5:8786 /shared/caps/ 's3://bucket/caps/*.pcap.gz'
     """
     try:
-        status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress)
+        status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress,
+                           url_timeout)
     except KeyboardInterrupt:
         sys.exit(ExitStatus.INTERRUPTED)
     sys.exit(status)
@@ -509,7 +532,8 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
     sys.exit(_run_gate([output], ports, opts))
 
 
-WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C (after the final report), "
+WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after the final "
+              "report; also while waiting for a FIFO's writer or the capture's header), "
               "2 usage error, 3 unreadable capture, 5 capture not possible (-i: not root, no "
               "tcpdump, no such interface, bad filter), 4 internal error.")
 
@@ -583,17 +607,17 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                 raw = cap.start_pipe()
                 click.echo(f"nagleprobe: watching {printable(interface)} "
                            f"({printable(cap.filter)}); Ctrl-C for the final report", err=True)
-            elif capture == "-":
-                raw = sys.stdin.buffer
-            else:
-                try:
-                    raw = open(follow or capture, "rb")
-                except OSError as e:
-                    raise CaptureError(name, e.strerror or str(e)) from None
-            stream = LiveStream(raw, follow=follow is not None, name=name)
-            try:
+            try:  # stopped before the capture's header came: the report of nothing
+                if capture == "-":
+                    raw = sys.stdin.buffer
+                elif cap is None:
+                    try:  # a FIFO blocks here until something opens it for writing
+                        raw = open(follow or capture, "rb")
+                    except OSError as e:
+                        raise CaptureError(name, e.strerror or str(e)) from None
+                stream = LiveStream(raw, follow=follow is not None, name=name)
                 reader = CaptureReader(name, chunk_bytes=LIVE_CHUNK_BYTES, stream=stream)
-            except KeyboardInterrupt:  # stopped before the capture's header came
+            except KeyboardInterrupt:
                 emit(line_for_nothing(fmt))
                 return
             run_watch(reader, emit, fmt, summary_s=summary_every, window_rows=window_rows,

@@ -20,12 +20,11 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
 import numpy as np
 
 from .errors import CaptureError, printable
-from .read import CaptureInfo, CaptureReader, RecordBatch, url_scheme
+from .findfiles import Finder
+from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
 FRAME_MASK = (1 << FILE_SHIFT) - 1
@@ -47,53 +46,66 @@ class Target:
     problem: str | None = None
 
 
-def expand_targets(args: Iterable[str]) -> list[Target]:
+class Targets(list):
+    """The targets of a command line (a list of `Target`), and `notes`: what was left out
+    of them and why (a file reached by a second name, a directory gone while searched),
+    for the command to print."""
+
+    def __init__(self, targets: Iterable[Target] = (), notes: list[str] | None = None
+                 ) -> None:
+        super().__init__(targets)
+        self.notes = list(notes or [])
+
+
+def expand_targets(args: Iterable[str]) -> Targets:
     """Files, directories (searched recursively for capture files), glob patterns (expanded
     here too: Windows shells and quoted patterns leave them to us) and URLs (object-store
-    patterns listed with fsspec), each file once.
+    patterns listed with fsspec), each file once (by device and inode: see
+    `nagleprobe.findfiles`, which never follows a symbolic link into a loop).
 
-    An argument that matches nothing stays a target with its problem, so the caller reports
-    it instead of silently reading less.
+    An argument that matches nothing, or a directory that cannot be listed, stays a target
+    with its problem, so the caller reports it instead of silently reading less. A dangling
+    symbolic link is a target: reading it says so.
     """
-    out: list[Target] = []
-    seen: set[str] = set()
+    out = Targets()
+    finder = Finder()
+    urls: set[str] = set()
 
-    def add(t: Target) -> None:
-        if t.problem or t.path not in seen:
-            seen.add(t.path)
-            out.append(t)
+    def add(paths: list[str]) -> None:
+        out.extend(Target(p) for p in finder.once(paths))
 
     for arg in args:
-        if arg == "-" or os.path.isfile(arg):
-            add(Target(arg))
-        elif os.path.isdir(arg):
-            found = sorted(str(p) for p in Path(arg).rglob("*")
-                           if p.is_file() and is_capture_name(p.name))
+        if arg == "-" or url_scheme(arg) and not os.path.exists(arg):
+            found, problem = _url_glob(arg) if _is_url_pattern(arg) else ([arg], None)
             if not found:
-                add(Target(arg, f"no capture files ({', '.join(CAPTURE_SUFFIXES)}, also "
-                                "numbered as tcpdump -C writes them) in this directory"))
-            for p in found:
-                add(Target(p))
-        elif url_scheme(arg):  # read by whoever analyses it; a pattern listed by fsspec here
-            if glob.has_magic(arg) and url_scheme(arg) not in ("http", "https"):
-                found, problem = _url_glob(arg)
-                if not found:
-                    add(Target(arg, problem or "no object matches this pattern"))
-                for p in found:
-                    add(Target(p))
-            else:
-                add(Target(arg))
-        elif glob.has_magic(arg):
-            found = sorted(p for p in glob.glob(arg, recursive=True) if os.path.isfile(p))
+                out.append(Target(arg, problem or "no object matches this pattern"))
+            out.extend(Target(p) for p in found if p not in urls)
+            urls.update(found)
+        elif os.path.isdir(arg):
+            problems = len(finder.problems)
+            found = finder.directory(arg, is_capture_name)
+            if not found and len(finder.problems) == problems:
+                out.append(Target(arg, f"no capture files ({', '.join(CAPTURE_SUFFIXES)}, "
+                                       "also numbered as tcpdump -C writes them) in this "
+                                       "directory"))
+            add(found)
+        elif glob.has_magic(arg) and not os.path.lexists(arg):
+            found = finder.glob(arg)
             if not found and not ("*" in arg or "?" in arg):
-                add(Target(arg))  # "[" alone is as likely a file name: the reader says "missing"
+                add([arg])  # "[" alone is as likely a file name: the reader says "missing"
             elif not found:
-                add(Target(arg, "no file matches this pattern"))
-            for p in found:
-                add(Target(p))
+                out.append(Target(arg, "no file matches this pattern"))
+            add(found)
         else:
-            add(Target(arg))  # missing file: the reader says so
+            add([arg])  # a file; or missing, a dangling link: the reader says so
+    out.extend(Target(d, problem) for d, problem in finder.problems)
+    out.notes += finder.notes
     return out
+
+
+def _is_url_pattern(arg: str) -> bool:
+    """An object-store pattern, listed here (http(s) has no listing: read as it is)."""
+    return glob.has_magic(arg) and url_scheme(arg) not in ("http", "https")
 
 
 def _url_glob(pattern: str) -> tuple[list[str], str | None]:
@@ -152,11 +164,12 @@ class SetReader:
     file with records up to the watermark), all records of a list before any of the next;
     `info` (complete after iteration) sums the files up, `files` describes each."""
 
-    def __init__(self, paths: list[str], chunk_bytes: int = 32 << 20, strict: bool = False
-                 ) -> None:
+    def __init__(self, paths: list[str], chunk_bytes: int = 32 << 20, strict: bool = False,
+                 url_timeout: float = URL_TIMEOUT_S) -> None:
         if not paths:
             raise ValueError("a file set needs at least one file")
         self.strict = strict
+        self.url_timeout = url_timeout
         self.chunk_bytes = chunk_bytes
         self.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
         self.info = CaptureInfo(path=self.path)
@@ -164,7 +177,7 @@ class SetReader:
         members, errors = [], []
         for i, p in enumerate(paths):
             try:
-                first = _first_ns(p, strict)
+                first = _first_ns(p, strict, url_timeout)
             except CaptureError as e:
                 if strict or len(paths) == 1:
                     raise
@@ -209,7 +222,8 @@ class SetReader:
 
     def _open(self, m: _Member, active: list[_Member]) -> None:
         try:
-            m.reader = CaptureReader(m.path, chunk_bytes=self.chunk_bytes, strict=self.strict)
+            m.reader = CaptureReader(m.path, chunk_bytes=self.chunk_bytes, strict=self.strict,
+                                     url_timeout=self.url_timeout)
         except CaptureError as e:  # it could be peeked at, but not opened again
             self._failed(m, e)
             return
@@ -296,9 +310,9 @@ class SetReader:
         return done, total
 
 
-def _first_ns(path: str, strict: bool) -> int | None:
+def _first_ns(path: str, strict: bool, url_timeout: float) -> int | None:
     """The time of a file's first record (None if it has none): opens and reads a little."""
-    reader = CaptureReader(path, chunk_bytes=1 << 16, strict=strict)
+    reader = CaptureReader(path, chunk_bytes=1 << 16, strict=strict, url_timeout=url_timeout)
     try:
         for b in reader:
             if len(b):

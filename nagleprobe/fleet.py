@@ -14,11 +14,12 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .check import Budget, CaptureVerdict, CheckRun, expand_targets, run_check
 from .errors import ExitStatus
+from .read import URL_TIMEOUT_S
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,12 +83,14 @@ async def _identity(address: str, timeout: float) -> str:
 class Fleet:
     """The result of `analyze_many`: a verdict per capture (in the order given) and the
     flows, stalls and endpoints of every capture that could be read, each table with a
-    `capture` column (the path or URL) in front of the report's own columns."""
+    `capture` column (the path or URL) in front of the report's own columns. `notes`:
+    what finding the captures left out and why (a file reached under a second name)."""
 
     run: CheckRun
     flows: pd.DataFrame
     stalls: pd.DataFrame
     endpoints: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
 
     @property
     def verdicts(self) -> list[CaptureVerdict]:
@@ -111,13 +114,15 @@ class Fleet:
 def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = None, *,
                  budget: Budget | None = None, jobs: int | None = None,
                  strict: bool = False,
-                 progress: Callable[[CaptureVerdict], None] | None = None) -> Fleet:
+                 progress: Callable[[CaptureVerdict], None] | None = None,
+                 url_timeout: float = URL_TIMEOUT_S) -> Fleet:
     """Analyse every capture of `paths` (files, directories, glob patterns, URLs), one
     analysis per capture: on the workers of `client` (a `distributed.Client`, or a
     scheduler address to connect to) when given, else in local processes (`jobs`, default
     one per core). Paths must be readable from the workers as given. A capture that fails
     gets its error verdict; the others go on. `budget` (default: no stall allowed) decides
-    each verdict, as `nagleprobe check` does; `progress` is called with each verdict."""
+    each verdict, as `nagleprobe check` does; `progress` is called with each verdict;
+    `url_timeout` is the longest wait for an http(s) server, in seconds."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     targets = expand_targets([os.fspath(p) for p in paths])
@@ -126,11 +131,11 @@ def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = No
         client = connect(client)
     try:
         run = run_check(targets, budget or Budget(), jobs=jobs, strict=strict, client=client,
-                        progress=progress, with_tables=True)
+                        progress=progress, with_tables=True, url_timeout=url_timeout)
     finally:
         if own:
             client.close()
-    return Fleet(run, *(_combined(run.verdicts, name) for name in TABLES))
+    return Fleet(run, *(_combined(run.verdicts, name) for name in TABLES), notes=targets.notes)
 
 
 def _combined(verdicts: list[CaptureVerdict], name: str) -> pd.DataFrame:

@@ -19,7 +19,7 @@ import numpy as np
 from .decode import TCP_COLUMNS, decode, empty_columns
 from .errors import CaptureError
 from .fileset import SetReader, merge_columns
-from .read import CaptureReader
+from .read import URL_TIMEOUT_S, CaptureReader
 
 if TYPE_CHECKING:
     from .flows import Flows
@@ -45,7 +45,8 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
             chunk_bytes: int = 32 << 20, *,
             strict: bool = False, whole_file: bool = False, reorder_window_s: float = DEFAULT_REORDER_WINDOW_S,
             batch_rows: int | None = None, progress: Progress | None = None,
-            idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None) -> Report:
+            idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None,
+            url_timeout: float = URL_TIMEOUT_S) -> Report:
     """Analyse one capture (pcap/pcapng, optionally gzip): a path, "-" for stdin, or a binary
     file object (an open file, `io.BytesIO`, a pipe or socket stream), read from where it
     stands and left open; the report names it by its `name` ("<stream>" without one).
@@ -58,6 +59,8 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     Raises `nagleprobe.CaptureError` for input that cannot be read at all. A damaged capture
     (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
     damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
+    `url_timeout`: the longest wait, in seconds, for an http(s) server (to connect, for its
+    answer, for more of the body); then a `CaptureError`.
     """
     stream = None
     paths = None
@@ -78,10 +81,10 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     try:
         if paths is not None:
             reader: CaptureReader | SetReader = SetReader(paths, chunk_bytes=chunk_bytes,
-                                                          strict=strict)
+                                                          strict=strict, url_timeout=url_timeout)
         else:
             reader = CaptureReader(os.fspath(path), chunk_bytes=chunk_bytes, strict=strict,
-                                   stream=stream)
+                                   stream=stream, url_timeout=url_timeout)
         skipped: Counter = Counter()
         if whole_file:
             loader.join()

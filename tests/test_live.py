@@ -258,6 +258,40 @@ def test_follow_reads_a_growing_file_with_a_record_cut_at_its_end(tmp_path):
         whole(SAMPLES / "echo_split_lo.pcap"))
 
 
+def blocked_opening_a_fifo(pid: int) -> bool:
+    """Whether the process sleeps in open() of a FIFO that nobody writes (Linux's wchan);
+    where the kernel hides wchan, after two seconds (the child has long reached open())."""
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    except OSError:
+        wchan = "0"
+    if wchan in ("", "0"):
+        time.sleep(2)
+        return True
+    return wchan == "wait_for_partner"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("follow", [False, True], ids=["CAPTURE", "--follow"])
+def test_a_stop_while_waiting_for_a_fifo_writer_gives_the_final_report(tmp_path, sig, follow):
+    """Opening a FIFO nobody has opened for writing blocks; Ctrl-C or a service manager's
+    SIGTERM then still gives the final report (of nothing) and exit status 0."""
+    import os
+
+    fifo = tmp_path / "cap.fifo"
+    os.mkfifo(fifo)
+    proc = watch_proc(*(["--follow"] if follow else []), str(fifo))
+    try:
+        assert wait_for(lambda: blocked_opening_a_fifo(proc.pid)), "never reached open()"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert out.startswith("watch ended: 0 packets read, 0 TCP in 0 connections; 0 stalls")
+    assert err == ""
+
+
 @pytest.mark.parametrize("args,status,says", [
     ((), 2, "give one input"),
     (("-", "-i", "lo"), 2, "give one input"),

@@ -1,25 +1,30 @@
 """Captures by URL: a real HTTP server on 127.0.0.1 (http.server in a thread) serves the
 bundled captures, plain and gzip, and the analysis by URL equals the local file's; fsspec's
 other protocols (memory://) through the same layer; missing packages and unreachable
-servers are one-line errors naming the URL."""
+servers are one-line errors naming the URL; a server that stalls or goes silent is one
+after the time-out, one that cuts the body short a truncated capture."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import nagleprobe
-from httpserve import serve
+from httpserve import serve, serve_badly
 from nagleprobe.check import Budget, expand_targets, run_check
 from nagleprobe.cli import main
 from nagleprobe.errors import CaptureError, ExitStatus
+from nagleprobe.read import URL_TIMEOUT_S
 
 pytest.importorskip("fsspec", reason="URLs need the remote extra (fsspec, aiohttp)")
 pytest.importorskip("aiohttp", reason="http(s) URLs need aiohttp (the remote extra)")
@@ -164,3 +169,73 @@ def test_local_paths_that_look_odd_are_still_local_files(tmp_path):
     odd.parent.mkdir()
     shutil.copy(SPLIT, odd)
     assert len(nagleprobe.analyze(str(odd)).stalls) == 19
+
+
+# ------------------------------------------------------------------ servers that misbehave
+def nagleprobe_cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+    """The command in a process of its own (all it writes to stderr is seen), and how long
+    it took; killed after 60 s (a hang fails the test)."""
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "nagleprobe", *args], env=env,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return r, time.monotonic() - t0
+
+
+def test_a_server_that_stops_sending_is_an_error_after_the_time_out():
+    """Headers and 1,000 bytes, then silence: analyze used to wait past 75 s."""
+    with serve_badly(SPLIT.read_bytes(), send=1000) as url:
+        r, took = nagleprobe_cli("analyze", "--url-timeout", "1", url)
+    assert r.returncode == ExitStatus.BAD_CAPTURE
+    assert r.stderr == (f"nagleprobe: error: {url}: cannot read: timed out: the server sent "
+                        "nothing for 1 s (after 1,000 bytes)\n")
+    assert r.stdout == "" and took < 20
+
+
+@pytest.mark.parametrize("answer_head", [True, False], ids=["silent-get", "silent-head"])
+def test_a_server_that_never_answers_fails_check_in_one_line(answer_head):
+    with serve_badly(SPLIT.read_bytes(), send=-1, answer_head=answer_head) as url:
+        r, took = nagleprobe_cli("check", "--no-config", "--url-timeout", "0.5", url)
+    assert r.returncode == ExitStatus.BAD_CAPTURE, r.stdout + r.stderr
+    assert f"ERROR {url}: cannot read: timed out: the server sent nothing for 0.5 s" in r.stdout
+    assert "Traceback" not in r.stderr and "Unclosed" not in r.stderr and took < 20
+
+
+def test_the_library_takes_the_time_out_as_a_keyword():
+    with serve_badly(SPLIT.read_bytes(), send=1000) as url:
+        t0 = time.monotonic()
+        with pytest.raises(CaptureError, match=r"timed out: the server sent nothing for 0\.5 s"):
+            nagleprobe.analyze(url, url_timeout=0.5)
+        assert time.monotonic() - t0 < 10
+        verdict = run_check([url], Budget(), jobs=1, url_timeout=0.5).verdicts[0]
+    assert verdict.status == ExitStatus.BAD_CAPTURE and "timed out" in verdict.error
+
+
+def test_the_default_time_out_is_the_documented_one():
+    assert URL_TIMEOUT_S == 30
+    assert "[default: 30.0; x>0]" in " ".join(CliRunner().invoke(main, ["analyze", "--help"])
+                                         .output.split())
+    readme = " ".join((HERE.parent / "README.md").read_text().split())
+    assert "`--url-timeout SECONDS` (default 30;" in readme
+
+
+@pytest.mark.parametrize("sent", [5000, 9334 - 16], ids=["mid-capture", "last-record"])
+def test_a_body_cut_short_is_analysed_up_to_the_cut_with_a_warning(sent):
+    """The server announces the whole capture (Content-Length) and closes the connection
+    after `sent` bytes: the records that arrived are analysed, as for a cut file."""
+    raw = SPLIT.read_bytes()
+    assert len(raw) == 9334
+    with serve_badly(raw, send=sent, close=True) as url:
+        report = nagleprobe.analyze(url)
+        with pytest.raises(CaptureError, match="truncated"):
+            nagleprobe.analyze(url, strict=True)
+        r, _ = nagleprobe_cli("analyze", url)
+    local = nagleprobe.analyze(SPLIT)
+    complete = 57 if sent == 5000 else 106
+    assert report.capture["packets"] == complete
+    assert len(report.stalls) == len(local.stalls[local.stalls["released_frame"] <= complete])
+    assert report.capture["warnings"][-1] == (
+        f"truncated download: the server closed the connection after {sent:,} of the 9,334 "
+        f"bytes its Content-Length announced (byte {sent} of the download); analysed the "
+        f"{complete} complete packet records")
+    assert r.returncode == 0 and r.stdout.startswith(f"{url}: pcap, EN10MB, {complete} packets")

@@ -45,12 +45,12 @@ from .formats import (
     linktype_name,
 )
 from .reader import CaptureReader, read_capture
-from .source import open_uncompressed, open_url, url_scheme
+from .source import URL_TIMEOUT_S, open_uncompressed, open_url, url_scheme
 from .walk import u32_rows, u32_rows_numpy, walk_headers, walk_python
 
 __all__ = ["BT_EPB", "BT_IDB", "BT_PB", "BT_SPB", "KNOWN_BLOCKS", "LINKTYPE_NAMES", "MAX_BLOCK",
            "MAX_CAPLEN", "MAX_WARNINGS", "MIN_BLOCK", "PCAP_NS", "PCAP_US", "PCAPNG_SHB",
-           "RESYNC_WINDOW_S", "SUPPORTED_LINKTYPES", "CaptureInfo", "CaptureReader",
-           "RecordBatch", "block_length_ok", "linktype_name", "open_uncompressed", "open_url",
-           "read_capture", "u32_rows", "u32_rows_numpy", "url_scheme", "walk_headers",
+           "RESYNC_WINDOW_S", "SUPPORTED_LINKTYPES", "URL_TIMEOUT_S", "CaptureInfo",
+           "CaptureReader", "RecordBatch", "block_length_ok", "linktype_name", "open_uncompressed",
+           "open_url", "read_capture", "u32_rows", "u32_rows_numpy", "url_scheme", "walk_headers",
            "walk_python"]

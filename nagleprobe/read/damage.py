@@ -97,7 +97,8 @@ class DamagePolicy:
     def _finish(self, leftover: int, resync: bool, unit: str = "record",
                 number: int | None = None) -> None:
         """End of input: report a corrupt stretch running to the end, a truncated last
-        record or block, a truncated or corrupt gzip stream, and unlisted warnings."""
+        record or block, a truncated or corrupt gzip stream, a download the server cut
+        short, and unlisted warnings."""
         gz = self._stream if isinstance(self._stream, Gunzip) else None
         gz_error = gz.error if gz else None
         done = f"analysed the {self._frames} complete packet records"
@@ -125,6 +126,10 @@ class DamagePolicy:
         if gz_error:
             self._damaged(gz_error, gz.error_where,
                           f"analysed the {self._frames} packet records before it")
+        url = self._url
+        if url is not None and url.cut_short:  # (also at a record's end: say it anyway)
+            self._damaged(f"truncated download: {url.cut_short}",
+                          f"byte {url.got} of the download", done)
         if self._unlisted:
             self.info.warnings.append(f"{self._unlisted} more warnings like these "
                                       "were not listed")

@@ -24,7 +24,7 @@ from .formats import (
 )
 from .pcap import PcapRecords
 from .pcapng import PcapngBlocks
-from .source import Gunzip, Prefixed, open_url, url_scheme
+from .source import URL_TIMEOUT_S, Gunzip, Prefixed, UrlStream, open_url, url_scheme
 
 
 class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
@@ -34,11 +34,15 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
     gzip stream) becomes a warning in `info.warnings`, or with `strict=True` a `CaptureError`.
     A plain regular pcap file is mapped a chunk at a time, not copied (see `_map`; its
     batches' `data` are then read-only); `map_file=False` reads it like any other input.
+    `url_timeout`: the longest wait, in seconds, for an http(s) server (see `open_url`).
     """
 
     def __init__(self, path: str, chunk_bytes: int = 32 << 20, strict: bool = False,
-                 stream: BinaryIO | None = None, *, map_file: bool = True) -> None:
+                 stream: BinaryIO | None = None, *, map_file: bool = True,
+                 url_timeout: float = URL_TIMEOUT_S) -> None:
         self.path = path
+        self._url: UrlStream | None = None  # a URL's stream (what arrived, how it ended)
+        self._url_timeout = url_timeout
         self._given = stream  # a binary file object to read instead of `path` (its name)
         self.chunk_bytes = max(int(chunk_bytes), 4096)
         self.strict = strict
@@ -48,11 +52,20 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         self._size: int | None = None  # size of a plain regular file: sizes the buffers
         self._unlisted = 0  # warnings beyond MAX_WARNINGS
         self._damage: tuple[str, str, int, bool] | None = None  # corrupt stretch skipped
-        self._stream = self._open(path)
         self._pos = 0  # file (uncompressed) offset of the first unconsumed byte
         self._pending = b""
         self._spare: bytearray | None = None  # the last chunk buffer, for reuse
         self._mapped = False  # chunks are maps of the file, not buffers read (see _map)
+        self._map_file = map_file
+        self._stream = self._open(path)
+        try:
+            self._start(path)
+        except BaseException:  # the input is closed on any failure (a URL's connection too)
+            self.close()
+            raise
+
+    def _start(self, path: str) -> None:
+        """Recognise the format from the first bytes, read its file header."""
         head = self._read(4)
         if len(head) < 4 and self.info.compressed:
             raise CaptureError(path, "truncated gzip stream: it holds only "
@@ -78,7 +91,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             self._open_pcap(head)
             # a plain regular pcap file is mapped a chunk at a time rather than copied by
             # read() (pcapng, gzip, pipes, URLs and streams given are read)
-            self._mapped = map_file and self._size is not None
+            self._mapped = self._map_file and self._size is not None
         elif PCAP_KUZNETSOV in (le, be):
             raise CaptureError(path, "unsupported capture format: Kuznetsov-patched pcap "
                                "(convert it with editcap)", "byte 0")
@@ -95,7 +108,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
                 magic = raw.read(2)
                 raw = Prefixed(magic, raw)
             elif url_scheme(path):
-                raw = open_url(path)
+                raw = self._url = open_url(path, self._url_timeout)
                 magic = raw.read(2)
                 raw = Prefixed(magic, raw, owned=True)
             else:
@@ -106,6 +119,9 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
                 if stat.S_ISREG(st.st_mode):
                     self._size = st.st_size
         except FileNotFoundError:
+            if os.path.islink(path):
+                raise CaptureError(path, "dangling symbolic link: its target "
+                                   f"{os.readlink(path)} does not exist") from None
             raise CaptureError(path, "no such file") from None
         except IsADirectoryError:
             raise CaptureError(path, "is a directory, not a capture file") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 import zlib
 from typing import BinaryIO
 
@@ -54,6 +55,9 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 URL_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
                 "abfs": "adlfs", "abfss": "adlfs", "http": "aiohttp", "https": "aiohttp"}
 URL_BLOCK = 8 << 20  # bytes fetched per request from an object store (read ahead)
+# the longest wait for an http(s) server, in seconds: to connect, for its answer, for each
+# further piece of the body (the whole transfer may take longer)
+URL_TIMEOUT_S = 30.0
 
 
 def url_scheme(path: str) -> str | None:
@@ -69,20 +73,28 @@ def _install_hint(scheme: str) -> str:
     return f"pip install 'nagleprobe[remote]'{more}"
 
 
-def open_url(url: str) -> BinaryIO:
+def open_url(url: str, timeout: float = URL_TIMEOUT_S) -> BinaryIO:
     """The object at `url` (s3://, gs://, http(s)://, any fsspec protocol) as a binary
     stream read front to back: http(s) as one streamed response (no range requests, nothing
-    downloaded first), object stores in read-ahead blocks of URL_BLOCK bytes. Credentials
-    come from the environment, as fsspec finds them. A missing fsspec or backend, a missing
-    object or a refused connection is a `CaptureError` naming the URL."""
+    downloaded first; a server silent for `timeout` seconds, connecting or sending, is an
+    error), object stores in read-ahead blocks of URL_BLOCK bytes (their backend's own
+    time-outs). Credentials come from the environment, as fsspec finds them. A missing
+    fsspec or backend, a missing object, a refused connection or a time-out is a
+    `CaptureError` naming the URL."""
     scheme = url_scheme(url) or "?"
     try:
         import fsspec
     except ImportError:
         raise CaptureError(url, f"reading {scheme}:// URLs needs fsspec: "
                            f"{_install_hint(scheme)}") from None
-    kw = {"block_size": 0} if scheme in ("http", "https") else {"block_size": URL_BLOCK}
     try:
+        if scheme in ("http", "https"):
+            import aiohttp
+
+            wait = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
+            kw = {"block_size": 0, "client_kwargs": {"timeout": wait}}
+        else:
+            kw = {"block_size": URL_BLOCK}
         f = fsspec.open(url, "rb", **kw).open()
     except ImportError as e:  # fsspec knows the protocol, its backend is not installed
         backend = URL_PACKAGES.get(scheme, "its fsspec backend")
@@ -96,39 +108,97 @@ def open_url(url: str) -> BinaryIO:
         if cause is None or isinstance(cause, FileNotFoundError) or status == 404:
             raise CaptureError(url, "no such file") from None
         problem = (f"HTTP {status} {getattr(cause, 'message', '')}".rstrip() if status
-                   else _reason(cause))
+                   else _reason(cause, timeout))
         raise CaptureError(url, f"cannot read: {problem}") from None
     except PermissionError:
         raise CaptureError(url, "permission denied") from None
     except Exception as e:  # a refused connection, a bad status, credentials: one line
-        raise CaptureError(url, f"cannot read: {_reason(e)}") from None
-    return UrlStream(f)
+        raise CaptureError(url, f"cannot read: {_reason(e, timeout)}") from None
+    return UrlStream(f, timeout)
 
 
-def _reason(e: BaseException) -> str:
+def _reason(e: BaseException, timeout: float | None = None) -> str:
+    if isinstance(e, TimeoutError) and timeout is not None:  # aiohttp's are TimeoutErrors
+        if "Connection" in type(e).__name__:
+            return f"timed out: no connection within {timeout:g} s"
+        return f"timed out: the server sent nothing for {timeout:g} s"
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def _ended_early(e: BaseException) -> bool:
+    """Whether `e` says the server closed the connection before the end of its answer
+    (fewer bytes than its Content-Length, a chunked body cut)."""
+    aiohttp = sys.modules.get("aiohttp")
+    return aiohttp is not None and isinstance(e, aiohttp.ClientPayloadError)
+
+
+def _received(response: object) -> bytes:
+    """The bytes an aiohttp response holds, received but not read yet: its reads raise the
+    error of a cut connection before they hand these on."""
+    held = getattr(getattr(response, "content", None), "_read_nowait", None)
+    try:
+        return bytes(held(-1)) if held is not None else b""
+    except Exception:  # another aiohttp: what was read so far is what arrived
+        return b""
+
+
 class UrlStream(io.RawIOBase):
     """An fsspec file as a raw stream whose read errors are all OSError (the reader turns
-    those into a truncation warning or a `CaptureError`)."""
+    those into a `CaptureError`), except a body cut short by the server: that is the end of
+    the data, and `cut_short` says what happened (the reader warns, as for a cut file)."""
 
-    def __init__(self, f) -> None:  # noqa: ANN001 - an fsspec file
+    def __init__(self, f, timeout: float | None = None) -> None:  # noqa: ANN001 - fsspec's
         self._f = f
         self.size = getattr(f, "size", None)
+        self.timeout = timeout
+        self.got = 0  # bytes of the body read so far
+        self.cut_short: str | None = None
+        self._tail = b""  # what had arrived when the server cut the body short
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
+        if self.cut_short:
+            data, self._tail = self._tail[:len(b)], self._tail[len(b):]
+        else:
+            try:
+                data = self._f.read(len(b))
+            except Exception as e:  # aiohttp's payload errors and time-outs, botocore's...
+                if not _ended_early(e):
+                    if isinstance(e, OSError) and not isinstance(e, TimeoutError):
+                        raise
+                    raise OSError(f"{_reason(e, self.timeout)} (after {self.got:,} bytes)"
+                                  ) from e
+                response = getattr(self._f, "r", None)
+                self._tail = _received(response)
+                size = self.got + len(self._tail)
+                announced = getattr(response, "content_length", None)
+                self.cut_short = ("the server closed the connection after "
+                                  + (f"{size:,} of the {announced:,} bytes its Content-Length "
+                                     "announced" if announced else f"{size:,} bytes"))
+                return self.readinto(b)
+        b[:len(data)] = data
+        self.got += len(data)
+        return len(data)
         try:
             data = self._f.read(len(b))
-        except OSError:
-            raise
-        except Exception as e:  # aiohttp's payload errors, botocore's, ...
-            raise OSError(_reason(e)) from e
+        except Exception as e:  # aiohttp's payload errors and time-outs, botocore's, ...
+            if _ended_early(e):
+                response = getattr(self._f, "r", None)
+                self._tail = _received(response)
+                size = self.got + len(self._tail)
+                announced = getattr(response, "content_length", None)
+                self.cut_short = ("the server closed the connection after "
+                                  + (f"{size:,} of the {announced:,} bytes its Content-Length "
+                                     "announced" if announced else f"{size:,} bytes"))
+                return self.readinto(b)
+            if isinstance(e, OSError) and not isinstance(e, TimeoutError):
+                raise
+            raise OSError(f"{_reason(e, self.timeout)} (after {self.got:,} bytes)") from e
         b[:len(data)] = data
+        self.got += len(data)
         return len(data)
 
     def close(self) -> None:
