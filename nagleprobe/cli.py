@@ -278,7 +278,8 @@ ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input; OUTPUT 
 @click.argument("capture", type=str, metavar="CAPTURE")
 @click.argument("more", nargs=-1, type=str, metavar="")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
-              help="pcapng file to write.")
+              help="pcapng file to write (- for standard output; a FIFO or device is written "
+                   "as a stream, a file replaced when complete).")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
