@@ -348,3 +348,16 @@ def test_a_bug_in_check_is_an_internal_error_never_over_budget(monkeypatch):
     assert r.exit_code == ExitStatus.INTERNAL
     assert r.stderr == (f"nagleprobe: internal error while checking {SAMPLE}: RuntimeError: "
                         "the renderer broke (rerun with --debug for a traceback)\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("status", [0, 3])
+def test_output_that_fails_only_at_the_final_flush_is_one_line_and_its_own_status(status):
+    """The entry point's last flush (a command that left its output buffered)."""
+    command = ("import sys\nfrom nagleprobe import cli\n"
+               f"cli.main = lambda: (sys.stdout.write('x' * 100), sys.exit({status}))\ncli.run()")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # left buffered
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-c", command], stdout=full, env=env,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr.splitlines()) == (ExitStatus.OUTPUT_FAILED, [NO_SPACE])
