@@ -76,7 +76,7 @@ def refuse_inputs(path: str, inputs: Iterable[str], what: str = "") -> None:
             s = os.stat(p)
         except (OSError, ValueError):
             continue
-        if (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino):
+        if os.path.samestat(s, st):
             same = "" if os.path.abspath(p) == os.path.abspath(path) else f" ({printable(p)})"
             raise OutputRefused(f"{_shown(path)}: is an input{same}: refusing to write "
                                 f"{what or 'the output'} over it")
@@ -101,7 +101,7 @@ def open_output(path: str, what: str = "", inputs: Iterable[str] = ()) -> Iterat
         return
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise OutputRefused(f"{_shown(path)}: cannot write {what or 'the output'}: it is {kind}")
+        raise _cannot(path, what, f"it is {kind}")
     with _replace(path, st, what) as out:
         yield out
 
@@ -153,9 +153,11 @@ def _shown(path: str) -> str:
     return STDOUT if path == "-" else printable(path)
 
 
-def _refused(path: str, what: str, e: OSError) -> OutputRefused:
-    return OutputRefused(f"{_shown(path)}: cannot write{' ' + what if what else ''}: "
-                         f"{e.strerror or e}")
+def _cannot(path: str, what: str, problem: str | OSError) -> OutputRefused:
+    """The refusal of `path` for `problem` (an OSError: its message)."""
+    if isinstance(problem, OSError):
+        problem = problem.strerror or str(problem)
+    return OutputRefused(f"{_shown(path)}: cannot write{' ' + what if what else ''}: {problem}")
 
 
 def _stat(path: str, what: str) -> os.stat_result | None:
@@ -169,7 +171,7 @@ def _stat(path: str, what: str) -> os.stat_result | None:
     except OSError as e:
         if path == "-":
             return None
-        raise _refused(path, what, e) from None
+        raise _cannot(path, what, e) from None
 
 
 @contextmanager
@@ -177,12 +179,11 @@ def _stream(path: str, what: str) -> Iterator[Output]:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise _refused(path, what, e) from None
+        raise _cannot(path, what, e) from None
     mode = os.fstat(fd).st_mode
     if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):  # replaced since it was looked at
         os.close(fd)
-        raise OutputRefused(f"{_shown(path)}: cannot write {what or 'the output'}: it changed "
-                            "while being opened")
+        raise _cannot(path, what, "it changed while being opened")
     with _closing(Output(os.fdopen(fd, "wb"), path, what)) as out:
         yield out
 
@@ -209,8 +210,7 @@ def _replace(path: str, st: os.stat_result | None, what: str) -> Iterator[Output
         target = os.path.realpath(path)
         found = _stat(target, what)
         if st is not None and (found is None or not os.path.samestat(st, found)):
-            raise OutputRefused(f"{_shown(path)}: cannot write {what or 'the output'}: the "
-                                "file it links to has no name to replace")
+            raise _cannot(path, what, "the file it links to has no name to replace")
     tmp, fd = _temporary(target, path, what)
     try:
         if st is not None:  # the replaced file's permissions (and owner, where allowed)
@@ -246,6 +246,5 @@ def _temporary(target: str, path: str, what: str) -> tuple[str, int]:
         except FileExistsError:
             continue
         except OSError as e:
-            raise _refused(path, what, e) from None
-    raise OutputRefused(f"{_shown(path)}: cannot write {what or 'the output'}: no free "
-                        "temporary name next to it")
+            raise _cannot(path, what, e) from None
+    raise _cannot(path, what, "no free temporary name next to it")
