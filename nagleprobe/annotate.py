@@ -20,7 +20,6 @@ row; the copying holds one reader chunk (32 MiB) and its blocks.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
@@ -29,12 +28,14 @@ import numpy as np
 
 from . import __version__
 from .errors import CaptureError
+from .output import Output, open_output, refuse_inputs
 from .read import PCAP_NS, PCAP_US, CaptureReader, open_uncompressed
 from .selection import worst_first
 
 if TYPE_CHECKING:
     from .report import Report
 
+WHAT = "the annotated capture"  # the output, in messages
 BT_SHB, BT_IDB, BT_EPB, BT_PB, BT_SPB = 0x0A0D0D0A, 1, 6, 2, 3
 OPT_END, OPT_COMMENT, SHB_USERAPPL, IF_SNAPLEN, IF_TSRESOL = 0, 1, 4, 0, 9
 MAX_OPTION = 65535  # an option's length field is 16 bits
@@ -170,33 +171,32 @@ def _with_options(block: bytes, opts_at: int, extra: bytes, e: str,
 def annotate(path: str, output: str, report: Report | None = None, *,
              strict: bool = False) -> AnnotateResult:
     """Write `output` (pcapng): the capture `path` with comments on every stall's frames and
-    the verdicts in the section header. `report`: its analysis, if already made."""
+    the verdicts in the section header. `report`: its analysis, if already made. `output`
+    follows `nagleprobe.output`: never the capture itself; `-`, a FIFO or a device is
+    written as a stream, a file replaced only when complete."""
     if path == "-":
         raise CaptureError(path, "annotate reads the capture twice: give a file, not "
                            "standard input")
+    refuse_inputs(output, [path], WHAT)  # refused before a long analysis, not after it
     if report is None:
         from .pipeline import analyze
 
         report = analyze(path, strict=strict)
     comments = _Comments(report)
     reader = CaptureReader(path, strict=strict)
-    tmp = f"{output}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as out:
+        with open_output(output, WHAT, [path]) as out:
             if reader.info.format == "pcap":
                 packets, commented, spb = _pcap_to_pcapng(path, reader, out, comments, report)
             else:
                 packets, commented, spb = _copy_pcapng(path, reader, out, comments, report)
-        os.replace(tmp, output)
     finally:
         reader.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return AnnotateResult(output, report, packets, commented, spb)
 
 
 # ------------------------------------------------------------------ pcap -> pcapng
-def _pcap_to_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Comments,
+def _pcap_to_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Comments,
                     report: Report) -> tuple[int, int, int]:
     with open_uncompressed(path) as raw:
         head = raw.read(24)
@@ -267,7 +267,7 @@ def _epbs(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirelen: np.
 
 
 # ------------------------------------------------------------------ pcapng -> pcapng
-def _copy_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Comments,
+def _copy_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Comments,
                  report: Report) -> tuple[int, int, int]:
     # where the stall frames' blocks start (the reader finds them; the copy then needs no
     # parsing of its own but for those blocks and the first section header)
@@ -305,7 +305,7 @@ def _copy_pcapng(path: str, reader: CaptureReader, out: BinaryIO, comments: _Com
     return packets, commented, spb
 
 
-def _copy_first_shb(raw: BinaryIO, out: BinaryIO, comment: str) -> int:
+def _copy_first_shb(raw: BinaryIO, out: Output, comment: str) -> int:
     """Copy the first section header with `comment` added; the input offset after it."""
     head = raw.read(12)
     e = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
@@ -316,7 +316,7 @@ def _copy_first_shb(raw: BinaryIO, out: BinaryIO, comment: str) -> int:
     return blen
 
 
-def _copy(raw: BinaryIO, out: BinaryIO, n: int | None) -> None:
+def _copy(raw: BinaryIO, out: Output, n: int | None) -> None:
     """Copy n bytes (all that is left if None) from raw to out."""
     while n is None or n > 0:
         piece = raw.read(COPY_PIECE if n is None else min(n, COPY_PIECE))

@@ -13,12 +13,13 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before numpy)
-from .errors import CaptureError, ExitStatus, printable
+from .errors import CaptureError, ExitStatus, OutputRefused, WriteFailed, printable
+from .output import STDOUT, discard_stdout, is_stdout, refuse_inputs, to_stdout, write_output
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
 from .read import URL_TIMEOUT_S
@@ -26,15 +27,16 @@ from .read import URL_TIMEOUT_S
 if TYPE_CHECKING:
     from .report import Report
 
-EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
-             "3 unreadable/corrupt/unsupported capture (with --strict: also a damaged one), "
-             "4 internal error.")
+EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also an --html path that "
+             "is one of the captures or cannot be created), 3 unreadable/corrupt/unsupported "
+             "capture (with --strict: also a damaged one), 4 internal error, 7 output not "
+             "written (standard output or --html: disk full, I/O error).")
 
 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
              "(check), 2 usage error, 3 unreadable capture, 4 internal error, 5 capture not "
-             "possible (record, watch -i), 6 no TCP flow to check (check), 127 command not found "
-             "(record). Details: COMMAND --help.")
+             "possible (record, watch -i), 6 no TCP flow to check (check), 7 output not written "
+             "(disk full, I/O error), 127 command not found (record). Details: COMMAND --help.")
 
 
 def run() -> None:
@@ -44,17 +46,40 @@ def run() -> None:
     1 M-packet run. Skipped only when nothing is left to finish: output flushed, no other
     thread that exit would wait for, no child process."""
     try:
-        main()  # standalone mode: always ends in SystemExit
+        main()  # standalone mode: always ends in SystemExit, but for the OSError below
+        code: object = 0
     except SystemExit as e:
         code = e.code
-        if not (code is None or isinstance(code, int)) or not _nothing_left():
-            raise
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            raise e from None
-        os._exit(code or 0)
+    except OSError as e:  # only click's own output (--help, --version) lets one out
+        if not any(f.f_code is click.echo.__code__ for f, _ in traceback.walk_tb(e.__traceback__)):
+            raise  # a bug, with its traceback
+        code = _output_failed(WriteFailed(STDOUT, e))
+    left = _flush_stdout()
+    if left is not None:
+        code = left if left == ExitStatus.OUTPUT_FAILED else code or left
+    if not (code is None or isinstance(code, int)) or not _nothing_left():
+        raise SystemExit(code)
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code or 0)
+
+
+def _flush_stdout() -> int | None:
+    """Flush standard output: None when all is written; else the exit status for output
+    that could not be (OUTPUT_FAILED, said on standard error; 1, click's quiet status, when
+    its reader closed it), and standard output then points at /dev/null."""
+    try:
+        sys.stdout.flush()
+    except ValueError:  # closed: nothing left to write
+        pass
+    except BrokenPipeError:
+        discard_stdout()
+        return 1
+    except OSError as e:
+        return _output_failed(WriteFailed(STDOUT, e))
+    return None
 
 
 def _nothing_left() -> bool:
@@ -136,9 +161,10 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
     paths = _capture_set(captures)
     capture = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
-    usage = {KeyError: lambda e: f"--flow: {e.args[0]}",  # --flow names no flow of the capture
-             HtmlWriteError: str}
+    usage = {KeyError: lambda e: f"--flow: {e.args[0]}"}  # --flow names no flow of the capture
     with _one_line_errors(debug, "analysing", capture, usage):
+        if html_path is not None:
+            _refuse_output(html_path, "--html", "the HTML report", paths)
         try:
             report = pipeline.analyze(paths if len(paths) > 1 else paths[0], strict=strict,
                                       reorder_window_s=reorder_window,
@@ -152,16 +178,17 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
                                    min_confidence=min_confidence)
         if html_path is not None:
             _write_html(report, html_path)
-    if fmt == "json":
-        for piece in report.json_pieces():
-            sys.stdout.write(piece)
-        sys.stdout.write("\n")
-    elif fmt == "wireshark":
-        from .wireshark import render_filters
+        with to_stdout():
+            if fmt == "json":
+                for piece in report.json_pieces():
+                    sys.stdout.write(piece)
+                sys.stdout.write("\n")
+            elif fmt == "wireshark":
+                from .wireshark import render_filters
 
-        click.echo(render_filters(report), nl=False)
-    else:
-        click.echo(report.to_text(_text_width()), nl=False)
+                click.echo(render_filters(report), nl=False)
+            else:
+                click.echo(report.to_text(_text_width()), nl=False)
 
 
 def _capture_set(args: tuple[str, ...]) -> list[str]:
@@ -190,12 +217,30 @@ def _print_notes(notes: list[str]) -> None:
         click.echo(f"nagleprobe: note: {note}", err=True)
 
 
+def _refuse_output(path: str, option: str, what: str, inputs: list[str]) -> None:
+    """Refuse, before any analysis, an output file that is one of the inputs, or standard
+    output, which carries the command's own report."""
+    if path == "-":
+        raise OutputRefused(f"{option} -: standard output carries the report; give a file "
+                            "name for " + what)
+    refuse_inputs(path, inputs, what)
+
+
+def _output_failed(e: WriteFailed) -> ExitStatus:
+    """Say that an output could not be written; its exit status."""
+    if e.name == STDOUT:
+        discard_stdout()  # what is still buffered for it must not fail again at exit
+    click.echo(f"nagleprobe: error: {e}", err=True)
+    return ExitStatus.OUTPUT_FAILED
+
+
 @contextmanager
 def _one_line_errors(debug: bool, doing: str, capture: str,
                      usage: dict[type[Exception], Callable[[Exception], str]]) -> Iterator[None]:
-    """Every failure as one line and an exit status: an unreadable capture 3, the `usage`
-    errors (each with its message) 2, Ctrl-C 130, anything else an internal error 4 (with
-    --debug, a traceback)."""
+    """Every failure as one line and an exit status: an unreadable capture 3, a refused
+    output path and the `usage` errors (each with its message) 2, an output that could not
+    be written 7, Ctrl-C 130, a closed standard output click's quiet exit, anything else an
+    internal error 4 (with --debug, a traceback)."""
     try:
         yield
     except CaptureError as e:
@@ -203,8 +248,17 @@ def _one_line_errors(debug: bool, doing: str, capture: str,
             traceback.print_exc()
         click.echo(f"nagleprobe: error: {e}", err=True)
         sys.exit(ExitStatus.BAD_CAPTURE)
+    except OutputRefused as e:
+        click.echo(f"nagleprobe: error: {e}", err=True)
+        sys.exit(ExitStatus.USAGE)
+    except WriteFailed as e:
+        if debug:
+            traceback.print_exc()
+        sys.exit(_output_failed(e))
     except KeyboardInterrupt:
         sys.exit(ExitStatus.INTERRUPTED)
+    except BrokenPipeError:
+        raise
     except Exception as e:
         message = next((m for kind, m in usage.items() if isinstance(e, kind)), None)
         if message is not None:
@@ -234,15 +288,17 @@ def _text_width() -> int:
     return max(40, shutil.get_terminal_size((TEXT_WIDTH, 24)).columns)
 
 
-ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input, OUTPUT not writable), "
-                 "3 unreadable/corrupt/unsupported capture, 4 internal error.")
+ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input; OUTPUT is the capture "
+                 "or cannot be created), 3 unreadable/corrupt/unsupported capture, 4 internal "
+                 "error, 7 OUTPUT not written (disk full, I/O error).")
 
 
 @main.command(epilog=ANNOTATE_HELP, short_help="Copy a capture with a comment on each stall's frames.")
 @click.argument("capture", type=str, metavar="CAPTURE")
 @click.argument("more", nargs=-1, type=str, metavar="")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
-              help="pcapng file to write.")
+              help="pcapng file to write (- for standard output; a FIFO or device is written "
+                   "as a stream, a file replaced when complete).")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
@@ -268,25 +324,20 @@ def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, deb
         click.echo("nagleprobe: error: annotate reads the capture twice: give a file, not -",
                    err=True)
         sys.exit(ExitStatus.USAGE)
-    if Path(output).exists() and Path(output).resolve() == Path(capture).resolve():
-        click.echo(f"nagleprobe: error: {output}: would overwrite the capture", err=True)
-        sys.exit(ExitStatus.USAGE)
-    cannot_write = {OSError: lambda e: f"{printable(output)}: cannot write: {e.strerror or e}"}
-    with _one_line_errors(debug, "annotating", capture, cannot_write):
+    to_stderr = is_stdout(output)  # the pcapng goes there: the summary to standard error
+    with _one_line_errors(debug, "annotating", capture, {}):
         result = run_annotate(capture, output, strict=strict)
     r = result.report
     for w in r.capture["warnings"]:
         click.echo(f"nagleprobe: warning: {w}", err=True)
-    click.echo(f"{output}: {result.packets} packets, {result.commented} frames commented "
-               f"({len(r.stalls)} stalls in {int((r.flows['stalls'] > 0).sum())} of "
-               f"{len(r.flows)} TCP flows). In Wireshark: frame.comment contains \"nagleprobe\"")
+    with _one_line_errors(debug, "annotating", capture, {}), to_stdout():
+        click.echo(f"{STDOUT if output == '-' else printable(output)}: {result.packets} "
+                   f"packets, {result.commented} frames commented ({len(r.stalls)} stalls in "
+                   f"{int((r.flows['stalls'] > 0).sum())} of {len(r.flows)} TCP flows). In "
+                   "Wireshark: frame.comment contains \"nagleprobe\"", err=to_stderr)
     if result.uncommentable:
         click.echo(f"nagleprobe: warning: {result.uncommentable} stall frames are Simple Packet "
                    "Blocks, which cannot carry a comment; they are left without one", err=True)
-
-
-class HtmlWriteError(Exception):
-    """The --html file could not be written (a usage problem, not a capture problem)."""
 
 
 def _write_html(report: Report, path: str) -> None:
@@ -295,25 +346,23 @@ def _write_html(report: Report, path: str) -> None:
     from .html_report import NO_PICTURES, matplotlib_available, write_html
 
     if not matplotlib_available():  # the report without pictures, and say so
-        click.echo(f"nagleprobe: note: {path}: {NO_PICTURES}", err=True)
+        click.echo(f"nagleprobe: note: {printable(path)}: {NO_PICTURES}", err=True)
     command = shlex.join(["nagleprobe", *sys.argv[1:]])
-    try:
-        write_html(report, path, command=command)  # matplotlib is loaded only here
-    except OSError as e:
-        raise HtmlWriteError(f"{printable(path)}: cannot write the HTML report: "
-                             f"{e.strerror or e}") from e
+    write_html(report, path, command=command)  # matplotlib is loaded only here
 
 
 # ------------------------------------------------------------------ check / record (the CI gate)
 GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
-             "error (options, pyproject settings), 3 a capture unreadable (or no capture file "
-             "found; with --strict also a damaged one), 4 internal error, 6 a capture with no "
-             "TCP flow to check (EMPTY; --allow-empty permits it). With several captures the "
-             "most severe wins: 4 > 3 > 6 > 1 > 0.")
+             "error (options, pyproject settings, a --junit path that is a capture), 3 a "
+             "capture unreadable (or no capture file found; with --strict also a damaged one), "
+             "4 internal error, 6 a capture with no TCP flow to check (EMPTY; --allow-empty "
+             "permits it), 7 output not written "
+             "(standard output or --junit: disk full, I/O error). With several captures the "
+             "most severe verdict wins: 4 > 3 > 6 > 1 > 0.")
 RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (not root, no "
                "tcpdump, no such interface, output not writable), 127 command not found, "
                "2 usage error. With --check, a command that succeeded is followed by the "
-               "gate's status (0, 1, 3, 4 or 6; see `nagleprobe check --help`).")
+               "gate's status (0, 1, 3, 4, 6 or 7; see `nagleprobe check --help`).")
 
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
@@ -391,6 +440,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
         return ExitStatus.USAGE
     targets = expand_targets(captures)
     _print_notes(targets.notes)
+    if opts["junit"]:
+        _refuse_output(opts["junit"], "--junit", "the JUnit report", [t.path for t in targets])
     client = None
     if dask is not None:
         from .fleet import SchedulerError, connect
@@ -419,25 +470,32 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
             if v.error:
                 click.echo(f"nagleprobe: debug: {v.error}", err=True)
     if opts["junit"]:
-        try:
-            Path(opts["junit"]).write_text(render_junit(run), encoding="utf-8")
-        except OSError as e:
-            click.echo(f"nagleprobe: error: {printable(opts['junit'])}: cannot write the "
-                       "JUnit report: "
-                       f"{e.strerror or e}", err=True)
-            return ExitStatus.USAGE
-    if opts["github"]:
-        click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
-    if opts["fmt"] == "json":
-        click.echo(run.to_json())
-    elif _stdout_is_terminal():  # a person's terminal: wrap to it (logs and pipes keep lines)
-        from .text_report import fit_lines
+        write_output(opts["junit"], render_junit(run), "the JUnit report",
+                     [t.path for t in targets])
+    with to_stdout():
+        if opts["github"]:
+            click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
+        if opts["fmt"] == "json":
+            click.echo(run.to_json())
+        elif _stdout_is_terminal():  # a person's terminal: wrap to it (logs, pipes keep lines)
+            from .text_report import fit_lines
 
-        click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width())) + "\n",
-                   nl=False)
-    else:
-        click.echo(render_text(run), nl=False)
+            click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width()))
+                       + "\n", nl=False)
+        else:
+            click.echo(render_text(run), nl=False)
     return run.status
+
+
+def _gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | None = None,
+          merge: bool = False, dask: str | None = None, progress: bool | None = None,
+          url_timeout: float = URL_TIMEOUT_S) -> NoReturn:
+    """`_run_gate`, then exit with its status; whatever goes wrong is one line and the
+    status `_one_line_errors` gives it (a bug: 4, never 1, which CI reads as over budget)."""
+    named = captures[0] + (f" (+{len(captures) - 1} more)" if len(captures) > 1 else "")
+    with _one_line_errors(bool(opts["debug"]), "checking", named, {}):
+        status = _run_gate(captures, ports, opts, jobs, merge, dask, progress, url_timeout)
+    sys.exit(status)
 
 
 @main.command(epilog=GATE_HELP, short_help="CI gate: fail captures over the stall budget.")
@@ -477,12 +535,7 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
       nagleprobe check --junit nagle.xml --github --strict traffic.pcap
       nagleprobe check --dask tcp://10.0.0.5:8786 /shared/caps/ 's3://bucket/caps/*.pcap.gz'
     """
-    try:
-        status = _run_gate(list(captures), ports, opts, jobs, merge, dask, progress,
-                           url_timeout)
-    except KeyboardInterrupt:
-        sys.exit(ExitStatus.INTERRUPTED)
-    sys.exit(status)
+    _gate(list(captures), ports, opts, jobs, merge, dask, progress, url_timeout)
 
 
 @main.command(epilog=RECORD_HELP, context_settings={"allow_interspersed_args": False},
@@ -529,13 +582,14 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
                + f"; command exited with {result.returncode}", err=True)
     if result.returncode != 0 or not run_gate:
         sys.exit(result.returncode)
-    sys.exit(_run_gate([output], ports, opts))
+    _gate([output], ports, opts)
 
 
 WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after the final "
               "report; also while waiting for a FIFO's writer or the capture's header), "
               "2 usage error, 3 unreadable capture, 5 capture not possible (-i: not root, no "
-              "tcpdump, no such interface, bad filter), 4 internal error.")
+              "tcpdump, no such interface, bad filter), 4 internal error, 7 standard output "
+              "not writable (disk full, I/O error).")
 
 
 @main.command(epilog=WATCH_HELP, short_help="Report stalls in live traffic as they happen.")
@@ -591,8 +645,8 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
         sys.exit(ExitStatus.USAGE)
 
     def emit(text: str) -> None:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()  # a pipe to jq or a log shipper sees each line at once
+        with to_stdout():  # flushed: a pipe to jq or a log shipper sees each line at once
+            sys.stdout.write(text + "\n")
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

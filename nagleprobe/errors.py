@@ -16,6 +16,7 @@ class ExitStatus(enum.IntEnum):
     INTERNAL = 4  # a bug in nagleprobe
     CANNOT_CAPTURE = 5  # `record`: not permitted (not root), no tcpdump, interface, output file
     EMPTY = 6  # `check`: a capture with no TCP flow to check (after selection); --allow-empty
+    OUTPUT_FAILED = 7  # writing standard output or an output file failed (disk full, I/O error)
     COMMAND_NOT_FOUND = 127  # `record`: the command to run does not exist (the shell's status)
     INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports it
 
@@ -61,6 +62,24 @@ def utf8_safe(text: str) -> str:
         return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
                        else f"\\u{ord(c):04x}" if 0xD800 <= ord(c) <= 0xDFFF else c
                        for c in text)
+
+
+class OutputRefused(Exception):
+    """An output path that must not or cannot be written (one of the inputs, a directory, a
+    missing directory): a usage error, found before anything is written; the message names
+    the path."""
+
+
+class WriteFailed(Exception):
+    """Writing an output failed once it was open (disk full, I/O error, a FIFO's reader gone):
+    the environment's fault, neither the user's nor the capture's. `name` is the path, or
+    "standard output"."""
+
+    def __init__(self, name: str, error: OSError, what: str = "") -> None:
+        self.name = name
+        self.error = error
+        super().__init__(f"{printable(name)}: cannot write{' ' + what if what else ''}: "
+                         f"{error.strerror or error}")
 
 
 class CaptureError(Exception):

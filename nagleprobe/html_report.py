@@ -354,7 +354,11 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
 
 def write_html(report: Report, path: str | Path, plots: bool = True,
                command: str | None = None) -> None:
-    """Write `render_html(report)` to `path` (UTF-8)."""
-    Path(path).write_text(render_html(report, plots=plots,
-                                      command=command or "nagleprobe.html_report.write_html"),
-                          encoding="utf-8")
+    """Write `render_html(report)` to `path` (UTF-8) through `nagleprobe.output`: never over
+    the capture the report was read from, a FIFO or device written as a stream."""
+    from .output import write_output
+
+    files = report.capture.get("files") or [{"path": report.capture["path"]}]
+    write_output(str(path), render_html(report, plots=plots,
+                                        command=command or "nagleprobe.html_report.write_html"),
+                 "the HTML report", [f["path"] for f in files])

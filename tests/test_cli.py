@@ -201,3 +201,163 @@ def test_the_command_keeps_openblas_to_one_thread_unless_told_otherwise(given):
     assert out.stdout.strip() == (given or "1")
     loaded = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()]
     assert loaded.index("nagleprobe._startup") < loaded.index("numpy")
+
+
+# ------------------------------------------------------------------ outputs
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "echo_split_lo.pcap"
+NO_SPACE = "nagleprobe: error: standard output: cannot write: No space left on device"
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+
+
+def a_capture(folder: Path) -> tuple[Path, bytes]:
+    """A copy of the real echo capture (19 stalls) in `folder`, and its bytes."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "e.pcap"
+    path.write_bytes(SAMPLE.read_bytes())
+    return path, path.read_bytes()
+
+
+@pytest.mark.parametrize("option", ["--html", "--junit"])
+@pytest.mark.parametrize("named", ["as given", "through a symbolic link", "in a directory given"])
+def test_an_output_that_is_a_capture_read_is_refused_before_the_analysis(tmp_path, option,
+                                                                          named):
+    cap, original = a_capture(tmp_path / "caps")
+    out, arg = cap, cap
+    if named == "through a symbolic link":
+        out = tmp_path / "report.out"
+        out.symlink_to(cap)
+    elif named == "in a directory given":
+        arg = cap.parent
+    command = "analyze" if option == "--html" else "check"
+    r = CliRunner().invoke(main, [command, option, str(out), str(arg)])
+    what = "HTML" if option == "--html" else "JUnit"
+    assert r.exit_code == ExitStatus.USAGE
+    [line] = r.stderr.splitlines()
+    assert line.startswith(f"nagleprobe: error: {out}: is an input")
+    assert line.endswith(f"refusing to write the {what} report over it")
+    assert r.stdout == "" and cap.read_bytes() == original and os.path.islink(out) == (
+        named == "through a symbolic link")
+
+
+@pytest.mark.parametrize("option", ["--html", "--junit"])
+def test_standard_output_is_no_place_for_a_second_report(tmp_path, option):
+    cap, _ = a_capture(tmp_path)
+    r = CliRunner().invoke(main, ["analyze" if option == "--html" else "check", option, "-",
+                                  str(cap)])
+    assert r.exit_code == ExitStatus.USAGE and r.stdout == ""
+    assert r.stderr.startswith(f"nagleprobe: error: {option} -: standard output carries the")
+
+
+def test_annotate_refuses_its_own_capture_through_a_link(tmp_path):
+    cap, original = a_capture(tmp_path)
+    os.link(cap, tmp_path / "hard.pcapng")
+    r = CliRunner().invoke(main, ["annotate", str(cap), "-o", str(tmp_path / "hard.pcapng")])
+    assert r.exit_code == ExitStatus.USAGE and cap.read_bytes() == original
+    assert r.stderr == (f"nagleprobe: error: {tmp_path / 'hard.pcapng'}: is an input ({cap}): "
+                        "refusing to write the annotated capture over it\n")
+
+
+def test_annotate_writes_into_a_fifo_for_its_reader(tmp_path):
+    import threading
+
+    from nagleprobe.read import CaptureReader
+
+    cap, original = a_capture(tmp_path)
+    fifo = tmp_path / "to-wireshark"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    r = CliRunner().invoke(main, ["annotate", str(cap), "-o", str(fifo)])
+    reader.join(10)
+    assert r.exit_code == ExitStatus.OK, r.stderr
+    assert os.path.exists(fifo) and os.stat(fifo).st_mode & 0o170000 == 0o010000  # S_IFIFO
+    (tmp_path / "got.pcapng").write_bytes(got[0])
+    packets = CaptureReader(str(tmp_path / "got.pcapng"))
+    assert packets.info.format == "pcapng" and sum(len(b) for b in packets) == 107
+    assert cap.read_bytes() == original
+
+
+@ROOT_ONLY
+def test_annotate_into_a_character_device_leaves_it_a_device(tmp_path):
+    import stat
+
+    cap, original = a_capture(tmp_path)
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a copy of /dev/null
+    r = CliRunner().invoke(main, ["annotate", str(cap), "-o", str(null)])
+    assert r.exit_code == ExitStatus.OK, r.stderr
+    st = os.lstat(null)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.pcap", "null"]
+    assert cap.read_bytes() == original
+
+
+def test_annotate_through_a_symbolic_link_writes_the_file_it_points_to(tmp_path):
+    cap, original = a_capture(tmp_path)
+    target = tmp_path / "annotated.pcapng"
+    target.write_bytes(b"old")
+    link = tmp_path / "latest.pcapng"
+    link.symlink_to(target)
+    r = CliRunner().invoke(main, ["annotate", str(cap), "-o", str(link)])
+    assert r.exit_code == ExitStatus.OK, r.stderr
+    assert link.is_symlink() and target.read_bytes()[:4] == b"\x0a\x0d\x0d\x0a"  # pcapng SHB
+    assert cap.read_bytes() == original
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [["analyze", "{cap}"], ["analyze", "--format", "json", "{cap}"],
+                                  ["analyze", "--format", "wireshark", "{cap}"],
+                                  ["check", "{cap}"], ["watch", "-"],
+                                  ["annotate", "{cap}", "-o", "{tmp}/a.pcapng"], ["--version"]])
+def test_a_full_standard_output_is_one_line_and_its_own_status(tmp_path, args):
+    cap, original = a_capture(tmp_path)
+    args = [a.format(cap=cap, tmp=tmp_path) for a in args]
+    with open("/dev/full", "w") as full, open(cap, "rb") as stdin:  # watch - reads stdin
+        proc = subprocess.run([sys.executable, "-m", "nagleprobe", *args], stdout=full,
+                              stdin=stdin, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.stderr.splitlines() == [NO_SPACE], args
+    assert proc.returncode == ExitStatus.OUTPUT_FAILED, args
+    assert cap.read_bytes() == original
+
+
+@pytest.mark.parametrize("args, status", [(["analyze", "--format", "json"], 1),
+                                          (["check", "--max-stalls", "100"], 1),
+                                          (["watch", "-"], 0)])
+def test_a_standard_output_closed_by_its_reader_is_a_quiet_exit(args, status):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first byte
+    try:
+        with open(SAMPLE, "rb") as stdin:
+            proc = subprocess.run([sys.executable, "-m", "nagleprobe", *args,
+                                   *([] if "-" in args else [str(SAMPLE)])], stdout=write_end,
+                                  stdin=stdin, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (status, "")
+
+
+def test_a_bug_in_check_is_an_internal_error_never_over_budget(monkeypatch):
+    import nagleprobe.check_output
+
+    def broken(run):
+        raise RuntimeError("the renderer broke")
+
+    monkeypatch.setattr(nagleprobe.check_output, "render_text", broken)
+    r = CliRunner().invoke(main, ["check", "--max-stalls", "100", str(SAMPLE)])
+    assert r.exit_code == ExitStatus.INTERNAL
+    assert r.stderr == (f"nagleprobe: internal error while checking {SAMPLE}: RuntimeError: "
+                        "the renderer broke (rerun with --debug for a traceback)\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("status", [0, 3])
+def test_output_that_fails_only_at_the_final_flush_is_one_line_and_its_own_status(status):
+    """The entry point's last flush (a command that left its output buffered)."""
+    command = ("import sys\nfrom nagleprobe import cli\n"
+               f"cli.main = lambda: (sys.stdout.write('x' * 100), sys.exit({status}))\ncli.run()")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # left buffered
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-c", command], stdout=full, env=env,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr.splitlines()) == (ExitStatus.OUTPUT_FAILED, [NO_SPACE])
