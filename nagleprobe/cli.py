@@ -94,6 +94,16 @@ def main() -> None:
 @click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
               help="Ignore stalls with a confidence below C (single stalls are 0.6, repeated "
                    "ones 0.9-0.95): they leave the report and its counts.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Text report: the evidence of every flow with stalls (the first ten; by "
+                   "default of the worst flow of each fix) and a line per clean flow.")
+@click.option("--all-stalls", is_flag=True,
+              help="Text report: the evidence of every flow with stalls, every stall of each "
+                   "(by default the first twelve).")
+@click.option("--time", "-t", "times", type=click.Choice(["flow", "capture", "utc"]),
+              default="flow", show_default=True,
+              help="Text report: the evidence's times in s since the flow's first packet, "
+                   "since the capture's (Wireshark's default), or as UTC time of day.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
 @click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_REORDER_WINDOW_S,
@@ -106,8 +116,9 @@ def main() -> None:
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
 def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
             ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
-            top: int | None, min_confidence: float | None, debug: bool,
-            quiet: bool, reorder_window: float, idle_timeout: float) -> None:
+            top: int | None, min_confidence: float | None, verbose: bool, all_stalls: bool,
+            times: str, debug: bool, quiet: bool, reorder_window: float,
+            idle_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
     Several files, directories and glob patterns are one capture (a file set, e.g. rotated
@@ -150,7 +161,8 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
 
         click.echo(render_filters(report), nl=False)
     else:
-        click.echo(report.to_text(_text_width()), nl=False)
+        click.echo(report.to_text(_text_width(), verbose=verbose, all_stalls=all_stalls,
+                                  times=times), nl=False)
 
 
 def _capture_set(args: tuple[str, ...]) -> list[str]:
@@ -205,7 +217,7 @@ def _stdout_is_terminal() -> bool:
 
 
 def _text_width() -> int:
-    """The terminal's width when standard output is one, else the report's default (100)."""
+    """The terminal's width when standard output is one, else the report's default (80)."""
     import shutil
 
     from .text_report import TEXT_WIDTH
