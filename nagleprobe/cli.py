@@ -21,6 +21,7 @@ from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before n
 from .errors import CaptureError, ExitStatus, printable
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
+from .words import counted
 
 if TYPE_CHECKING:
     from .report import Report
@@ -134,8 +135,10 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
       nagleprobe analyze 'rotated/cap-*.pcap'           # a file set as one capture
     """
+    from .fileset import set_name
+
     paths = _capture_set(captures)
-    capture = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
+    capture = set_name(paths)
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     usage = {KeyError: lambda e: f"--flow: {e.args[0]}",  # --flow names no flow of the capture
              HtmlWriteError: str}
@@ -270,9 +273,10 @@ def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, deb
     r = result.report
     for w in r.capture["warnings"]:
         click.echo(f"nagleprobe: warning: {w}", err=True)
-    click.echo(f"{output}: {result.packets} packets, {result.commented} frames commented "
-               f"({len(r.stalls)} stalls in {int((r.flows['stalls'] > 0).sum())} of "
-               f"{len(r.flows)} TCP flows). In Wireshark: frame.comment contains \"nagleprobe\"")
+    click.echo(f"{output}: {counted(result.packets, 'packet')}, "
+               f"{counted(result.commented, 'frame')} commented ({counted(len(r.stalls), 'stall')} "
+               f"in {int((r.flows['stalls'] > 0).sum())} of {counted(len(r.flows), 'TCP flow')}). "
+               f"In Wireshark: frame.comment contains \"nagleprobe\"")
     if result.uncommentable:
         click.echo(f"nagleprobe: warning: {result.uncommentable} stall frames are Simple Packet "
                    "Blocks, which cannot carry a comment; they are left without one", err=True)
@@ -578,7 +582,13 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
         click.echo("nagleprobe: error: --filter needs -i IFACE", err=True)
         sys.exit(ExitStatus.USAGE)
 
+    from .text_report import fit_lines
+
+    width = _text_width() if fmt == "text" and _stdout_is_terminal() else None
+
     def emit(text: str) -> None:
+        if width is not None:  # a terminal: within its width (a pipe keeps one line each)
+            text = "\n".join(fit_lines(text.split("\n"), width))
         sys.stdout.write(text + "\n")
         sys.stdout.flush()  # a pipe to jq or a log shipper sees each line at once
 

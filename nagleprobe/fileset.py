@@ -26,6 +26,7 @@ import numpy as np
 
 from .errors import CaptureError, printable
 from .read import CaptureInfo, CaptureReader, RecordBatch, url_scheme
+from .words import counted
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
 FRAME_MASK = (1 << FILE_SHIFT) - 1
@@ -147,6 +148,12 @@ class _Member:
         return int(self.reach[-1])
 
 
+def set_name(paths: list[str]) -> str:
+    """How a file set is named (in reports, errors and the JSON's capture path): its first
+    file, and how many more ("a.pcap (+1 file)")."""
+    return paths[0] if len(paths) == 1 else f"{paths[0]} (+{counted(len(paths) - 1, 'file')})"
+
+
 class SetReader:
     """Several captures read as one: iterate to get lists of `RecordBatch` slices (one per
     file with records up to the watermark), all records of a list before any of the next;
@@ -158,7 +165,7 @@ class SetReader:
             raise ValueError("a file set needs at least one file")
         self.strict = strict
         self.chunk_bytes = chunk_bytes
-        self.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
+        self.path = set_name(paths)
         self.info = CaptureInfo(path=self.path)
         self.records = 0  # records handed on so far
         members, errors = [], []

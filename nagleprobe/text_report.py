@@ -18,7 +18,7 @@ from .document import stall_docs
 from .errors import printable
 from .selection import selection_line, worst_order
 from .tables import STALL_POINTS
-from .words import SIDES, counted, human_count, human_ms, plural
+from .words import SIDES, counted, flow_list, human_count, human_ms
 
 if TYPE_CHECKING:
     from .report import Report  # which renders itself through this module (to_text)
@@ -205,13 +205,6 @@ def _seen(f: dict[str, Any]) -> str:
     return "; ".join(parts + ["no delayed-ACK stall" if f["nagle_holds"] else "no sender was held"])
 
 
-def _flow_ids(ids: list[int], most: int = 12) -> str:
-    """"flow 3" or "flows 1, 0, 2" (the first `most`, then how many more)."""
-    shown = ", ".join(map(str, ids[:most]))
-    more = f" and {human_count(len(ids) - most)} more" if len(ids) > most else ""
-    return f"flow{plural(len(ids))} {shown}{more}"
-
-
 _TABLE_HEAD = "  flow  stalls      lost  fix on  client -> server"
 
 
@@ -290,7 +283,7 @@ def _fixes_and_evidence(r: Report, worst: np.ndarray, width: int, verbose: bool,
     fl, lines = r.columns("flows"), []
     groups = r.fix_groups()
     for g in groups[:TEXT_FIXES]:
-        lines += ["", f"FIX for the {g['side']} {g['endpoint']} ({_flow_ids(g['flows'])}):",
+        lines += ["", f"FIX for the {g['side']} {g['endpoint']} ({flow_list(g['flows'])}):",
                   f"  {g['text']}"]
     if len(groups) > TEXT_FIXES:
         lines += ["", f"... {counted(len(groups) - TEXT_FIXES, 'more fix', 'more fixes')} (--format json "
@@ -325,7 +318,7 @@ def _fixes_and_evidence(r: Report, worst: np.ndarray, width: int, verbose: bool,
                          "lists them)")
     left = [i for i in stalled if i not in set(detailed)]
     if left:
-        lines += ["", f"The evidence of {_flow_ids(left)} is left out (each shares a fix "
+        lines += ["", f"The evidence of {flow_list(left)} is left out (each shares a fix "
                       "above; -v shows the first ten, --all-stalls all)."]
     return lines
 

@@ -41,6 +41,13 @@ def counted(n: int | float, noun: str, nouns: str | None = None) -> str:
     return f"{human_count(n)} {noun if n == 1 else nouns or noun + 's'}"
 
 
+def flow_list(ids: list[int], most: int = 12) -> str:
+    """Flows named by id: "flow 3", "flows 1, 0, 2" (the first `most`, then how many more)."""
+    shown = ", ".join(map(str, ids[:most]))
+    more = f" and {human_count(len(ids) - most)} more" if len(ids) > most else ""
+    return f"flow{plural(len(ids))} {shown}{more}"
+
+
 def short_number(x: float | None) -> str:
     """A limit or a measure as few digits as it takes (`-` for none)."""
     return f"{x:g}" if x is not None else "-"
