@@ -3,10 +3,12 @@ text report, the JSON document, the HTML report and `check` (which all show thes
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from .detect import timer_name
-from .words import SIDES, human_count, human_ms
+from .words import SIDES, human_count, human_ms, json_ms
 
 FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
 
@@ -36,7 +38,8 @@ def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
     # each field a column at once; only the text one by one
     fields = {"side": _SIDES[k], "endpoint": endpoint, "action": _ACTIONS[one * 1],
               "alternative": _ACTIONS[1 - one * 1], "text": [
-                  fix_text(side, name, None if timer != timer else timer, n, ms, o, note)
+                  fix_text(side, name, None if timer != timer else timer, n, ms, o, note,
+                           say_ms=json_ms)
                   for side, name, timer, n, ms, o, note in zip(
                       k.tolist(), endpoint.tolist(), timers[i, 1 - k].tolist(),
                       stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(), one.tolist(),
@@ -52,14 +55,15 @@ HOLD_SHARE = 0.1  # Nagle holds costing this share of a flow's duration are wort
 HOLD_TEXT_MS = 1.0  # ... and holds costing less than this in all are left out of the text
 
 
-def _hold_note(count: int, hold_ms: float, duration_s: float) -> str:
+def _hold_note(count: int, hold_ms: float, duration_s: float,
+               say_ms: Callable[[float], str] = lambda ms: f"{ms:.1f} ms") -> str:
     """A sentence on the Nagle holds without a delayed ACK of a flow, if they cost a
-    noticeable share of it; else ""."""
+    noticeable share of it; else "" (`say_ms` writes the time: the JSON's in ms)."""
     if not count or hold_ms < HOLD_SHARE * duration_s * 1e3:
         return ""
     share = 100 * hold_ms / (duration_s * 1e3)
     return (f"Nagle also held {count} write{'s' if count != 1 else ''} for one round trip "
-            f"each without a delayed ACK (up to {hold_ms:.1f} ms, {share:.0f}% of the flow), "
+            f"each without a delayed ACK (up to {say_ms(hold_ms)}, {share:.0f}% of the flow), "
             f"which the same change saves.")
 
 
@@ -71,11 +75,13 @@ _ACTIONS = np.array(["set-tcp-nodelay", "coalesce-writes"], dtype=object)  # [on
 
 
 def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-             one_message: bool, hold_note: str = "") -> str:
+             one_message: bool, hold_note: str = "",
+             say_ms: Callable[[float], str] = human_ms) -> str:
     """The fix's sentence: side `k` (0 the client, 1 the server), at `endpoint`, must
     coalesce the writes of one message (`one_message`), or else set TCP_NODELAY; why: the
     `count` writes that waited for the peer's delayed ACK (`timer` ms, None unknown) and
-    the `lost_ms` they cost, then `hold_note`."""
+    the `lost_ms` they cost (written by `say_ms`: the JSON's sentences keep `json_ms`),
+    then `hold_note`."""
     side, peer = SIDES[k], SIDES[1 - k]
     if timer is None:
         timer_txt = "its timer"
@@ -83,7 +89,7 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
         label = timer_name(timer)
         timer_txt = f"~{timer:.0f} ms, {label}" if label else f"~{timer:.0f} ms"
     cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
-            f"delayed ACK ({timer_txt}), costing {human_ms(lost_ms)}")
+            f"delayed ACK ({timer_txt}), costing {say_ms(lost_ms)}")
     if one_message:
         text = (f"The {side} {endpoint} should send each message in one write (build it in one "
                 f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
@@ -94,3 +100,57 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
                 f"small messages that must go at once: {cost}. Batching its small writes into "
                 f"full segments also avoids the wait; {_QUICKACK[k]}.")
     return text + " " + hold_note if hold_note else text
+
+
+def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
+               endpoints: dict[str, np.ndarray],
+               ids: np.ndarray | list[int] | None = None) -> list[dict[str, Any]]:
+    """One fix per endpoint: the flows with stalls (all, or those of `ids`) grouped by who
+    must change what -- the side, its host and the action -- so that ten connections of one
+    client with the same fault are told once. Takes a report's numpy columns (endpoints two
+    rows per flow, client then server, in the flows' order; `stalls` those to count).
+
+    Returns plain data, worst group first: per group its `side`, `host`, `endpoint` (the
+    one endpoint when all its flows share it, else the host), `action`, `flows` (ids, worst
+    first), `stalls` and `lost_ms` of that side, the peer's delayed-ACK timer
+    `delayed_ack_ms` (median, None unknown), and the fix's `text` for all of them."""
+    rows = np.flatnonzero(np.asarray([s is not None for s in flows["fix_side"]], dtype=bool))
+    if ids is not None:
+        rows = rows[np.isin(flows["id"][rows], np.asarray(ids, dtype=np.int64))]
+    if not len(rows):
+        return []
+    k = (flows["fix_side"][rows] == SIDES[1]).astype(np.int64)
+    endpoint = flows["fix_endpoint"][rows]
+    host = np.array([e.rpartition(":")[0] for e in endpoint.tolist()], dtype=object)
+    key = np.array([f"{a} {h} {b}" for a, h, b in zip(
+        k.tolist(), host.tolist(), flows["fix_action"][rows].tolist())], dtype=object)
+    keys, group = np.unique(key, return_inverse=True)
+    # the stalls of each flow's fixed side (j: the row in `rows` of each stall's flow)
+    fid = flows["id"][rows]
+    order = np.argsort(fid)
+    j = order[np.minimum(np.searchsorted(fid, stalls["flow"], sorter=order), len(rows) - 1)]
+    mine = (fid[j] == stalls["flow"]) & (stalls["sender"] == _SIDES[k[j]])
+    flow_n = np.bincount(j[mine], minlength=len(rows))
+    flow_ms = np.bincount(j[mine], weights=stalls["delay_ms"][mine], minlength=len(rows))
+    timer = np.asarray(endpoints["delayed_ack_ms"], dtype=float)[2 * rows + 1 - k]
+    out = []
+    for g in range(len(keys)):
+        m = np.flatnonzero(group == g)
+        m = m[np.lexsort((fid[m], -flow_ms[m]))]  # worst first
+        side, r = int(k[m[0]]), rows[m]
+        names = set(endpoint[m].tolist())
+        name = endpoint[m[0]] if len(names) == 1 else host[m[0]]
+        t = timer[m][~np.isnan(timer[m])]
+        delayed = round(float(np.median(t)), 1) if len(t) else None
+        n, ms = int(flow_n[m].sum()), float(flow_ms[m].sum())
+        note = _hold_note(int(flows["nagle_holds"][r].sum()),
+                          float(flows["nagle_hold_ms"][r].sum()),
+                          float(flows["duration_s"][r].sum()), human_ms)
+        one = flows["fix_action"][r[0]] == _ACTIONS[1]
+        out.append({"side": SIDES[side], "host": host[m[0]], "endpoint": name,
+                    "action": flows["fix_action"][r[0]],
+                    "flows": fid[m].tolist(), "stalls": n, "lost_ms": round(ms, 3),
+                    "delayed_ack_ms": delayed,
+                    "text": fix_text(side, name, delayed, n, ms, bool(one), note)})
+    out.sort(key=lambda g: (-g["lost_ms"], g["flows"][0]))
+    return out

@@ -19,10 +19,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import advice
 from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # noqa: F401 (API)
+from .decode import take
 from .document import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
-from .fileset import CAPTURE_SUFFIXES, Target, expand_targets  # noqa: F401 (the gate's API)
+from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)
 from .read import URL_TIMEOUT_S, url_scheme
 from .selection import confident, flow_mask
 from .words import plural, short_number
@@ -87,6 +89,8 @@ class CaptureVerdict:
     seconds: float = 0.0
     document: dict[str, Any] | None = None  # the analyze JSON document, when asked for
     warnings: list[str] = field(default_factory=list)  # the capture's damage, as read
+    fixes: list[dict[str, Any]] = field(default_factory=list)  # of the failing flows, one
+    # per endpoint to change (advice.fix_groups of the counted stalls)
     packets: int = 0  # packets read (for the progress display's rate)
     # the report's flows, stalls and endpoints tables, when asked for (`analyze_many`)
     tables: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -158,6 +162,10 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
                          f"{short_number(budget.max_lost_share)}% lost-share budget")
     if v.failing_flows:
         v.status = ExitStatus.STALLS_FOUND
+        counted_rows = take(report.columns("stalls"), confident(st, budget.min_confidence))
+        v.fixes = advice.fix_groups(report.columns("flows"), counted_rows,
+                                    report.columns("endpoints"),
+                                    [f.id for f in v.failing_flows])
     if not chosen and not budget.allow_empty:
         v.status = ExitStatus.EMPTY
         v.reasons.append("no TCP flow in the capture" if not len(fl) else
@@ -203,7 +211,7 @@ def check_capture(path: str | list[str], budget: Budget, with_document: bool = F
     t0 = time.perf_counter()
     files = path
     if isinstance(path, list):
-        path = path[0] if len(path) == 1 else f"{path[0]} (+{len(path) - 1} files)"
+        path = set_name(path)
     try:
         report = analyze(files, strict=strict, url_timeout=url_timeout)
         v = evaluate(report, budget, path)

@@ -7,7 +7,7 @@ from xml.etree import ElementTree as ET
 
 from .check import VERDICT_WORDS, CaptureVerdict, CheckRun, FlowVerdict
 from .errors import ExitStatus, printable
-from .words import human_count, human_ms, plural
+from .words import counted, flow_list, human_count, human_ms, plural
 
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
 ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
@@ -28,10 +28,9 @@ def render_text(run: CheckRun) -> str:
                          f"interface, port or filter? --allow-empty permits this)")
             lines += _warning_lines(v)
             continue
-        sel = (f"{human_count(v.flows_selected)} of {human_count(v.flows_total)} flows selected"
-               if v.flows_selected != v.flows_total else
-               f"{human_count(v.flows_total)} flow{plural(v.flows_total)}")
-        found = (f"{human_count(v.stalls)} stall{plural(v.stalls)}, {human_ms(v.stall_ms)} lost"
+        sel = (f"{human_count(v.flows_selected)} of {counted(v.flows_total, 'flow')} selected"
+               if v.flows_selected != v.flows_total else counted(v.flows_total, 'flow'))
+        found = (f"{counted(v.stalls, 'stall')}, {human_ms(v.stall_ms)} lost"
                  if v.stalls else "no stalls")
         extra = (f"; {human_count(v.ignored_stalls)} below the confidence floor ignored"
                  if v.ignored_stalls else "")
@@ -41,18 +40,18 @@ def render_text(run: CheckRun) -> str:
         worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
         for f in worst[:TEXT_FLOWS]:
             state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
-            lines.append(f"  {f.name}: {human_count(f.stalls)} stall{plural(f.stalls)}, "
+            lines.append(f"  {f.name}: {counted(f.stalls, 'stall')}, "
                          f"{human_ms(f.stall_ms)} = "
                          f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s ({state})")
-            if f.fix and not f.passed:
-                lines.append(f"    held: {f.fix['side']} {f.fix['endpoint']}; fix: "
-                             f"{f.fix['action']}. {f.fix['text']}")
         if len(worst) > TEXT_FLOWS:
             rest = worst[TEXT_FLOWS:]
             over = sum(not f.passed for f in rest)
-            lines.append(f"  ... {human_count(len(rest))} more flows with stalls "
+            lines.append(f"  ... {counted(len(rest), 'more flow')} with stalls "
                          f"({human_count(over)} over budget); "
                          f"--junit and --format json list them all")
+        for g in v.fixes:  # one per endpoint to change, however many flows share it
+            lines.append(f"  held: {g['side']} {g['endpoint']} ({flow_list(g['flows'])}); "
+                         f"fix: {g['action']}. {g['text']}")
     n = len(run.verdicts)
     counts = {s: sum(1 for v in run.verdicts if v.status == s) for s in ExitStatus}
     parts = [f"{counts[ExitStatus.OK]} within budget"]
@@ -63,7 +62,7 @@ def render_text(run: CheckRun) -> str:
     if counts[ExitStatus.BAD_CAPTURE]:
         parts.append(f"{counts[ExitStatus.BAD_CAPTURE]} unreadable")
     if counts[ExitStatus.INTERNAL]:
-        parts.append(f"{counts[ExitStatus.INTERNAL]} internal errors")
+        parts.append(counted(counts[ExitStatus.INTERNAL], "internal error"))
     src = f" from {printable(str(run.config))}" if run.config else ""
     lines.append(f"nagleprobe check: {n} capture{plural(n)}: {', '.join(parts)} "
                  f"(budget{src}: {run.budget.describe()}) -> exit {int(run.status)}")
@@ -74,7 +73,7 @@ def _warning_lines(v: CaptureVerdict) -> list[str]:
     """The capture's damage under its verdict line (the first TEXT_WARNINGS, then a count)."""
     lines = [f"  warning: {w}" for w in v.warnings[:TEXT_WARNINGS]]
     if len(v.warnings) > TEXT_WARNINGS:
-        lines.append(f"  ... {len(v.warnings) - TEXT_WARNINGS} more warnings (--format json "
+        lines.append(f"  ... {counted(len(v.warnings) - TEXT_WARNINGS, 'more warning')} (--format json "
                      f"lists them all; --strict makes damage an error)")
     return lines
 

@@ -23,6 +23,7 @@ from .output import STDOUT, discard_stdout, is_stdout, refuse_inputs, to_stdout,
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
 from .read import URL_TIMEOUT_S
+from .words import counted
 
 if TYPE_CHECKING:
     from .report import Report
@@ -127,6 +128,16 @@ def main() -> None:
 @click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
               help="Ignore stalls with a confidence below C (single stalls are 0.6, repeated "
                    "ones 0.9-0.95): they leave the report and its counts.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Text report: the evidence of every flow with stalls (the first ten; by "
+                   "default of the worst flow of each fix) and a line per clean flow.")
+@click.option("--all-stalls", is_flag=True,
+              help="Text report: the evidence of every flow with stalls, every stall of each "
+                   "(by default the first twelve).")
+@click.option("--time", "-t", "times", type=click.Choice(["flow", "capture", "utc"]),
+              default="flow", show_default=True,
+              help="Text report: the evidence's times in s since the flow's first packet, "
+                   "since the capture's (Wireshark's default), or as UTC time of day.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
 @click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_REORDER_WINDOW_S,
@@ -140,9 +151,9 @@ def main() -> None:
 @URL_TIMEOUT_OPTION
 def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
             ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
-            top: int | None, min_confidence: float | None, debug: bool,
-            quiet: bool, reorder_window: float, idle_timeout: float,
-            url_timeout: float) -> None:
+            top: int | None, min_confidence: float | None, verbose: bool, all_stalls: bool,
+            times: str, debug: bool, quiet: bool, reorder_window: float,
+            idle_timeout: float, url_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
     Several files, directories and glob patterns are one capture (a file set, e.g. rotated
@@ -158,8 +169,10 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
       nagleprobe analyze 'rotated/cap-*.pcap'           # a file set as one capture
     """
+    from .fileset import set_name
+
     paths = _capture_set(captures)
-    capture = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
+    capture = set_name(paths)
     bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
     usage = {KeyError: lambda e: f"--flow: {e.args[0]}"}  # --flow names no flow of the capture
     with _one_line_errors(debug, "analysing", capture, usage):
@@ -188,7 +201,8 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
 
                 click.echo(render_filters(report), nl=False)
             else:
-                click.echo(report.to_text(_text_width()), nl=False)
+                click.echo(report.to_text(_text_width(), verbose=verbose,
+                                          all_stalls=all_stalls, times=times), nl=False)
 
 
 def _capture_set(args: tuple[str, ...]) -> list[str]:
@@ -278,7 +292,7 @@ def _stdout_is_terminal() -> bool:
 
 
 def _text_width() -> int:
-    """The terminal's width when standard output is one, else the report's default (100)."""
+    """The terminal's width when standard output is one, else the report's default (80)."""
     import shutil
 
     from .text_report import TEXT_WIDTH
@@ -331,10 +345,12 @@ def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, deb
     for w in r.capture["warnings"]:
         click.echo(f"nagleprobe: warning: {w}", err=True)
     with _one_line_errors(debug, "annotating", capture, {}), to_stdout():
-        click.echo(f"{STDOUT if output == '-' else printable(output)}: {result.packets} "
-                   f"packets, {result.commented} frames commented ({len(r.stalls)} stalls in "
-                   f"{int((r.flows['stalls'] > 0).sum())} of {len(r.flows)} TCP flows). In "
-                   "Wireshark: frame.comment contains \"nagleprobe\"", err=to_stderr)
+        click.echo(f"{STDOUT if output == '-' else printable(output)}: "
+                   f"{counted(result.packets, 'packet')}, "
+                   f"{counted(result.commented, 'frame')} commented "
+                   f"({counted(len(r.stalls), 'stall')} in "
+                   f"{int((r.flows['stalls'] > 0).sum())} of {counted(len(r.flows), 'TCP flow')})."
+                   " In Wireshark: frame.comment contains \"nagleprobe\"", err=to_stderr)
     if result.uncommentable:
         click.echo(f"nagleprobe: warning: {result.uncommentable} stall frames are Simple Packet "
                    "Blocks, which cannot carry a comment; they are left without one", err=True)
@@ -644,7 +660,13 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
         click.echo("nagleprobe: error: --filter needs -i IFACE", err=True)
         sys.exit(ExitStatus.USAGE)
 
+    from .text_report import fit_lines
+
+    width = _text_width() if fmt == "text" and _stdout_is_terminal() else None
+
     def emit(text: str) -> None:
+        if width is not None:  # a terminal: within its width (a pipe keeps one line each)
+            text = "\n".join(fit_lines(text.split("\n"), width))
         with to_stdout():  # flushed: a pipe to jq or a log shipper sees each line at once
             sys.stdout.write(text + "\n")
 

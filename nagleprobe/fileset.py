@@ -25,6 +25,7 @@ import numpy as np
 from .errors import CaptureError, printable
 from .findfiles import Finder
 from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
+from .words import counted
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
 FRAME_MASK = (1 << FILE_SHIFT) - 1
@@ -159,6 +160,12 @@ class _Member:
         return int(self.reach[-1])
 
 
+def set_name(paths: list[str]) -> str:
+    """How a file set is named (in reports, errors and the JSON's capture path): its first
+    file, and how many more ("a.pcap (+1 file)")."""
+    return paths[0] if len(paths) == 1 else f"{paths[0]} (+{counted(len(paths) - 1, 'file')})"
+
+
 class SetReader:
     """Several captures read as one: iterate to get lists of `RecordBatch` slices (one per
     file with records up to the watermark), all records of a list before any of the next;
@@ -171,7 +178,7 @@ class SetReader:
         self.strict = strict
         self.url_timeout = url_timeout
         self.chunk_bytes = chunk_bytes
-        self.path = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
+        self.path = set_name(paths)
         self.info = CaptureInfo(path=self.path)
         self.records = 0  # records handed on so far
         members, errors = [], []

@@ -48,7 +48,7 @@ from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
 from .stream import ANALYSED
 from .tuples import TupleTable
-from .words import human_count, human_ms
+from .words import counted, human_count, human_ms
 
 DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed
 DEFAULT_SUMMARY_S = 10.0
@@ -441,34 +441,35 @@ def events(reader: CaptureReader, live: LiveAnalyzer, skipped: Counter,
 
 
 def line(event: dict, fmt: str) -> str:
-    """One output line for an event: JSON, or text for people (counts and times written
-    as in the text report: thousands separated, seconds from 10 s on)."""
+    """One output line for an event: JSON, or text for people -- short enough for a
+    terminal (a stall names the held endpoint and its frames; the JSON has the rest), with
+    counts and times written as in the text report (thousands separated, seconds from 1 s
+    on, UTC time of day)."""
     if fmt == "jsonl":
         return json.dumps(event, separators=(",", ":"))
     kind = event["event"]
-    flow = f"flow {event.get('flow')} {event.get('client')} -> {event.get('server')}"
+    when = event.get("time", "")[11:23]  # the time of day, to the ms
     if kind == "stall":
         s1, a, s2 = event["frames"]
-        peer = "server" if event["sender"] == "client" else "client"
-        return (f"{event['time']} stall {flow}: {event['sender']} {event['endpoint']} held "
-                f"{human_count(event['held_bytes'])} B for {human_ms(event['delay_ms'])} "
-                f"behind the {peer}'s delayed ACK ({human_ms(event['peer_ack_delay_ms'])}); "
-                f"frames #{s1} #{a} #{s2}; confidence {event['confidence']:.2f}")
+        return (f"{when} stall flow {event['flow']} {event['sender']} {event['endpoint']}: "
+                f"{human_count(event['held_bytes'])} B held {human_ms(event['delay_ms'])} "
+                f"#{s1} #{a} #{s2}")
     if kind == "summary":
-        return (f"{event['time']} summary {flow}: {human_count(event['stalls'])} stalls, "
-                f"{human_ms(event['lost_ms'])} lost in the last {event['period_s']:g} s "
+        return (f"{when} summary flow {event['flow']} {event['client']} -> "
+                f"{event['server']}: {counted(event['stalls'], 'stall')}, "
+                f"{human_ms(event['lost_ms'])} lost in the last {human_ms(1e3 * event['period_s'])} "
                 f"(longest {human_ms(event['max_delay_ms'])})")
-    n = event["connections"]
-    out = [f"watch ended: {human_count(event['packets'])} packets read, "
-           f"{human_count(event['tcp_packets'])} TCP in {human_count(n)} "
-           f"connection{'' if n == 1 else 's'}; {human_count(event['stalls'])} stalls "
-           f"costing {human_ms(event['lost_ms'])}"]
+    out = [f"watch ended: {counted(event['packets'], 'packet')} read, "
+           f"{human_count(event['tcp_packets'])} TCP in "
+           f"{counted(event['connections'], 'connection')}; "
+           f"{counted(event['stalls'], 'stall')} costing {human_ms(event['lost_ms'])}"]
     skipped = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(event["skipped"].items())
                         if v)
     out.append(f"  skipped: {skipped or 'none'}")
     out += [f"  warning: {w}" for w in event["warnings"]]
-    out += [f"  flow {f['flow']} {f['client']} -> {f['server']}: {human_count(f['stalls'])} "
-            f"stalls, {human_ms(f['lost_ms'])} lost" for f in event["flows"]]
+    out += [f"  flow {f['flow']} {f['client']} -> {f['server']}: "
+            f"{counted(f['stalls'], 'stall')}, {human_ms(f['lost_ms'])} lost"
+            for f in event["flows"]]
     return "\n".join(out)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from . import document, relay
+from . import advice, document, relay
 from . import selection as sel
 from .decode import take
 from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
@@ -27,7 +27,7 @@ from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
 from .text_report import TEXT_WIDTH, render_text
 from .wireshark import add_tcp_streams
-from .words import LONG_MS, SIDES, human_count, human_ms  # noqa: F401 (re-exported)
+from .words import LONG_MS, SIDES, counted, human_count, human_ms  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -131,12 +131,12 @@ class Report:
     def verdict(self) -> str:
         """One sentence: are stalls present, where, and what they cost."""
         s = self.summary()
-        flows = f"TCP flow{'' if s['flows'] == 1 else 's'}"
+        flows = counted(s["flows"], "TCP flow")
         if not s["stalls"]:
-            return f"No Nagle/delayed-ACK stalls found in {human_count(s['flows'])} {flows}."
-        return (f"Nagle/delayed-ACK stalls found: {human_count(s['stalls'])} stall"
-                f"{'' if s['stalls'] == 1 else 's'} in {human_count(s['flows_with_stalls'])} of "
-                f"{human_count(s['flows'])} {flows}, costing {human_ms(s['stall_ms'])}.")
+            return f"No Nagle/delayed-ACK stalls found in {flows}."
+        return (f"Nagle/delayed-ACK stalls found: {counted(s['stalls'], 'stall')} in "
+                f"{human_count(s['flows_with_stalls'])} of {flows}, costing "
+                f"{human_ms(s['stall_ms'])}.")
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
@@ -195,16 +195,25 @@ class Report:
             yield "," if a else "", document.stall_program(part), len(part["flow"])
         yield "]}", None, 0
 
-    def to_text(self, width: int = TEXT_WIDTH) -> str:
-        """The text report, prose wrapped to `width` columns (the CLI passes the terminal's)."""
-        return render_text(self, width)
+    def to_text(self, width: int = TEXT_WIDTH, *, verbose: bool = False,
+                all_stalls: bool = False, times: str = "flow") -> str:
+        """The text report, every line within `width` columns (the CLI passes the
+        terminal's): `verbose` gives the evidence of every flow with stalls (the first ten)
+        and lists the clean ones, `all_stalls` every stall; the evidence's `times` are
+        since the flow's first packet, the capture's ("capture") or UTC ("utc")."""
+        return render_text(self, width, verbose, all_stalls, times)
+
+    def fix_groups(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
+        """One fix per endpoint to change, the flows that share it listed (all flows with
+        stalls, or those of `ids`): plain data, worst first (see `advice.fix_groups`)."""
+        return advice.fix_groups(self.columns("flows"), self.columns("stalls"),
+                                 self.columns("endpoints"), ids)
 
     def __repr__(self) -> str:
         """One line: the file, its flows, stalls and the time they cost."""
         s = self.summary()
-        return (f"<nagleprobe.Report {self.capture.get('path')!r}: {s['flows']} flow"
-                f"{'' if s['flows'] == 1 else 's'}, {s['stalls']} stall"
-                f"{'' if s['stalls'] == 1 else 's'}, {s['stall_ms']:.1f} ms lost>")
+        return (f"<nagleprobe.Report {self.capture.get('path')!r}: {counted(s['flows'], 'flow')}, "
+                f"{counted(s['stalls'], 'stall')}, {s['stall_ms']:.1f} ms lost>")
 
     def __str__(self) -> str:
         """The CLI's text report, so that `print(report)` shows exactly what the CLI prints."""

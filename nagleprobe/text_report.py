@@ -1,10 +1,12 @@
-"""The text report for people: verdict and fixes first, then the evidence, then the clean
-flows; lines fitted to the terminal's width."""
+"""The text report for people, read at a glance: the verdict, a table of the flows with
+stalls, one fix per endpoint, then the evidence; clean flows in one line (all of them with
+`verbose`); every line fitted to the terminal's width."""
 
 from __future__ import annotations
 
+import re
 import textwrap
-from itertools import islice
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,16 +17,20 @@ from .detect import timer_name
 from .document import stall_docs
 from .errors import printable
 from .selection import selection_line, worst_order
-from .words import SIDES, human_count, human_ms
+from .tables import STALL_POINTS
+from .words import SIDES, counted, flow_list, human_count, human_ms
 
 if TYPE_CHECKING:
     from .report import Report  # which renders itself through this module (to_text)
 
-TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (JSON has all)
-TEXT_DETAILED_FLOWS = 10  # stalled flows explained in full, worst first
-TEXT_LISTED_FLOWS = 50  # further flows listed one per line
+TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (all: all_stalls)
+TEXT_DETAILED_FLOWS = 10  # flows whose evidence is shown with `verbose`, worst first
+TEXT_LISTED_FLOWS = 50  # rows of the stalled-flows table; clean flows listed with `verbose`
+TEXT_FIXES = 10  # fixes (endpoints to change) shown, the costliest first
 TEXT_WARNINGS = 20  # capture warnings printed in the text report (JSON has all)
-TEXT_WIDTH = 100  # the text report's width when not on a terminal (print(report), pipes)
+TEXT_WIDTH = 80  # the width when not on a terminal (print(report), pipes, CI logs, issues)
+TIME_BASES = ("flow", "capture", "utc")  # evidence times: since the flow's first packet,
+# since the capture's first packet (Wireshark's default), or UTC time of day
 
 
 def _nagle_text(e: dict[str, Any]) -> str:
@@ -50,7 +56,7 @@ def _flow_notes(f: dict[str, Any], options_cut: bool = False) -> list[str]:
     if guessed:
         out.append("inferred: " + "; ".join(guessed))
     if f.get("pieces", 1) > 1:
-        out.append(f"analysed in {human_count(f['pieces'])} pieces (a long connection, held "
+        out.append(f"analysed in {counted(f['pieces'], 'piece')} (a long connection, held "
                    "a piece at a time; the result is the whole connection's unless a warning "
                    "says otherwise)")
     if f["nagle_hold_ms"] >= HOLD_TEXT_MS:  # on a LAN they cost microseconds: JSON only
@@ -58,20 +64,20 @@ def _flow_notes(f: dict[str, Any], options_cut: bool = False) -> list[str]:
         share = ms / (1e3 * f["duration_s"]) if f["duration_s"] else 0.0
         worth = (f", {100 * share:.0f}% of the flow: TCP_NODELAY on the sender, or one write "
                  f"per message, saves them" if share >= HOLD_SHARE else "")
-        out.append(f"Nagle holds without a delayed ACK: {f['nagle_holds']} (one round trip "
-                   f"each, up to {ms:.1f} ms in all{worth}; not stalls)")
+        out.append(f"Nagle holds without a delayed ACK: {human_count(f['nagle_holds'])} (one "
+                   f"round trip each, up to {human_ms(ms)} in all{worth}; not stalls)")
     up = f.get("relay")
     if up:
         where = ("the message arrived whole and left split here: the relay must change"
                  if up["split"] == "at-relay" else
                  "the message arrived already split: look upstream")
         out.append(f"relay: {up['out']} forwards what flow {up['upstream_flow']} brings to "
-                   f"{up['in']} ({up['stalls_matched']} stalls followed an arrival there); "
-                   f"{where}")
+                   f"{up['in']} ({counted(up['stalls_matched'], 'stall')} followed an "
+                   f"arrival there); {where}")
     if f["why_not"] and not f["stalls"]:
         n = sum(f["why_not"].values())
-        out.append(f"why no stall: {n} late ACK{'s' if n != 1 else ''} followed by the "
-                   f"sender's next small segment, ruled out as: " + "; ".join(
+        out.append(f"why no stall: {counted(n, 'late ACK')} followed by the sender's next "
+                   f"small segment, ruled out as: " + "; ".join(
                        f"{v} {k.replace('_', ' ')}"
                        for k, v in sorted(f["why_not"].items(), key=lambda kv: -kv[1])))
     return out
@@ -81,54 +87,106 @@ class _Pre(str):
     """A text-report line laid out already (a table row): `fit_lines` leaves it alone."""
 
 
+_GLUE = "\x00"  # joins a number to its unit while wrapping (never in printable text)
+_UNIT = re.compile(r"(?<=\d) (?=(?:ms|s|B|%|packets?|stalls?|flows?)(?![\w-]))")
+
+
 def fit_lines(lines: list[str], width: int) -> list[str]:
     """Wrap every prose line longer than `width` at spaces, continuation lines indented two
-    more than the line's own indent; table rows (`_Pre`) and words longer than the width
-    (paths, endpoints) are kept whole."""
+    more than the line's own indent, never between a number and its unit ("44 ms"); table
+    rows (`_Pre`) and words longer than the width (endpoints) are kept whole."""
     out = []
     for line in lines:
         if len(line) <= width or isinstance(line, _Pre):
             out.append(line)
             continue
         indent = line[:len(line) - len(line.lstrip(" "))]
-        out += textwrap.wrap(line.lstrip(" "), width, initial_indent=indent,
-                             subsequent_indent=indent + "  ", break_long_words=False,
-                             break_on_hyphens=False) or [line]
+        glued = _UNIT.sub(_GLUE, line.lstrip(" "))
+        out += [x.replace(_GLUE, " ") for x in textwrap.wrap(
+            glued, width, initial_indent=indent, subsequent_indent=indent + "  ",
+            break_long_words=False, break_on_hyphens=False)] or [line]
     return out
 
 
-_WIDE_HEAD = ("    sender  small seg (S1)      late pure ACK       released (S2)      "
-              "held  stall ms  peer ACK ms  conf")
-_NARROW_HEAD = "    sender  S1 #      S1 at (s)  ACK #    S2 #      held  stall ms peer ms  conf"
+def _path_lines(path: str, rest: str, width: int) -> list[str]:
+    """The first lines: the capture's path, then what the file is; a path too long for the
+    width broken after its slashes (a name longer than the width cut)."""
+    if len(path) + 2 + len(rest.split(" ", 1)[0]) <= width:
+        return [f"{path}: {rest}"]
+    out, cur = [], ""
+    for part in re.findall(r"[^/]*/|[^/]+$", path + ":"):
+        while len(part) > width:  # a single name longer than the line
+            out.append(_Pre(cur + part[:width - len(cur)]))
+            part, cur = part[width - len(cur):], ""
+        if len(cur) + len(part) > width:
+            out.append(_Pre(cur))
+            cur = ""
+        cur += part
+    return out + [_Pre(cur), f"  {rest}"]
 
 
-def evidence_lines(ev: list[dict[str, Any]], width: int,
+_WIDE = ("sender", "small seg (S1)", "late pure ACK", "released (S2)", "held", "stall ms",
+         "peer ACK ms", "conf")
+
+
+def evidence_lines(ev: list[dict[str, Any]], width: int, times: dict[str, list[str]],
                    files: dict[str, int] | None = None) -> list[str]:
     """The evidence table of a flow's stalls: the wide layout (frames and times of S1, the
-    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time). `files`
-    (a file set, see `file_numbers`): frames are shown as fN#frame, N the file's number."""
+    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time). `times`:
+    each stall point's times as shown; `files` (a file set, see `file_numbers`): frames are
+    shown as fN#frame, N the file's number."""
     def at(s: dict[str, Any], k: str) -> str:
         mark = f"#{s['frames'][k]}"
         return f"f{files[s['files'][k]]}{mark}" if files and "files" in s else mark
 
-    if width >= len(_WIDE_HEAD):
-        lines = [_Pre(_WIDE_HEAD)]
-        for s in ev:
-            t = s["times"]
+    tw = max([10] + [len(x) for v in times.values() for x in v])
+    wide = (f"    {'sender':<6}  {'small seg (S1)':<{tw + 9}}  {'late pure ACK':<{tw + 9}}  "
+            f"{'released (S2)':<{tw + 8}} {'held':>6} {'stall ms':>9}  {'peer ACK ms':>10}  conf")
+    if width >= len(wide):
+        lines = [_Pre(wide)]
+        for j, s in enumerate(ev):
             lines.append(_Pre(
-                f"    {s['sender']:<6}  {at(s, 'small'):<8} {t['small']:>10.6f}  "
-                f"{at(s, 'ack'):<8} {t['ack']:>10.6f}  {at(s, 'released'):<8} "
-                f"{t['released']:>10.6f} {s['held_bytes']:>5}B {s['delay_ms']:>8.1f}  "
+                f"    {s['sender']:<6}  {at(s, 'small'):<8} {times['small'][j]:>{tw}}  "
+                f"{at(s, 'ack'):<8} {times['ack'][j]:>{tw}}  {at(s, 'released'):<8} "
+                f"{times['released'][j]:>{tw}} {s['held_bytes']:>5}B {s['delay_ms']:>9.1f}  "
                 f"{s['peer_ack_delay_ms']:>10.1f}  {s['confidence']:.2f}"))
         return lines
-    lines = [_Pre(_NARROW_HEAD)]
-    for s in ev:
-        t = s["times"]
+    lines = [_Pre(f"    sender  S1 #     {'S1 at':>{tw}}  ACK #    S2 #      held  stall ms "
+                  f"peer ms  conf")]
+    for j, s in enumerate(ev):
         lines.append(_Pre(
-            f"    {s['sender']:<6}  {at(s, 'small'):<8} {t['small']:>10.6f}  "
+            f"    {s['sender']:<6}  {at(s, 'small'):<8} {times['small'][j]:>{tw}}  "
             f"{at(s, 'ack'):<8} {at(s, 'released'):<8} {s['held_bytes']:>5}B "
             f"{s['delay_ms']:>8.1f} {s['peer_ack_delay_ms']:>7.1f}  {s['confidence']:.2f}"))
     return lines
+
+
+def _stall_times(st: dict[str, np.ndarray], start_ns: np.ndarray, base: str
+                 ) -> dict[str, list[str]]:
+    """Each stall point's times as the evidence shows them (`base`, one of TIME_BASES);
+    `start_ns`: the first packet of each stall's flow."""
+    if base == "capture":
+        return {k: [f"{x:.6f}" for x in st[f"{k}_s"].tolist()] for k in STALL_POINTS}
+    if base == "flow":
+        return {k: [f"{x / 1e9:.6f}" for x in (st[f"{k}_time"] - start_ns).tolist()]
+                for k in STALL_POINTS}
+    return {k: [_utc_time(x) for x in st[f"{k}_time"].tolist()] for k in STALL_POINTS}
+
+
+def _utc_time(ns: int) -> str:
+    s, us = divmod(int(ns) // 1000, 1_000_000)
+    return time.strftime("%H:%M:%S", time.gmtime(s)) + f".{us:06d}"
+
+
+def legend(base: str, dates: list[str] = ()) -> str:  # type: ignore[assignment]
+    """The line that says what the evidence tables' columns are."""
+    when = {"flow": "in s since the flow's first packet",
+            "capture": "in s since the capture's first packet",
+            "utc": f"UTC time of day ({', '.join(dates)})"}[base]
+    return (f"Evidence columns: S1 the small segment held back, ACK the peer's late pure ACK, "
+            f"S2 the segment released after it (#: Wireshark frame numbers; times {when}; "
+            f"-t changes them); held: bytes in S2; stall ms: S1 to S2; peer ms: how long "
+            f"the peer delayed its ACK; conf: confidence.")
 
 
 def _seen(f: dict[str, Any]) -> str:
@@ -147,19 +205,44 @@ def _seen(f: dict[str, Any]) -> str:
     return "; ".join(parts + ["no delayed-ACK stall" if f["nagle_holds"] else "no sender was held"])
 
 
-def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
-    """The terminal report: verdict and fixes first, then evidence, then the clean flows."""
+_TABLE_HEAD = "  flow  stalls      lost  fix on  client -> server"
+
+
+def _stalled_table(fl: dict[str, np.ndarray], width: int) -> list[str]:
+    """One row per flow with stalls (worst first): id, stalls, time lost, the side to fix,
+    and its endpoints (each on a line of its own when the row would be too long)."""
+    lines = [_Pre(_TABLE_HEAD)]
+    for i, client, server, n, ms, side in zip(*(fl[k].tolist() for k in (
+            "id", "client", "server", "stalls", "stall_ms", "fix_side"))):
+        row = f"  {i:>4}  {human_count(n):>6}  {human_ms(ms):>8}  {side:<6}  "
+        col = len(row)
+
+        # endpoints on lines of their own: under their column, or as far left as it takes
+        pad = " " * max(2, min(col, width - max(len(client) + 3, len(server))))
+
+        if col + len(client) + 4 + len(server) <= width:
+            lines.append(_Pre(f"{row}{client} -> {server}"))
+        elif col + len(client) + 3 <= width:
+            lines += [_Pre(f"{row}{client} ->"), _Pre(pad + server)]
+        else:
+            lines += [_Pre(row.rstrip()), _Pre(f"{pad}{client} ->"), _Pre(pad + server)]
+    return lines
+
+
+def render_text(r: Report, width: int = TEXT_WIDTH, verbose: bool = False,
+                all_stalls: bool = False, times: str = "flow") -> str:
+    """The terminal report: the verdict, the flows with stalls, one fix per endpoint, then
+    the evidence of the worst flow of each fix (`verbose`: of every flow with stalls, and
+    every clean flow listed; `all_stalls`: every stall of every flow with stalls), its
+    times as `times` (one of TIME_BASES) says."""
+    if times not in TIME_BASES:
+        raise ValueError(f"times must be one of {', '.join(TIME_BASES)}, not {times!r}")
     c = r.capture
-    lines = []
     skipped = ", ".join(f"{human_count(v)} {k}" for k, v in c["skipped"].items()) or "none"
-    head = (f"{printable(c['path'])}: {c['format']}{' (gzip)' if c['compressed'] else ''}, "
-            f"{'/'.join(c['link_types']) or 'no packets'}, {human_count(c['packets'])} packets, "
-            f"{human_count(c['tcp_packets'])} TCP; skipped: {skipped}")
-    if len(head) > width:  # the path cannot be broken: keep what the file is on its line
-        head, rest = head.split("; skipped: ", 1)
-        lines += [_Pre(head + ";"), f"  skipped: {rest}"]
-    else:
-        lines.append(head)
+    lines = _path_lines(printable(c["path"]), (
+        f"{c['format']}{' (gzip)' if c['compressed'] else ''}, "
+        f"{'/'.join(c['link_types']) or 'no packets'}, {counted(c['packets'], 'packet')}, "
+        f"{human_count(c['tcp_packets'])} TCP; skipped: {skipped}"), width)
     numbers = file_numbers(c)
     if numbers:
         lines.append(f"{len(c['files'])} files read as one capture (merged by time; frames "
@@ -167,80 +250,127 @@ def render_text(r: Report, width: int = TEXT_WIDTH) -> str:
         for f in c["files"]:
             what = (f"error: {printable(f['error'])}" if f["error"] and not f["packets"] else
                     f"{f['format']}{' (gzip)' if f['compressed'] else ''}, "
-                    f"{human_count(f['packets'])} packets")
-            lines.append(_Pre(f"  f{numbers[f['path']]} {printable(f['path'])}: {what}"))
+                    f"{counted(f['packets'], 'packet')}")
+            lines.append(f"  f{numbers[f['path']]} {printable(f['path'])}: {what}")
     if c["skipped"].get("duplicate"):
-        lines.append(f"{human_count(c['skipped']['duplicate'])} duplicate packets (the same packet seen twice, "
-                     "as `tcpdump -i any` does on bridges/veth) were dropped before analysis")
+        lines.append(f"{counted(c['skipped']['duplicate'], 'duplicate packet')} (the same "
+                     "packet seen twice, as `tcpdump -i any` does on bridges/veth) dropped "
+                     "before analysis")
     for w in c["warnings"][:TEXT_WARNINGS]:
         lines.append(f"warning: {w}")
     if len(c["warnings"]) > TEXT_WARNINGS:
         more = len(c["warnings"]) - TEXT_WARNINGS
-        lines.append(f"... {human_count(more)} more warning{'' if more == 1 else 's'} "
-                     "(--format json lists them all)")
+        lines.append(f"... {counted(more, 'more warning')} (--format json lists them all)")
     if r.selection is not None:
         lines.append(selection_line(r.selection))
-    lines.append("")
-    lines.append(r.verdict())
-    # the ids of the flows with stalls, worst first, sorted on the two columns that order them
-    # (not on the whole table); every flow shown is made a document at once
+    lines += ["", r.verdict()]
     fl = r.columns("flows")
-    worst = worst_order(fl["stall_ms"], fl["id"], fl["stalls"] > 0)  # rows of the stalled flows
-    stalled = fl["id"][worst]
-    clean_ids = fl["id"][fl["stalls"] == 0]
-    detailed = stalled[:TEXT_DETAILED_FLOWS].tolist()
-    docs = r.flow_docs(detailed + clean_ids[:TEXT_LISTED_FLOWS].tolist())
-    # each detailed flow's stall rows; the documents of those listed made at once
+    worst = worst_order(fl["stall_ms"], fl["id"], fl["stalls"] > 0)  # rows of stalled flows
+    if len(worst):
+        lines += ["", *_stalled_table(take(fl, worst[:TEXT_LISTED_FLOWS]), width)]
+        if len(worst) > TEXT_LISTED_FLOWS:
+            lines.append(f"  ... {counted(len(worst) - TEXT_LISTED_FLOWS, 'more flow')} with "
+                         "stalls (--format json lists them all)")
+        lines += _fixes_and_evidence(r, worst, width, verbose, all_stalls, times, numbers)
+    lines += _clean_lines(r, verbose)
+    return "\n".join(fit_lines(lines, width)) + "\n"
+
+
+def _fixes_and_evidence(r: Report, worst: np.ndarray, width: int, verbose: bool,
+                        all_stalls: bool, times: str, numbers: dict[str, int] | None
+                        ) -> list[str]:
+    """One fix per endpoint, then the evidence of the flows chosen (see `render_text`)."""
+    fl, lines = r.columns("flows"), []
+    groups = r.fix_groups()
+    for g in groups[:TEXT_FIXES]:
+        lines += ["", f"FIX for the {g['side']} {g['endpoint']} ({flow_list(g['flows'])}):",
+                  f"  {g['text']}"]
+    if len(groups) > TEXT_FIXES:
+        lines += ["", f"... {counted(len(groups) - TEXT_FIXES, 'more fix', 'more fixes')} (--format json "
+                      "has each flow's)"]
+    stalled = fl["id"][worst].tolist()
+    if all_stalls:
+        detailed = stalled
+    elif verbose:
+        detailed = stalled[:TEXT_DETAILED_FLOWS]
+    else:
+        detailed = [g["flows"][0] for g in groups[:TEXT_FIXES]]
+        detailed = [i for i in stalled if i in set(detailed)]
     st = r.columns("stalls")
     rows = [np.flatnonzero(st["flow"] == i) for i in detailed]
-    listed = iter(stall_docs(take(st, np.concatenate(
-        [x[:TEXT_EVIDENCE_ROWS] for x in rows] or [np.zeros(0, np.int64)]))))
-    for f, mine in zip(docs, rows):
-        lines.append("")
-        lines.append(f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
-                     f"({human_count(f['packets'])} packets, roles from {f['roles']})")
-        if f.get("tunnel"):
-            lines.append(f"  seen through tunnel {f['tunnel']['id']}: {f['tunnel']['text']}")
-        lines.append(f"  {human_count(f['stalls'])} stalls, {human_ms(f['stall_ms'])} lost = "
-                     f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
-                     f"without them ~{f['duration_without_stalls_s']:.3f} s")
-        lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
-        lines += [f"  {x}" for x in _flow_notes(f, bool(c["skipped"].get("options-cut")))]
-        for side in SIDES:
-            e = f["endpoints"][side]
-            da = (f"{e['delayed_ack_ms']:.1f} ms {timer_name(e['delayed_ack_ms'])}".rstrip()
-                  if e["delayed_ack_ms"] is not None else "not seen")
-            lines.append(f"  {side} {e['endpoint']}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
-                         f"quick ACKs {e['quick_acks']}")
-        lines.append(f"  FIX: {f['fix']['text']}")
-        ev = list(islice(listed, min(len(mine), TEXT_EVIDENCE_ROWS)))
-        lines.append("  Evidence (Wireshark frame numbers; times in s since the first packet):")
-        lines += evidence_lines(ev, width, numbers)
-        if len(mine) > TEXT_EVIDENCE_ROWS:
-            lines.append(f"    ... {human_count(len(mine) - TEXT_EVIDENCE_ROWS)} more stalls (--format json "
-                         f"lists them all)")
-    rest = worst[TEXT_DETAILED_FLOWS:]
-    if len(rest):
-        lines.append("")
-        lines.append(f"{human_count(len(rest))} more flows with stalls (worst first; --format json lists all):")
-        shown = take(fl, rest[:TEXT_LISTED_FLOWS])
-        for i, client, server, n, ms, action, side in zip(*(shown[k].tolist() for k in (
-                "id", "client", "server", "stalls", "stall_ms", "fix_action", "fix_side"))):
-            lines.append(f"  {i:>6}  {client} -> {server}  {human_count(n)} stalls, "
-                         f"{human_ms(ms)}; fix: {action} on the {side}")
-        if len(rest) > TEXT_LISTED_FLOWS:
-            lines.append(f"  ... {human_count(len(rest) - TEXT_LISTED_FLOWS)} more")
-    if len(clean_ids):
-        lines.append("")
-        lines.append(f"Flows without stalls ({human_count(len(clean_ids))}):")
-        for f in docs[len(detailed):]:
-            lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
-                         f"{human_count(f['packets'])} packets, "
-                         f"{f['duration_s']:.3f} s, vantage {f['vantage']}; {_seen(f)}")
-            lines += [f"        {x}" for x in _flow_notes(f, bool(c["skipped"].get("options-cut")))]
-        if len(clean_ids) > TEXT_LISTED_FLOWS:
-            lines.append(f"  ... {human_count(len(clean_ids) - TEXT_LISTED_FLOWS)} more")
-    return "\n".join(fit_lines(lines, width)) + "\n"
+    cut = [x if all_stalls else x[:TEXT_EVIDENCE_ROWS] for x in rows]
+    sub = take(st, np.concatenate(cut or [np.zeros(0, np.int64)]))
+    start = dict(zip(fl["id"].tolist(), fl["start_time"].tolist()))
+    shown = _stall_times(sub, np.asarray([start[i] for i in sub["flow"].tolist()], np.int64),
+                         times)
+    dates = sorted({time.strftime("%Y-%m-%d", time.gmtime(x // 10**9))
+                    for x in sub["small_time"].tolist()}) if times == "utc" else []
+    docs, listed, a = r.flow_docs(detailed), stall_docs(sub), 0
+    if detailed:
+        lines += ["", legend(times, dates)]
+    for f, mine, n in zip(docs, rows, map(len, cut)):
+        lines += ["", *_flow_block(f, bool(r.capture["skipped"].get("options-cut")))]
+        lines += evidence_lines(listed[a:a + n], width,
+                                {k: v[a:a + n] for k, v in shown.items()}, numbers)
+        a += n
+        if len(mine) > n:
+            lines.append(f"    ... {counted(len(mine) - n, 'more stall')} (--all-stalls "
+                         "lists them)")
+    left = [i for i in stalled if i not in set(detailed)]
+    if left:
+        lines += ["", f"The evidence of {flow_list(left)} is left out (each shares a fix "
+                      "above; -v shows the first ten, --all-stalls all)."]
+    return lines
+
+
+def _flow_block(f: dict[str, Any], options_cut: bool) -> list[str]:
+    """A flow's evidence above its stalls' table: what it lost, where it was captured, what
+    was inferred, and each side's Nagle and delayed ACK."""
+    lines = [f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
+             f"({counted(f['packets'], 'packet')})"]
+    if f.get("tunnel"):
+        lines.append(f"  seen through tunnel {f['tunnel']['id']}: {f['tunnel']['text']}")
+    lines.append(f"  {counted(f['stalls'], 'stall')}, {human_ms(f['stall_ms'])} lost = "
+                 f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
+                 f"without them ~{f['duration_without_stalls_s']:.3f} s")
+    lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
+    lines += [f"  {x}" for x in _flow_notes(f, options_cut)]
+    for side in SIDES:
+        e = f["endpoints"][side]
+        da = (f"{e['delayed_ack_ms']:.1f} ms {timer_name(e['delayed_ack_ms'])}".rstrip()
+              if e["delayed_ack_ms"] is not None else "not seen")
+        lines.append(f"  {side}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
+                     f"{counted(e['quick_acks'], 'quick ACK')}")
+    return lines
+
+
+def _clean_lines(r: Report, verbose: bool) -> list[str]:
+    """The flows without stalls: one summary line, or (`verbose`) one line each with what
+    it showed."""
+    fl = r.columns("flows")
+    clean = fl["stalls"] == 0
+    n = int(clean.sum())
+    if not n:
+        return []
+    if not verbose:
+        held = clean & (fl["nagle_hold_ms"] >= HOLD_TEXT_MS) & (
+            fl["nagle_hold_ms"] >= HOLD_SHARE * 1e3 * fl["duration_s"])
+        note = (f"; in {human_count(held.sum())} of them Nagle held writes a round trip "
+                f"without a delayed ACK for {100 * HOLD_SHARE:.0f}% or more of the flow"
+                if held.any() else "")
+        return ["", f"Flows without stalls: {human_count(n)} (-v lists each with what it "
+                    f"showed){note}."]
+    ids = fl["id"][clean]
+    lines = ["", f"Flows without stalls ({human_count(n)}):"]
+    for f in r.flow_docs(ids[:TEXT_LISTED_FLOWS].tolist()):
+        lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
+                     f"{counted(f['packets'], 'packet')}, {f['duration_s']:.3f} s, vantage "
+                     f"{f['vantage']}; {_seen(f)}")
+        lines += [f"        {x}" for x in _flow_notes(f, bool(r.capture["skipped"].get(
+            "options-cut")))]
+    if n > TEXT_LISTED_FLOWS:
+        lines.append(f"  ... {human_count(n - TEXT_LISTED_FLOWS)} more")
+    return lines
 
 
 def file_numbers(capture: dict[str, Any]) -> dict[str, int] | None:

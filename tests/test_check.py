@@ -63,7 +63,7 @@ def test_default_budget_fails_a_capture_with_stalls_and_names_the_flow_and_fix()
     code, out = gate(SPLIT)
     assert code == ExitStatus.STALLS_FOUND == 1
     assert out.startswith(f"FAIL {SPLIT}: {t['stalls']} stalls")
-    assert f"held: {t['held_side']} {t['held_endpoint']}; fix: coalesce-writes" in out
+    assert f"held: {t['held_side']} {t['held_endpoint']} (flow 0); fix: coalesce-writes" in out
     assert "no stall allowed" in out
 
 

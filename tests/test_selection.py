@@ -138,12 +138,16 @@ def test_report_select_takes_one_value_or_a_list_with_the_cli_s_names():
 
 
 # ------------------------------------------------------------------ numbers for people
-def test_counts_get_thousands_separators_and_long_times_seconds():
+def test_counts_get_thousands_separators_and_times_from_a_second_seconds():
     from nagleprobe.report import human_count, human_ms
+    from nagleprobe.words import json_ms
 
     assert human_count(12345) == "12,345" and human_count(7) == "7"
-    assert human_ms(832.0) == "832.0 ms" and human_ms(9999.94) == "9999.9 ms"
+    assert human_ms(832.0) == "832.0 ms" and human_ms(999.94) == "999.9 ms"
+    assert human_ms(1000) == "1.00 s" and human_ms(3988.7) == "3.99 s"
     assert human_ms(3712847.8) == "3,712.8 s" and human_ms(10_000) == "10.0 s"
+    # the JSON document's sentences keep their wording: ms up to 10 s
+    assert json_ms(9999.94) == "9999.9 ms" and json_ms(3712847.8) == "3,712.8 s"
 
 
 def big(report):
@@ -159,7 +163,7 @@ def test_the_text_report_writes_large_numbers_and_times_for_people(echo_split):
     text = r.to_text(1000)
     assert "1,234,567 packets, 1,234,560 TCP" in text
     assert "in 1 of 1 TCP flow, costing 3,712.8 s." in text  # the verdict
-    assert "(12,345 packets, roles from handshake)" in text
+    assert "(12,345 packets)" in text and "\n     0  12,345  3,712.8 s  client  " in text
     assert "12,345 stalls, 3,712.8 s lost" in text
     assert "3712847.8" not in text
     from nagleprobe.advice import fix_text

@@ -1,6 +1,6 @@
 """The text reports fit a person's terminal: prose wrapped to the width with a hanging
 indent, the evidence table in a narrow layout below its wide one's width, the CLI at the
-terminal's width (100 when not a terminal), and what a clean flow showed."""
+terminal's width (80 when not a terminal), and what a clean flow showed."""
 
 from pathlib import Path
 
@@ -27,17 +27,17 @@ def too_long(text: str, width: int, path: str = "") -> list[str]:
 def test_every_sample_s_report_fits_80_columns(capture):
     r = nagleprobe.analyze(str(capture))
     assert too_long(r.to_text(80), 80, str(capture)) == []
-    assert too_long(r.to_text(), 100, str(capture)) == []  # the default: pipes, CI logs
+    assert too_long(r.to_text(), 80, str(capture)) == []  # the default: pipes, CI logs
 
 
 def test_wrapping_keeps_every_word_and_indents_continuations(echo_split):
     wide, narrow = echo_split.to_text(1000), echo_split.to_text(80)
-    fix = next(line for line in wide.splitlines() if line.startswith("  FIX: "))
+    fix = next(line for line in wide.splitlines() if line.startswith("  The client "))
     lines = narrow.splitlines()
-    start = lines.index(next(line for line in lines if line.startswith("  FIX: ")))
+    start = lines.index(next(line for line in lines if line.startswith("  The client ")))
     block = [lines[start]]
     for line in lines[start + 1:]:
-        if not line.startswith("    ") or line.startswith("    sender"):
+        if not line.startswith("    "):
             break
         block.append(line)
     assert len(block) > 3 and all(line.startswith("    ") for line in block[1:])
@@ -46,9 +46,9 @@ def test_wrapping_keeps_every_word_and_indents_continuations(echo_split):
 
 def test_evidence_table_is_wide_when_it_fits_and_narrow_otherwise(echo_split):
     wide = echo_split.to_text(120)
-    assert "late pure ACK" in wide and "0.043724" in wide  # the late ACK's time
+    assert "  late pure ACK  " in wide and "0.043724" in wide  # the late ACK's time
     narrow = echo_split.to_text(80)
-    assert "late pure ACK" not in narrow and "0.043724" not in narrow
+    assert "  late pure ACK  " not in narrow and "0.043724" not in narrow
     row = next(line for line in narrow.splitlines() if line.startswith("    client  #10 "))
     assert row.split() == ["client", "#10", "0.000180", "#11", "#12", "7B", "43.6", "43.5", "0.95"]
 
@@ -61,14 +61,15 @@ def test_fit_lines_wraps_any_prose_line_and_leaves_table_rows_alone():
     assert all(len(line) <= 50 for line in out[:-2]) and out[1].startswith("    word")
 
 
-def test_cli_uses_100_columns_off_a_terminal_and_the_terminal_s_width_on_one(monkeypatch):
+def test_cli_uses_80_columns_off_a_terminal_and_the_terminal_s_width_on_one(monkeypatch):
     monkeypatch.chdir(SAMPLES.parent)  # a path as a user types it, whatever the checkout's
     sample = "samples/echo_split_lo.pcap"
     out = CliRunner().invoke(main, ["analyze", sample]).output
-    assert max(map(len, out.splitlines())) <= 100 and "FIX: " in out
-    monkeypatch.setattr(cli_module, "_text_width", lambda: 80)
+    assert max(map(len, out.splitlines())) <= 80 and "FIX for the client" in out
+    assert out == nagleprobe.analyze(sample).to_text(80)
+    monkeypatch.setattr(cli_module, "_text_width", lambda: 120)
     out = CliRunner().invoke(main, ["analyze", sample]).output
-    assert max(map(len, out.splitlines())) <= 80
+    assert 80 < max(map(len, out.splitlines())) <= 120 and "  late pure ACK  " in out
 
 
 def test_check_text_is_wrapped_on_a_terminal_only(monkeypatch):
@@ -84,13 +85,14 @@ def test_check_text_is_wrapped_on_a_terminal_only(monkeypatch):
 
 
 def test_a_clean_flow_says_what_was_seen(proxy_any):
-    text = proxy_any.to_text(1000)
+    text = proxy_any.to_text(1000, verbose=True)
     clean = next(line for line in text.splitlines() if "127.0.0.1:8001" in line
                  and line.startswith("     0"))
     assert "delayed ACKs: 1 of the server's, ~41 ms" in clean
     assert "quick ACKs: 1 of the client's and 18 of the server's" in clean
     assert clean.endswith("; no sender was held")
-    nodelay = nagleprobe.analyze(str(SAMPLES / "echo_nodelay_lo.pcap")).to_text(1000)
+    nodelay = nagleprobe.analyze(str(SAMPLES / "echo_nodelay_lo.pcap")).to_text(1000,
+                                                                               verbose=True)
     assert "no delayed ACKs seen" in nodelay and "Nagle client off" in nodelay
 
 
@@ -105,4 +107,4 @@ def test_the_documented_text_report_is_what_an_80_column_terminal_shows(monkeypa
     real = nagleprobe.analyze("samples/echo_split_lo.pcap").to_text(80).splitlines()
     n = next(i for i, line in enumerate(real) if line.startswith("    sender")) + 5
     assert shown[:n] == real[:n]
-    assert shown[n] == "    ... 15 more stalls (--format json lists them all)"
+    assert shown[n] == "    ... 15 more stalls (--all-stalls lists them)"
