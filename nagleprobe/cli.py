@@ -488,18 +488,21 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     if opts["junit"]:
         write_output(opts["junit"], render_junit(run), "the JUnit report",
                      [t.path for t in targets])
-    with to_stdout():
-        if opts["github"]:
-            click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
-        if opts["fmt"] == "json":
-            click.echo(run.to_json())
-        elif _stdout_is_terminal():  # a person's terminal: wrap to it (logs, pipes keep lines)
-            from .text_report import fit_lines
+    try:
+        with to_stdout():
+            if opts["github"]:
+                click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
+            if opts["fmt"] == "json":
+                click.echo(run.to_json())
+            elif _stdout_is_terminal():  # a person's terminal: wrap to it (pipes keep lines)
+                from .text_report import fit_lines
 
-            click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width()))
-                       + "\n", nl=False)
-        else:
-            click.echo(render_text(run), nl=False)
+                click.echo("\n".join(fit_lines(render_text(run).splitlines(), _text_width()))
+                           + "\n", nl=False)
+            else:
+                click.echo(render_text(run), nl=False)
+    except BrokenPipeError:  # its reader took what it wanted (`| head`): the verdict stands
+        discard_stdout()
     return run.status
 
 
