@@ -6,7 +6,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 from .check import VERDICT_WORDS, CaptureVerdict, CheckRun, FlowVerdict
-from .errors import ExitStatus, printable
+from .errors import ExitStatus, printable, printable_lines
 from .words import counted, flow_list, human_count, human_ms, plural
 
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
@@ -24,8 +24,9 @@ def render_text(run: CheckRun) -> str:
             lines.append(f"{word} {printable(v.error)}")
             continue
         if v.status == ExitStatus.EMPTY:
-            lines.append(f"{word} {v.path}: nothing checked: {'; '.join(v.reasons)} (a wrong "
-                         f"interface, port or filter? --allow-empty permits this)")
+            lines.append(f"{word} {printable(v.path)}: nothing checked: "
+                         f"{'; '.join(v.reasons)} (a wrong interface, port or filter? "
+                         "--allow-empty permits this)")
             lines += _warning_lines(v)
             continue
         sel = (f"{human_count(v.flows_selected)} of {counted(v.flows_total, 'flow')} selected"
@@ -103,15 +104,14 @@ def render_junit(run: CheckRun) -> str:
     root = ET.Element("testsuites", name="nagleprobe check")
     total = {"tests": 0, "failures": 0, "errors": 0}
     for v in run.verdicts:
-        suite = ET.SubElement(root, "testsuite", name=printable(v.path))
+        suite = ET.SubElement(root, "testsuite", name=v.path)
         cases = []
         capture_case = ET.Element("testcase", name="capture", classname=_classname(v.path),
                                   time=_secs(v.seconds))
         cases.append(capture_case)
         if v.error:
             kind = "UnreadableCapture" if v.status == ExitStatus.BAD_CAPTURE else "InternalError"
-            error = printable(v.error)
-            ET.SubElement(capture_case, "error", message=error, type=kind).text = error
+            ET.SubElement(capture_case, "error", message=v.error, type=kind).text = v.error
         else:
             if v.reasons:
                 empty = v.status == ExitStatus.EMPTY
@@ -159,6 +159,7 @@ def render_junit(run: CheckRun) -> str:
         suite.extend(cases)
     for k, n in total.items():
         root.set(k, str(n))
+    _printable_tree(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") \
         + "\n"
@@ -217,6 +218,16 @@ def _workflow_command(kind: str, path: str, title: str, message: str) -> str:
 
 
 # ------------------------------------------------------------------------------- helpers
+def _printable_tree(root: ET.Element) -> None:
+    """Every attribute and text under `root` through `printable` (texts keep their line
+    feeds): file names and whatever a capture holds end up as escapes, never as characters
+    XML 1.0 forbids."""
+    for el in root.iter():
+        el.attrib = {k: printable(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = printable_lines(el.text)
+
+
 def _classname(path: str) -> str:
     stem = path.replace("\\", "/").rsplit("/", 1)[-1]
     return "nagleprobe.check." + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in stem)

@@ -29,13 +29,22 @@ class BudgetError(ValueError):
     from."""
 
 
+def _noncharacter(o: int) -> bool:
+    """Whether code point `o` is one of Unicode's 66 noncharacters (U+FDD0..U+FDEF and the
+    last two of every plane): reserved for a program's internal use, never text."""
+    return 0xFDD0 <= o <= 0xFDEF or (o & 0xFFFE) == 0xFFFE
+
+
 def printable(text: str) -> str:
     """`text` (a file name, or anything read from a capture) safe to print in any output:
     every character that could end a line, drive a terminal or a CI log (control
-    characters, line and paragraph separators, bidirectional overrides) or cannot be
-    written as UTF-8 (the lone surrogates that stand for the undecodable bytes of a
-    non-UTF-8 file name) becomes a backslash escape: \\xNN (the byte, for those
-    surrogates) or \\uNNNN. Other text is returned unchanged."""
+    characters, line and paragraph separators, bidirectional overrides), cannot be written
+    as UTF-8 (the lone surrogates that stand for the undecodable bytes of a non-UTF-8 file
+    name) or is no text (noncharacters) becomes a backslash escape: \\xNN (the byte, for
+    those surrogates), \\uNNNN or \\UNNNNNNNN. That covers every character XML 1.0
+    forbids (C0 controls, surrogates, U+FFFE, U+FFFF) and those it and HTML discourage (C1
+    controls, the other noncharacters), so the result is well-formed in XML and HTML
+    documents too. Other text is returned unchanged."""
     if text.isprintable() and text.isascii():
         return text
     out = []
@@ -45,11 +54,17 @@ def printable(text: str) -> str:
             out.append(f"\\x{o - 0xDC00:02x}")
         elif o < 0x20 or o == 0x7F or 0x80 <= o < 0xA0:
             out.append(f"\\x{o:02x}")
-        elif ch in _BIDI or unicodedata.category(ch) in ("Cs", "Zl", "Zp", "Cc"):
-            out.append(f"\\u{o:04x}")
+        elif ch in _BIDI or unicodedata.category(ch) in ("Cs", "Zl", "Zp") or _noncharacter(o):
+            out.append(f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}")
         else:
             out.append(ch)
     return "".join(out)
+
+
+def printable_lines(text: str) -> str:
+    """`printable`, line by line: the line feeds kept (a multi-line JUnit message), every
+    other character as `printable` escapes it."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def utf8_safe(text: str) -> str:

@@ -69,8 +69,10 @@ footer { margin-top: 2.5em; font-size: 0.8em; color: #777; border-top: 1px solid
 
 
 def _text(v: str) -> str:
-    """Text content escaped for HTML (quotes may stay: this is never an attribute value)."""
-    return _escape(v, quote=False)
+    """Text content escaped for HTML (quotes may stay: this is never an attribute value),
+    through `printable`: no control character, noncharacter or bidirectional override
+    of a file name or a capture goes into the page raw."""
+    return _escape(printable(v), quote=False)
 
 
 def _cell(v: Any, fmt: str | None = None) -> tuple[str, bool]:
@@ -162,7 +164,7 @@ def summary_html(report: Report) -> str:
     colour = "#c62828" if len(report.stalls) else "#2e7d32"
     out = [f'<div><p style="font-weight:600;font-size:1.1em;border-left:5px solid {colour};'
            f'padding-left:0.6em">{_text(report.verdict())}</p>',
-           f'<p style="color:#555;margin:0">{_text(printable(str(report.capture["path"])))}: '
+           f'<p style="color:#555;margin:0">{_text(str(report.capture["path"]))}: '
            f'{len(fl)} flow{"s" if len(fl) != 1 else ""}, {report.capture["tcp_packets"]} TCP '
            f"packets</p>"]
     if len(fl):
@@ -202,7 +204,7 @@ def _capture_section(report: Report) -> str:
     c = report.capture
     skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
     origin = pd.Timestamp(c["time_origin_ns"], unit="ns", tz="UTC").isoformat()
-    rows = [("file", printable(str(c["path"]))), ("format", c["format"] + (" (gzip)" if c["compressed"] else "")),
+    rows = [("file", str(c["path"])), ("format", c["format"] + (" (gzip)" if c["compressed"] else "")),
             ("link types", ", ".join(c["link_types"]) or "none"),
             ("packets", f"{c['packets']} ({c['tcp_packets']} TCP)"),
             ("skipped frames", skipped),
@@ -298,9 +300,9 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     bad = len(report.stalls) > 0
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>nagleprobe: {_text(printable(str(c['path'])))}</title><style>{CSS}</style></head><body>",
+           f"<title>nagleprobe: {_text(str(c['path']))}</title><style>{CSS}</style></head><body>",
            "<header><h1>Nagle / delayed-ACK stall report</h1>",
-           f'<p class="file">{_text(printable(str(c["path"])))}</p></header>',
+           f'<p class="file">{_text(str(c["path"]))}</p></header>',
            f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
     if missing:
         out.append(f'<p class="note">{_text(NO_PICTURES)}</p>')
@@ -343,7 +345,7 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     out.append(_capture_section(report))
     when = (made or datetime.now(timezone.utc)).astimezone(timezone.utc)
     out.append(f"<footer>Made {when:%Y-%m-%d %H:%M:%S} UTC by "
-               f"<code>{_text(printable(command or 'nagleprobe.html_report.render_html'))}"
+               f"<code>{_text(command or 'nagleprobe.html_report.render_html')}"
                "</code> with "
                f"nagleprobe {_text(__version__)}. Frame numbers are Wireshark's; "
                "times are seconds since the capture's first packet (Wireshark's default time "

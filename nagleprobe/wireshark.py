@@ -187,7 +187,7 @@ def render_filters(report: Report) -> str:
     c = report.capture
     fl = report.columns("flows")
     stalled = take(fl, np.flatnonzero(fl["stalls"] > 0))
-    lines = [f"{c['path']}: {report.verdict()}"]
+    lines = [f"{printable(c['path'])}: {report.verdict()}"]
     if c["warnings"]:
         lines.append("warning: the capture is damaged; frame numbers after the damage may "
                      "differ from Wireshark's")

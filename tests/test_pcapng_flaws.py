@@ -1,17 +1,19 @@
-"""pcapng interface flaws (issue 18, points 7 and 8): if_tsresol 0x80 (whole seconds), 0x7F
-and 0xFF (finer than 64 bits can hold), an interface option running past its block, a
-packet block naming an interface that does not exist, and millions of tiny interface
-blocks. Built from the packets of a real sample."""
+"""pcapng interface flaws (issue 18, points 7 and 8; issue 31): if_tsresol 0x80 (whole
+seconds), 0x7F and 0xFF (finer than 64 bits can hold), an interface option running past its
+block, a packet block naming an interface that does not exist, packet blocks before any
+interface description, and millions of tiny interface blocks. Synthetic files built from
+the packets of a real sample."""
 
 from __future__ import annotations
 
+import re
 import struct
 import tracemalloc
 
 import pytest
 
 import nagleprobe
-from capgen import Iface, Section, pcapng_bytes, pcapng_idb
+from capgen import Iface, Section, pcapng_blocks, pcapng_bytes, pcapng_idb
 from nagleprobe.errors import CaptureError
 from nagleprobe.read import CaptureReader
 from replicate import sample_packets
@@ -122,3 +124,64 @@ def test_the_sample_as_pcapng_with_whole_second_times_analyses(tmp_path):
     d = nagleprobe.analyze(str(p)).to_dict()
     assert d["capture"]["packets"] == len(PACKETS) and d["capture"]["warnings"] == []
     assert d["capture"]["time_origin_ns"] == T0
+
+
+ORPHANS = 10  # the sample's first packets (the handshake) written before the interface block
+BEFORE_IDB = ("packet block before any interface description block of its section "
+              "(frame 1 at byte 32)")
+
+
+def _packets_before_the_interface(kind="epb"):
+    """Synthetic: section header, ORPHANS packet blocks, then the interface block (times in
+    nanoseconds) and the other packets; the orphans' interface 0 is described only after
+    them, so nothing tells how to read them (Wireshark refuses such a file)."""
+    described = pcapng_bytes([Section([Iface(1, tsresol=9)], records=[
+        ("epb", 0, T0 + t, f) for t, f in PACKETS[ORPHANS:]])])
+    orphans = pcapng_bytes([Section([], records=[
+        ("epb", 0, T0 + t, f) if kind == "epb" else ("spb", f) for t, f in PACKETS[:ORPHANS]])])
+    shb = pcapng_blocks(described)[0][1]
+    return shb + orphans[len(shb):] + described[len(shb):]
+
+
+@pytest.mark.parametrize("kind", ["epb", "spb"])
+@pytest.mark.parametrize("chunk", [4096, 32 << 20])  # the interface block in the same chunk
+def test_packet_blocks_before_any_interface_block_are_skipped_and_said(kind, chunk, tmp_path):
+    (tmp_path / "c.pcapng").write_bytes(_packets_before_the_interface(kind))
+    r = CaptureReader(str(tmp_path / "c.pcapng"), chunk_bytes=chunk)
+    batches = list(r)
+    frames = [f for b in batches for f in b.frame.tolist()]
+    ts = [t for b in batches for t in b.ts_ns.tolist()]
+    # not read by the interface described after them: the rest is, by its own clock
+    assert frames == list(range(ORPHANS + 1, len(PACKETS) + 1))
+    assert ts == [T0 + t for t, _ in PACKETS[ORPHANS:]]
+    assert r.info.skipped == {"unknown-interface": ORPHANS}
+    assert r.info.warnings == [f"{BEFORE_IDB}; skipped, as is any later one like it: no link "
+                               "type or time resolution to read it by"]
+    with pytest.raises(CaptureError, match=re.escape(BEFORE_IDB) + "$"):
+        read(_packets_before_the_interface(kind), tmp_path, strict=True)
+
+
+def test_a_pcapng_without_any_interface_block_is_read_as_empty_with_the_warning(tmp_path):
+    p = tmp_path / "c.pcapng"
+    p.write_bytes(pcapng_bytes([Section([], records=[("epb", 0, T0 + t, f)
+                                                     for t, f in PACKETS])]))
+    d = nagleprobe.analyze(str(p)).to_dict()
+    assert (d["capture"]["packets"], d["capture"]["tcp_packets"]) == (len(PACKETS), 0)
+    assert d["capture"]["skipped"] == {"unknown-interface": len(PACKETS)}
+    assert d["capture"]["warnings"][0].startswith(BEFORE_IDB)
+
+
+def test_a_packet_block_cannot_name_an_interface_of_a_later_section(tmp_path):
+    """Section 1 describes one interface; its packet block naming interface 1 is not read
+    by section 2's second interface, even when both are in one chunk."""
+    recs = [("epb", 0, T0 + t, f) for t, f in PACKETS[:5]]
+    recs[4] = ("epb", 1, T0 + PACKETS[4][0], PACKETS[4][1])
+    data = pcapng_bytes([Section([Iface(1)], records=recs),
+                         Section([Iface(1), Iface(1)], records=[("epb", 1, T0 + t, f)
+                                                                for t, f in PACKETS[5:]])])
+    ts, info = read(data, tmp_path)
+    assert len(ts) == len(PACKETS) - 1 and info.skipped == {"unknown-interface": 1}
+    assert info.warnings == [
+        "packet block names an interface the section does not describe (frame 5 at byte "
+        f"{pcapng_blocks(data)[6][0]}); skipped, as is any later one like it: no link type or "
+        "time resolution to read it by"]

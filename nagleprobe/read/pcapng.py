@@ -61,6 +61,9 @@ class PcapngBlocks:
                 append = starts.append
                 # segments: (first record index, big-endian?, interface base) - new one per SHB
                 segs = [(0, self._big, self._sec_base)]
+                # (first record index, interfaces described before it) pairs: a packet block
+                # may only name an interface whose description precedes it
+                described = array("q", (0, len(self._ifaces)))
                 bad = None
                 big = self._big
                 unpack = struct.Struct(">II" if big else "<II").unpack_from
@@ -113,6 +116,10 @@ class PcapngBlocks:
                             if err:
                                 bad = (pos, err)
                                 break
+                            if described[-2] == len(starts):
+                                described[-1] = len(self._ifaces)
+                            else:
+                                described.extend((len(starts), len(self._ifaces)))
                         elif bt not in KNOWN_BLOCKS:
                             self._skip("unknown-block-type", 1)
                         pos = end
@@ -164,7 +171,7 @@ class PcapngBlocks:
                     need = 0
                     del starts[j:]
                 if len(starts):
-                    yield self._pcapng_batch(data, starts, segs, base)
+                    yield self._pcapng_batch(data, starts, segs, described, base)
                 if bad is None:
                     break
                 self._corrupt(f"corrupt block: {bad[1]}", "block", block_no + 1, base + bad[0])
@@ -264,10 +271,29 @@ class PcapngBlocks:
             self.info.link_types.append(name)
         return None
 
-    def _pcapng_batch(self, data: np.ndarray, starts: array, segs: list, base: int = 0
-                      ) -> RecordBatch:
+    def _undescribed(self, ifaces_before: int, where: str) -> None:
+        """A packet block naming an interface not described before it in its section: no
+        link type or time resolution to read it by, so nothing is assumed and it is skipped
+        (an error when strict). Said once per kind; capture.skipped counts every one."""
+        problem = ("packet block before any interface description block of its section"
+                   if ifaces_before <= 0 else
+                   "packet block names an interface the section does not describe")
+        if self.strict:
+            raise CaptureError(self.path, problem, where)
+        if problem not in self._undescribed_warned:
+            self._undescribed_warned.add(problem)
+            self._warn(f"{problem} ({where}); skipped, as is any later one like it: no link "
+                       "type or time resolution to read it by")
+
+    def _pcapng_batch(self, data: np.ndarray, starts: array, segs: list, described: array,
+                      base: int = 0) -> RecordBatch:
         st = np.frombuffer(starts, dtype=np.int64)
         k = len(st)
+        # how many interfaces were described before each block (one number in the usual case:
+        # all interface blocks of the batch came before its packet blocks)
+        marks = np.frombuffer(described, dtype=np.int64)
+        before = int(marks[1]) if len(marks) == 2 else marks[1::2][
+            np.searchsorted(marks[0::2], np.arange(k), side="right") - 1]
         frame = np.arange(self._frames + 1, self._frames + 1 + k, dtype=np.int64)
         self._frames += k
         self.info.packets += k
@@ -293,7 +319,7 @@ class PcapngBlocks:
             spb = btype == BT_SPB
             too_short = bl < np.where(spb, MIN_BLOCK[BT_SPB], MIN_BLOCK[BT_EPB])
             short[lo:hi] = too_short
-            ifaces_here = len(self._ifaces) - ibase
+            ifaces_here = before - ibase if np.ndim(before) == 0 else before[lo:hi] - ibase
             # the words of formats.PACKET_BLOCKS: f[:, 0] ifid, 1-2 time, 3 caplen, 4 origlen
             idx = np.nonzero(~spb & ~too_short)[0]
             if len(idx):
@@ -310,7 +336,7 @@ class PcapngBlocks:
                 if pb.any():
                     ifid = ifid.copy()
                     ifid[pb] = (ifid[pb] >> 16) if big else (ifid[pb] & 0xFFFF)
-                ok = ifid < ifaces_here
+                ok = ifid < (ifaces_here if np.ndim(ifaces_here) == 0 else ifaces_here[idx])
                 ids = ibase + ifid
                 ifidx[g] = np.where(ok, ids, -1)
                 units = ((f[:, 1].astype(np.uint64) << np.uint64(32))
@@ -332,12 +358,11 @@ class PcapngBlocks:
                 g = lo + sidx
                 ol = u32_rows(data, s[sidx] + SPB.fields, 1, big)[:, 0]
                 space = bl[sidx] - SPB.overhead
-                if ifaces_here > 0:
-                    ifidx[g] = ibase
-                    snap = self._ifaces[ibase].snaplen or MAX_BLOCK
-                    caplen[g] = np.minimum(np.minimum(ol, snap), space)
-                else:
-                    caplen[g] = np.minimum(ol, space)
+                # an SPB belongs to the section's first interface, if described before it
+                has = ifaces_here > 0 if np.ndim(ifaces_here) == 0 else ifaces_here[sidx] > 0
+                ifidx[g] = np.where(has, ibase, -1)
+                snap = (self._ifaces[ibase].snaplen or MAX_BLOCK) if np.any(has) else MAX_BLOCK
+                caplen[g] = np.minimum(np.minimum(ol, snap), space)
                 wirelen[g] = ol
                 offset[g] = s[sidx] + SPB.data
         # caplen must fit in the block, beside its overhead
@@ -356,14 +381,14 @@ class PcapngBlocks:
                                                  dtype=np.int32)
         linktype = lt_table[ifidx]  # -1 -> last entry (-1)
         keep = (ifidx >= 0) & ~bad
-        if self.strict and (ifidx < 0).any() and (unknown := np.flatnonzero(
-                (ifidx < 0) & ~short)).size:  # damage, which strict reading refuses
-            j = int(unknown[0])
-            raise CaptureError(self.path, "packet block names an interface the section does "
-                               "not describe", f"frame {int(frame[j])} at byte "
-                               f"{self._pos + int(st[j])}")
         start = st + base
         if not keep.all():
+            unknown = np.flatnonzero((ifidx < 0) & ~short)
+            if unknown.size:
+                j = int(unknown[0])
+                ibase = next(sg[2] for sg in reversed(segs) if sg[0] <= j)
+                self._undescribed(int(before if np.ndim(before) == 0 else before[j]) - ibase,
+                                  f"frame {int(frame[j])} at byte {self._pos + int(st[j])}")
             self._skip("corrupt-block", int(short.sum()))
             self._skip("unknown-interface", int(((ifidx < 0) & ~short).sum()))
             self._skip("caplen-exceeds-block", int((bad & (ifidx >= 0)).sum()))

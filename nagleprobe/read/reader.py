@@ -86,6 +86,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             self._sec_base = 0
             self._big = False
             self._last_ts = 0
+            self._undescribed_warned: set[str] = set()  # kinds of packet block warned about
         elif le in (PCAP_US, PCAP_NS) or be in (PCAP_US, PCAP_NS):
             self.info.format = "pcap"
             self._open_pcap(head)
