@@ -136,7 +136,8 @@ def test_analyze_text_json_html(named):
     raw, shown, tmp = named
     code, out, err = nagleprobe("analyze", raw, cwd=tmp)
     assert code == ExitStatus.OK, err
-    assert out.decode("utf-8").startswith(f"{shown}: pcap, EN10MB, 107 packets")
+    header = out.decode("utf-8").replace("\n  ", " ")  # its wrapped continuation lines
+    assert header.startswith(f"{shown}: pcap, EN10MB, 107 packets")
     no_command_lines(out)
     code, out, _ = nagleprobe("analyze", "--format", "json", raw, cwd=tmp)
     assert code == ExitStatus.OK
