@@ -90,12 +90,15 @@ def open_url(url: str, timeout: float = URL_TIMEOUT_S) -> BinaryIO:
     try:
         if scheme in ("http", "https"):
             import aiohttp
+            from fsspec.core import url_to_fs
 
             wait = aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout)
-            kw = {"block_size": 0, "client_kwargs": {"timeout": wait}}
+            fs, path = url_to_fs(url, block_size=0, client_kwargs={"timeout": wait})
+            # any size given skips fsspec's HEAD request, which a stream never needs: one
+            # request, so a server that never answers costs one time-out
+            f = fs.open(path, "rb", size=1)
         else:
-            kw = {"block_size": URL_BLOCK}
-        f = fsspec.open(url, "rb", **kw).open()
+            f = fsspec.open(url, "rb", block_size=URL_BLOCK).open()
     except ImportError as e:  # fsspec knows the protocol, its backend is not installed
         backend = URL_PACKAGES.get(scheme, "its fsspec backend")
         raise CaptureError(url, f"reading {scheme}:// URLs needs {backend}: "
@@ -150,7 +153,6 @@ class UrlStream(io.RawIOBase):
 
     def __init__(self, f, timeout: float | None = None) -> None:  # noqa: ANN001 - fsspec's
         self._f = f
-        self.size = getattr(f, "size", None)
         self.timeout = timeout
         self.got = 0  # bytes of the body read so far
         self.cut_short: str | None = None
@@ -179,24 +181,6 @@ class UrlStream(io.RawIOBase):
                                   + (f"{size:,} of the {announced:,} bytes its Content-Length "
                                      "announced" if announced else f"{size:,} bytes"))
                 return self.readinto(b)
-        b[:len(data)] = data
-        self.got += len(data)
-        return len(data)
-        try:
-            data = self._f.read(len(b))
-        except Exception as e:  # aiohttp's payload errors and time-outs, botocore's, ...
-            if _ended_early(e):
-                response = getattr(self._f, "r", None)
-                self._tail = _received(response)
-                size = self.got + len(self._tail)
-                announced = getattr(response, "content_length", None)
-                self.cut_short = ("the server closed the connection after "
-                                  + (f"{size:,} of the {announced:,} bytes its Content-Length "
-                                     "announced" if announced else f"{size:,} bytes"))
-                return self.readinto(b)
-            if isinstance(e, OSError) and not isinstance(e, TimeoutError):
-                raise
-            raise OSError(f"{_reason(e, self.timeout)} (after {self.got:,} bytes)") from e
         b[:len(data)] = data
         self.got += len(data)
         return len(data)
