@@ -159,10 +159,13 @@ def urls(d: Path, env: Env) -> list[Case]:
         url = cm.__enter__()
         env.servers.append(cm)
         for cmd in (["analyze"], ["check", "--max-stalls", "100"]):
-            check = (mentions("127.0.0.1", "the URL") if one else
-                     mentions("warning", "a cut-short warning"))
-            cases.append(Case(f"{what}: {cmd[0]}", [*cmd, url], expect, one_line_error=one,
-                              check=check))
+            # analyze: one error line on stderr; check: the capture's ERROR verdict line in
+            # its report (standard output), as for every unreadable capture it checks
+            check = (mentions("warning", "a cut-short warning") if not one else
+                     mentions("127.0.0.1", "the URL") if cmd[0] == "analyze" else
+                     mentions(f"ERROR {url}: cannot read", "the ERROR verdict"))
+            cases.append(Case(f"{what}: {cmd[0]}", [*cmd, url], expect,
+                              one_line_error=one and cmd[0] == "analyze", check=check))
     return cases
 
 
