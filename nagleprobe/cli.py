@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before numpy)
-from .errors import CaptureError, ExitStatus, printable
+from .errors import CaptureError, ExitStatus, TargetError, printable
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
 
@@ -156,19 +156,13 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
 def _capture_set(args: tuple[str, ...]) -> list[str]:
     """The files CAPTURE... names (directories and glob patterns expanded); a usage error
     (exit 2) for an argument that names none, or standard input among other files."""
-    from .fileset import expand_targets
+    from .fileset import capture_paths
 
-    targets = expand_targets(args)
-    for t in targets:
-        if t.problem:
-            click.echo(f"nagleprobe: error: {printable(t.path)}: {t.problem}", err=True)
-            sys.exit(ExitStatus.USAGE)
-    paths = [t.path for t in targets]
-    if "-" in paths and len(paths) > 1:
-        click.echo("nagleprobe: error: standard input (-) cannot be part of a file set",
-                   err=True)
+    try:
+        return capture_paths(args)
+    except TargetError as e:
+        click.echo(f"nagleprobe: error: {e}", err=True)
         sys.exit(ExitStatus.USAGE)
-    return paths
 
 
 @contextmanager

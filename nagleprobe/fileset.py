@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CaptureError, printable
+from .errors import CaptureError, TargetError, printable
 from .read import CaptureInfo, CaptureReader, RecordBatch, url_scheme
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
@@ -94,6 +94,20 @@ def expand_targets(args: Iterable[str]) -> list[Target]:
         else:
             add(Target(arg))  # missing file: the reader says so
     return out
+
+
+def capture_paths(args: Iterable[str]) -> list[str]:
+    """The capture files `args` name (see `expand_targets`), in order: what `analyze` and the
+    command line read. TargetError for an argument that names none, or for standard input
+    (-) among other files."""
+    paths = []
+    for t in expand_targets(args):
+        if t.problem:
+            raise TargetError(t.path, t.problem)
+        paths.append(t.path)
+    if "-" in paths and len(paths) > 1:
+        raise TargetError("-", "standard input cannot be part of a file set")
+    return paths
 
 
 def _url_glob(pattern: str) -> tuple[list[str], str | None]:
