@@ -1,12 +1,19 @@
 """Who must change what: the fix of a flow with stalls and its sentence, decided once for the
-text report, the JSON document, the HTML report and `check` (which all show these fields)."""
+text report, the JSON document, the HTML report and `check` (which all show these fields);
+and the fixes grouped per program that must change (`fix_groups`), so that one client or
+server with many stalled connections is told once."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .detect import timer_name
 from .words import SIDES, human_count, human_ms
+
+if TYPE_CHECKING:
+    import pandas as pd  # the fix columns are numpy; only `fix_groups` takes a table
 
 FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
 
@@ -94,3 +101,36 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
                 f"small messages that must go at once: {cost}. Batching its small writes into "
                 f"full segments also avoids the wait; {_QUICKACK[k]}.")
     return text + " " + hold_note if hold_note else text
+
+
+def fix_groups(flows: pd.DataFrame) -> pd.DataFrame:
+    """The fixes of the flows with stalls, each said once per program that must change:
+    flows whose fix is the same action on the same side at the same endpoint -- a server by
+    its address and port, a client by its address alone (each of a client's connections has
+    its own ephemeral port; a row of one flow names its endpoint with the port) -- are one
+    row: `side`, `endpoint`, `action`, `flows` (their ids in the order given, e.g. worst
+    first), their `stalls` and `stall_ms`, and `text`, the first flow's fix. Rows by time
+    lost, most first (ties: in the order given)."""
+    import pandas as pd
+
+    fl = flows[flows["stalls"] > 0]
+    if not len(fl):
+        return pd.DataFrame({c: pd.Series([], dtype=object) for c in FIX_GROUP_COLUMNS})
+    endpoint = fl["fix_endpoint"].astype(object)
+    host = endpoint.str.rsplit(":", n=1).str[0]
+    key = pd.DataFrame({"side": fl["fix_side"].to_numpy(), "action": fl["fix_action"].to_numpy(),
+                        "endpoint": np.where(fl["fix_side"].to_numpy() == SIDES[0],
+                                             host.to_numpy(), endpoint.to_numpy())},
+                       index=fl.index)
+    rows = []
+    for (side, endpoint_, action), g in key.groupby(["side", "endpoint", "action"], sort=False):
+        mine = fl.loc[g.index]
+        if len(mine) == 1:  # a single connection: its own endpoint, port included
+            endpoint_ = mine["fix_endpoint"].iloc[0]
+        rows.append((side, endpoint_, action, mine["id"].tolist(), int(mine["stalls"].sum()),
+                     float(mine["stall_ms"].sum()), mine["fix_text"].iloc[0]))
+    out = pd.DataFrame(rows, columns=list(FIX_GROUP_COLUMNS))
+    return out.sort_values("stall_ms", ascending=False, kind="stable", ignore_index=True)
+
+
+FIX_GROUP_COLUMNS = ("side", "endpoint", "action", "flows", "stalls", "stall_ms", "text")
