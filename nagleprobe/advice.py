@@ -5,7 +5,7 @@ server with many stalled connections is told once."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -103,34 +103,31 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
     return text + " " + hold_note if hold_note else text
 
 
-def fix_groups(flows: pd.DataFrame) -> pd.DataFrame:
+def fix_groups(flows: pd.DataFrame) -> list[dict[str, Any]]:
     """The fixes of the flows with stalls, each said once per program that must change:
     flows whose fix is the same action on the same side at the same endpoint -- a server by
     its address and port, a client by its address alone (each of a client's connections has
-    its own ephemeral port; a row of one flow names its endpoint with the port) -- are one
-    row: `side`, `endpoint`, `action`, `flows` (their ids in the order given, e.g. worst
-    first), their `stalls` and `stall_ms`, and `text`, the first flow's fix. Rows by time
-    lost, most first (ties: in the order given)."""
-    import pandas as pd
-
+    its own ephemeral port) -- are one group. Per group: `side`, `host`, `endpoint` (the
+    one endpoint when all its flows share it, else the host), `action`, `flows` (ids in the
+    order given, e.g. worst first), their `stalls` and `lost_ms`, and `text`, the first
+    flow's fix. Groups by time lost, most first (ties: in the order given)."""
     fl = flows[flows["stalls"] > 0]
-    if not len(fl):
-        return pd.DataFrame({c: pd.Series([], dtype=object) for c in FIX_GROUP_COLUMNS})
-    endpoint = fl["fix_endpoint"].astype(object)
-    host = endpoint.str.rsplit(":", n=1).str[0]
-    key = pd.DataFrame({"side": fl["fix_side"].to_numpy(), "action": fl["fix_action"].to_numpy(),
-                        "endpoint": np.where(fl["fix_side"].to_numpy() == SIDES[0],
-                                             host.to_numpy(), endpoint.to_numpy())},
-                       index=fl.index)
-    rows = []
-    for (side, endpoint_, action), g in key.groupby(["side", "endpoint", "action"], sort=False):
-        mine = fl.loc[g.index]
-        if len(mine) == 1:  # a single connection: its own endpoint, port included
-            endpoint_ = mine["fix_endpoint"].iloc[0]
-        rows.append((side, endpoint_, action, mine["id"].tolist(), int(mine["stalls"].sum()),
-                     float(mine["stall_ms"].sum()), mine["fix_text"].iloc[0]))
-    out = pd.DataFrame(rows, columns=list(FIX_GROUP_COLUMNS))
-    return out.sort_values("stall_ms", ascending=False, kind="stable", ignore_index=True)
-
-
-FIX_GROUP_COLUMNS = ("side", "endpoint", "action", "flows", "stalls", "stall_ms", "text")
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for side, endpoint, action, fid, n, ms, text in zip(
+            fl["fix_side"], fl["fix_endpoint"], fl["fix_action"], fl["id"].tolist(),
+            fl["stalls"].tolist(), fl["stall_ms"].tolist(), fl["fix_text"]):
+        host = endpoint.rpartition(":")[0]
+        key = (side, action, host if side == SIDES[0] else endpoint)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = {"side": side, "host": host, "endpoint": endpoint, "action": action,
+                           "flows": [fid], "stalls": n, "lost_ms": ms, "text": text}
+            continue
+        g["flows"].append(fid)
+        g["stalls"] += n
+        g["lost_ms"] += ms
+        if g["endpoint"] != endpoint:
+            g["endpoint"] = host
+    out = list(groups.values())
+    out.sort(key=lambda g: -g["lost_ms"])  # stable: ties stay in the order given
+    return out

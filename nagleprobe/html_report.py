@@ -3,7 +3,7 @@ base64 PNG, styles inline, no scripts, nothing fetched from the network), and th
 view a Report shows in Jupyter.
 
 The file opens with the verdict, a table of contents and the fixes, one per program that
-must change (`advice.fix_groups`); each flow with stalls is a collapsible section (the
+must change (`Report.fix_groups`); each flow with stalls is a collapsible section (the
 worst one open), its evidence table cut after HTML_EVIDENCE_ROWS rows with the rest one
 click away (<details>: plain HTML, so the file still needs no script).
 
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from . import __version__, wireshark
-from .advice import fix_groups
 from .detect import timer_name
 from .errors import printable
 from .selection import worst_first
@@ -344,11 +343,11 @@ def _contents(detailed: pd.DataFrame, fixes: int, pictures: bool, flows: int) ->
     return f'<nav class="toc"><b>Contents</b><ol>{"".join(items)}</ol></nav>'
 
 
-def _fixes(groups: pd.DataFrame, linked: set[int]) -> str:
-    """A box per program that must change (`advice.fix_groups`): the action, the flows it
+def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
+    """A box per program that must change (`Report.fix_groups`): the action, the flows it
     fixes (linked to their sections), and the worst flow's fix in words."""
     out = ['<section id="fixes"><h2>What to fix</h2>']
-    for g in groups.head(HTML_FIX_GROUPS).to_dict("records"):
+    for g in groups[:HTML_FIX_GROUPS]:
         ids = g["flows"]
         n = len(ids)
         listed = ", ".join(f'<a href="#flow-{i}">{i}</a>' if i in linked else str(i)
@@ -358,14 +357,14 @@ def _fixes(groups: pd.DataFrame, linked: set[int]) -> str:
         out.append(f'<div class="fix"><h3><span class="action">{_text(g["action"])}</span> on '
                    f'the {_text(g["side"])} {_text(printable(g["endpoint"]))}: '
                    f'{n} flow{"s" if n != 1 else ""}, {g["stalls"]} stalls, '
-                   f'{human_ms(g["stall_ms"])} lost</h3>'
+                   f'{human_ms(g["lost_ms"])} lost</h3>'
                    f'{"Flows" if n != 1 else "Flow"} {listed}.<br>'
                    + (f"For flow {ids[0]}, the worst: " if n > 1 else "")
                    + f"{_text(g['text'])}</div>")
     if len(groups) > HTML_FIX_GROUPS:
-        rest = groups.iloc[HTML_FIX_GROUPS:]
+        rest = groups[HTML_FIX_GROUPS:]
         out.append(f'<p class="note">{len(rest)} more programs must change, for '
-                   f"{sum(map(len, rest['flows']))} flows with stalls: see the flows table "
+                   f"{sum(len(g['flows']) for g in rest)} flows with stalls: see the flows table "
                    "(fix on, fix).</p>")
     out.append("</section>")
     return "".join(out)
@@ -392,7 +391,7 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     if missing:
         out.append(f'<p class="note">{_text(NO_PICTURES)}</p>')
     detailed = worst.head(HTML_DETAILED_FLOWS)
-    groups = fix_groups(worst)
+    groups = report.fix_groups()
     out.append(_contents(detailed, len(groups), plots and len(fl) > 0, len(fl)))
     if len(groups):
         out.append(_fixes(groups, set(detailed["id"].tolist())))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from . import document, relay
+from . import advice, document, relay
 from . import selection as sel
 from .decode import take
 from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
@@ -251,6 +251,12 @@ class Report:
         stalled = self.flows[self.flows["stalls"] > 0]
         order = worst_first(stalled)
         return self._subset(order["id"].head(n).tolist())
+
+    def fix_groups(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
+        """The fixes of the flows with stalls (all, or those of `ids`), one per program that
+        must change, worst first (see `advice.fix_groups`)."""
+        fl = self.flows if ids is None else self.flows[self.flows["id"].isin(ids)]
+        return advice.fix_groups(worst_first(fl))
 
     def select(self, endpoint: str | None = None, port: int | Iterable[int] | None = None,
                side: str | None = None, stalled: bool | None = None, *,
