@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +25,8 @@ from .progress import ProgressBar
 if TYPE_CHECKING:
     from .report import Report
 
-EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error, "
+EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also a -o or --html "
+             "file that cannot be written or is a capture being analysed), "
              "3 unreadable/corrupt/unsupported capture (with --strict: also a damaged one), "
              "4 internal error.")
 
@@ -77,13 +78,15 @@ def main() -> None:
               default="text", show_default=True,
               help="Text report for people, the JSON document, or Wireshark display filters "
                    "(per flow with stalls: one for the flow, one for its stall frames).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the report (--format) to FILE instead of standard output.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (pictures need the plot extra).")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture instead of analysing "
                    "what can be read and warning.")
-@click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
-              help="Report only flows with an endpoint on this port (repeatable).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Report only flows with an endpoint on this port (repeatable).")
 @click.option("--host", "hosts", multiple=True, callback=lambda c, p, v: _host_option(c, p, v),
               metavar="H", help="Report only flows with an endpoint at this address or in this "
                                 "network, e.g. 10.0.0.0/8 (repeatable).")
@@ -95,7 +98,10 @@ def main() -> None:
               help="Ignore stalls with a confidence below C (single stalls are 0.6, repeated "
                    "ones 0.9-0.95): they leave the report and its counts.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show packets, bytes and the ETA on standard error [default: on a terminal]; "
+                   "shown from half a second on.")
+@click.option("--quiet", "-q", is_flag=True, hidden=True)  # the old spelling of --no-progress
 @click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_REORDER_WINDOW_S,
               show_default=True, metavar="SECONDS",
               help="Capture time a closed connection waits for late or out-of-order packets "
@@ -104,10 +110,11 @@ def main() -> None:
               default=DEFAULT_IDLE_S, show_default=True, metavar="SECONDS",
               help="Capture time after which a connection that has sent nothing is analysed "
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
-def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
-            ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
-            top: int | None, min_confidence: float | None, debug: bool,
-            quiet: bool, reorder_window: float, idle_timeout: float) -> None:
+def analyze(captures: tuple[str, ...], fmt: str, output: str | None, html_path: str | None,
+            strict: bool, ports: tuple[int, ...], hosts: tuple[str, ...],
+            flow_ids: tuple[int, ...], top: int | None, min_confidence: float | None,
+            debug: bool, progress: bool | None, quiet: bool, reorder_window: float,
+            idle_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
     Several files, directories and glob patterns are one capture (a file set, e.g. rotated
@@ -117,17 +124,19 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
     \b
     Examples:
       nagleprobe analyze capture.pcap                  # the text report
-      nagleprobe analyze --format json capture.pcap.gz > report.json
+      nagleprobe analyze --format json -o report.json capture.pcap.gz
       nagleprobe analyze capture.pcap --html report.html
-      nagleprobe analyze --port 8000 --top 3 capture.pcap   # the 3 worst flows on port 8000
+      nagleprobe analyze -p 8000 --top 3 capture.pcap   # the 3 worst flows on port 8000
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
       nagleprobe analyze 'rotated/cap-*.pcap'           # a file set as one capture
     """
     paths = _capture_set(captures)
     capture = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
-    bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
+    if quiet:
+        progress = False
+    bar = ProgressBar() if progress or (progress is None and sys.stderr.isatty()) else None
     usage = {KeyError: lambda e: f"--flow: {e.args[0]}",  # --flow names no flow of the capture
-             HtmlWriteError: str}
+             OutputError: str}
     with _one_line_errors(debug, "analysing", capture, usage):
         try:
             report = pipeline.analyze(paths if len(paths) > 1 else paths[0], strict=strict,
@@ -140,17 +149,27 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
             report = report.select(port=ports, host=hosts, flow=flow_ids, top=top,
                                    min_confidence=min_confidence)
         if html_path is not None:
-            _write_html(report, html_path)
+            _write_html(report, html_path, paths)
+        pieces = _report_pieces(report, fmt, _text_width() if output is None else None)
+        if output is not None:
+            write_report(output, pieces, paths)
+            return
+    for piece in pieces:
+        sys.stdout.write(piece)
+
+
+def _report_pieces(report: Report, fmt: str, width: int | None) -> Iterator[str]:
+    """The report in `fmt`, in pieces (the JSON of a large capture is written as it is
+    made); text `width` None: the report's default."""
     if fmt == "json":
-        for piece in report.json_pieces():
-            sys.stdout.write(piece)
-        sys.stdout.write("\n")
+        yield from report.json_pieces()
+        yield "\n"
     elif fmt == "wireshark":
         from .wireshark import render_filters
 
-        click.echo(render_filters(report), nl=False)
+        yield render_filters(report)
     else:
-        click.echo(report.to_text(_text_width()), nl=False)
+        yield report.to_text() if width is None else report.to_text(width)
 
 
 def _capture_set(args: tuple[str, ...]) -> list[str]:
@@ -231,6 +250,11 @@ def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, deb
     (S1, the late pure ACK, S2) get a packet comment, the section header the verdicts; frames,
     times and packet bytes stay as they are, existing comments are kept. In Wireshark the
     display filter  frame.comment contains "nagleprobe"  shows the stall frames.
+
+    \b
+    Examples:
+      nagleprobe annotate capture.pcap -o annotated.pcapng
+      nagleprobe annotate --strict capture.pcap.gz -o annotated.pcapng
     """
     from .annotate import annotate as run_annotate
 
@@ -260,23 +284,45 @@ def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, deb
                    "Blocks, which cannot carry a comment; they are left without one", err=True)
 
 
-class HtmlWriteError(Exception):
-    """The --html file could not be written (a usage problem, not a capture problem)."""
+class OutputError(Exception):
+    """A report file (-o, --html) that cannot or must not be written (a usage problem, not a
+    capture problem)."""
 
 
-def _write_html(report: Report, path: str) -> None:
+def _not_an_input(path: str, inputs: list[str]) -> None:
+    """OutputError if `path` is one of the capture files `inputs`."""
+    if os.path.exists(path) and any(p != "-" and os.path.exists(p)
+                                    and os.path.samefile(p, path) for p in inputs):
+        raise OutputError(f"{printable(path)}: would overwrite a capture being analysed")
+
+
+def write_report(path: str, pieces: Iterable[str], inputs: list[str]) -> None:
+    """Write the report's `pieces` to the file `path` (UTF-8), never over one of the
+    captures `inputs`: where `analyze -o` writes."""
+    _not_an_input(path, inputs)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            for piece in pieces:
+                f.write(piece)
+    except OSError as e:
+        raise OutputError(f"{printable(path)}: cannot write the report: "
+                          f"{e.strerror or e}") from e
+
+
+def _write_html(report: Report, path: str, inputs: list[str]) -> None:
     import shlex
 
     from .html_report import NO_PICTURES, matplotlib_available, write_html
 
+    _not_an_input(path, inputs)
     if not matplotlib_available():  # the report without pictures, and say so
         click.echo(f"nagleprobe: note: {path}: {NO_PICTURES}", err=True)
     command = shlex.join(["nagleprobe", *sys.argv[1:]])
     try:
         write_html(report, path, command=command)  # matplotlib is loaded only here
     except OSError as e:
-        raise HtmlWriteError(f"{printable(path)}: cannot write the HTML report: "
-                             f"{e.strerror or e}") from e
+        raise OutputError(f"{printable(path)}: cannot write the HTML report: "
+                          f"{e.strerror or e}") from e
 
 
 # ------------------------------------------------------------------ check / record (the CI gate)
@@ -416,8 +462,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
 
 @main.command(epilog=GATE_HELP, short_help="CI gate: fail captures over the stall budget.")
 @click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
-@click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
-              help="Check only flows with an endpoint on this port (repeatable).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Check only flows with an endpoint on this port (repeatable).")
 @_gate_options
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
               help="Captures analysed at once [default: one per core].")
@@ -445,7 +491,7 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
     Examples:
       nagleprobe check traffic.pcap                    # exit 1 if it has any stall
       nagleprobe check captures/ 'more/**/*.pcap.gz'   # directories, glob patterns
-      nagleprobe check --max-stalls 3 --port 8000 traffic.pcap
+      nagleprobe check --max-stalls 3 -p 8000 traffic.pcap
       nagleprobe check --junit nagle.xml --github --strict traffic.pcap
       nagleprobe check --dask tcp://10.0.0.5:8786 /shared/caps/ 's3://bucket/caps/*.pcap.gz'
     """
@@ -479,6 +525,12 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
 
     tcpdump starts first (needs root or CAP_NET_RAW), the command runs when it is
     listening, and the capture stops when the command ends.
+
+    \b
+    Examples:
+      nagleprobe record -o run.pcap -- python3 load_test.py
+      nagleprobe record -p 8000 -o run.pcap --check -- ./client --requests 100
+      nagleprobe record -i eth0 --filter 'tcp port 443' -o run.pcap -- curl https://host/
     """
     from .record import RecordError
     from .record import record as run_recorded
@@ -527,9 +579,18 @@ WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C (after the final 
 @click.option("--window", "window_rows", type=click.IntRange(min=16), default=4096,
               show_default=True, metavar="PACKETS",
               help="Packets of each open connection held and analysed (the memory bound).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Report only flows with an endpoint on this port (repeatable).")
+@click.option("--host", "hosts", multiple=True, callback=lambda c, p, v: _host_option(c, p, v),
+              metavar="H", help="Report only flows with an endpoint at this address or in this "
+                                "network, e.g. 10.0.0.0/8 (repeatable).")
+@click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
+              help="Ignore stalls with a confidence below C (a first stall is 0.6; held back "
+                   "until its repeats raise it).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def watch(capture: str | None, follow: str | None, interface: str | None, bpf: str | None,
           snaplen: int, fmt: str, summary_every: float, window_rows: int,
+          ports: tuple[int, ...], hosts: tuple[str, ...], min_confidence: float | None,
           debug: bool) -> None:
     """Report each stall as soon as it is proven, from a capture still being written.
 
@@ -543,6 +604,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
       tcpdump -U -w - 'tcp port 443' | nagleprobe watch -
       nagleprobe watch --follow /var/tmp/cap.pcap --format jsonl
       nagleprobe watch -i eth0 --filter 'tcp port 8000'
+      nagleprobe watch -i any -p 8000 --host 10.0.0.0/8 --min-confidence 0.9
     """
     import signal
 
@@ -591,7 +653,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                 emit(line_for_nothing(fmt))
                 return
             run_watch(reader, emit, fmt, summary_s=summary_every, window_rows=window_rows,
-                      stream=stream)
+                      stream=stream, ports=ports, hosts=hosts, min_confidence=min_confidence)
         except RecordError as e:
             if debug:
                 traceback.print_exc()

@@ -222,7 +222,7 @@ def test_dask_not_installed_says_which_extra_to_install(monkeypatch):
 # ------------------------------------------------------------------ progress
 def test_progress_counts_captures_packets_and_failures():
     out = io.StringIO()
-    bar = FleetProgress(3, out=out, interval=0, in_place=False)
+    bar = FleetProgress(3, out=out, interval=0, in_place=False, delay=0)
     run_check([SPLIT, EMPTY, PROXY], Budget(), jobs=1, progress=bar)
     lines = out.getvalue().splitlines()
     assert [line.split(",")[0] for line in lines] == [
