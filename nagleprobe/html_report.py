@@ -269,8 +269,12 @@ def _evidence_table(stalls: pd.DataFrame) -> str:
     return out
 
 
+def _stalls(n: int) -> str:
+    return f"{n} stall{'s' if n != 1 else ''}"
+
+
 def _lost(f: dict[str, Any]) -> str:
-    return f"{f['stalls']} stalls, {f['stall_ms']:.1f} ms lost"
+    return f"{_stalls(f['stalls'])}, {f['stall_ms']:.1f} ms lost"
 
 
 def _flow_section(report: Report, f: dict[str, Any], pictures: bool, is_open: bool) -> str:
@@ -356,7 +360,7 @@ def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
             listed += f" and {n - HTML_FIX_FLOW_IDS} more"
         out.append(f'<div class="fix"><h3><span class="action">{_text(g["action"])}</span> on '
                    f'the {_text(g["side"])} {_text(printable(g["endpoint"]))}: '
-                   f'{n} flow{"s" if n != 1 else ""}, {g["stalls"]} stalls, '
+                   f'{n} flow{"s" if n != 1 else ""}, {_stalls(g["stalls"])}, '
                    f'{human_ms(g["lost_ms"])} lost</h3>'
                    f'{"Flows" if n != 1 else "Flow"} {listed}.<br>'
                    + (f"For flow {ids[0]}, the worst: " if n > 1 else "")
