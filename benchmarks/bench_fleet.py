@@ -143,8 +143,8 @@ def main() -> None:
     res["one_file_task_in_process_s"] = round(one, 3)
 
     def fleet_fields(prefix: str, wall: float, runs: list[float], fleet) -> None:
-        pk = sum(v.packets for v in fleet.verdicts)
-        assert not fleet.failed, [v.error for v in fleet.failed]
+        pk = int(fleet.verdicts["packets"].sum())
+        assert not len(fleet.failed), fleet.failed["error"].tolist()
         res[prefix] = {"seconds": round(wall, 2), "runs": runs, "packets": pk,
                        "our_cpu_s_last_run": round(CPU_S[-1], 1),
                        "packets_per_s": round(pk / wall), "mb_per_s": round(total / 1e6 / wall, 1),

@@ -1,5 +1,7 @@
 """Who must change what: the fix of a flow with stalls and its sentence, decided once for the
-text report, the JSON document, the HTML report and `check` (which all show these fields)."""
+text report, the JSON document, the HTML report and `check` (which all show these fields);
+and the fixes grouped per program that must change (`fix_groups`), so that one client or
+server with many stalled connections is told once."""
 
 from __future__ import annotations
 
@@ -105,9 +107,10 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
 def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
                endpoints: dict[str, np.ndarray],
                ids: np.ndarray | list[int] | None = None) -> list[dict[str, Any]]:
-    """One fix per endpoint: the flows with stalls (all, or those of `ids`) grouped by who
-    must change what -- the side, its host and the action -- so that ten connections of one
-    client with the same fault are told once. Takes a report's numpy columns (endpoints two
+    """One fix per program: the flows with stalls (all, or those of `ids`) grouped by who
+    must change what -- the side, the program (a server by its address and port, a client
+    by its address alone) and the action -- so that ten connections of one client with the
+    same fault are told once. Takes a report's numpy columns (endpoints two
     rows per flow, client then server, in the flows' order; `stalls` those to count).
 
     Returns plain data, worst group first: per group its `side`, `host`, `endpoint` (the
@@ -122,8 +125,11 @@ def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     k = (flows["fix_side"][rows] == SIDES[1]).astype(np.int64)
     endpoint = flows["fix_endpoint"][rows]
     host = np.array([e.rpartition(":")[0] for e in endpoint.tolist()], dtype=object)
+    # one program: a server by its address and port, a client by its address alone (each
+    # of a client's connections has an ephemeral port of its own)
+    program = np.where(k == 1, endpoint, host)
     key = np.array([f"{a} {h} {b}" for a, h, b in zip(
-        k.tolist(), host.tolist(), flows["fix_action"][rows].tolist())], dtype=object)
+        k.tolist(), program.tolist(), flows["fix_action"][rows].tolist())], dtype=object)
     keys, group = np.unique(key, return_inverse=True)
     # the stalls of each flow's fixed side (j: the row in `rows` of each stall's flow)
     fid = flows["id"][rows]

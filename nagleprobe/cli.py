@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from . import __version__, _startup, pipeline  # noqa: F401  (_startup: before numpy)
-from .errors import CaptureError, ExitStatus, OutputRefused, WriteFailed, printable
-from .output import STDOUT, discard_stdout, is_stdout, refuse_inputs, to_stdout, write_output
+from .errors import (CaptureError, ExitStatus, OutputRefused, TargetError, WriteFailed,
+                     printable)
+from .output import (STDOUT, discard_stdout, is_stdout, open_output, refuse_inputs,
+                     to_stdout, write_output)
 from .pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from .progress import ProgressBar
 from .read import URL_TIMEOUT_S
@@ -28,10 +30,11 @@ from .words import counted
 if TYPE_CHECKING:
     from .report import Report
 
-EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also an --html path that "
-             "is one of the captures or cannot be created), 3 unreadable/corrupt/unsupported "
-             "capture (with --strict: also a damaged one), 4 internal error, 7 output not "
-             "written (standard output or --html: disk full, I/O error).")
+EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also a -o or --html "
+             "path that is one of the captures or cannot be created), 3 "
+             "unreadable/corrupt/unsupported capture (with --strict: also a damaged one), "
+             "4 internal error, 7 output not written (standard output, -o or --html: disk "
+             "full, I/O error).")
 
 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
@@ -111,13 +114,15 @@ def main() -> None:
               default="text", show_default=True,
               help="Text report for people, the JSON document, or Wireshark display filters "
                    "(per flow with stalls: one for the flow, one for its stall frames).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the report (--format) to FILE instead of standard output.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained HTML report (pictures need the plot extra).")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture instead of analysing "
                    "what can be read and warning.")
-@click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
-              help="Report only flows with an endpoint on this port (repeatable).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Report only flows with an endpoint on this port (repeatable).")
 @click.option("--host", "hosts", multiple=True, callback=lambda c, p, v: _host_option(c, p, v),
               metavar="H", help="Report only flows with an endpoint at this address or in this "
                                 "network, e.g. 10.0.0.0/8 (repeatable).")
@@ -139,7 +144,10 @@ def main() -> None:
               help="Text report: the evidence's times in s since the flow's first packet, "
                    "since the capture's (Wireshark's default), or as UTC time of day.")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress display on standard error.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show packets, bytes and the ETA on standard error [default: on a terminal]; "
+                   "shown from half a second on.")
+@click.option("--quiet", "-q", is_flag=True, hidden=True)  # the old spelling of --no-progress
 @click.option("--reorder-window", type=click.FloatRange(min=0), default=DEFAULT_REORDER_WINDOW_S,
               show_default=True, metavar="SECONDS",
               help="Capture time a closed connection waits for late or out-of-order packets "
@@ -149,10 +157,11 @@ def main() -> None:
               help="Capture time after which a connection that has sent nothing is analysed "
                    "and freed as if closed (bounds memory for port scans and SYN floods).")
 @URL_TIMEOUT_OPTION
-def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: bool,
-            ports: tuple[int, ...], hosts: tuple[str, ...], flow_ids: tuple[int, ...],
-            top: int | None, min_confidence: float | None, verbose: bool, all_stalls: bool,
-            times: str, debug: bool, quiet: bool, reorder_window: float,
+def analyze(captures: tuple[str, ...], fmt: str, output: str | None, html_path: str | None,
+            strict: bool, ports: tuple[int, ...], hosts: tuple[str, ...],
+            flow_ids: tuple[int, ...], top: int | None, min_confidence: float | None,
+            verbose: bool, all_stalls: bool, times: str, debug: bool,
+            progress: bool | None, quiet: bool, reorder_window: float,
             idle_timeout: float, url_timeout: float) -> None:
     """Analyse CAPTURE (pcap or pcapng, optionally gzip-compressed; - for stdin).
 
@@ -163,9 +172,9 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
     \b
     Examples:
       nagleprobe analyze capture.pcap                  # the text report
-      nagleprobe analyze --format json capture.pcap.gz > report.json
+      nagleprobe analyze --format json -o report.json capture.pcap.gz
       nagleprobe analyze capture.pcap --html report.html
-      nagleprobe analyze --port 8000 --top 3 capture.pcap   # the 3 worst flows on port 8000
+      nagleprobe analyze -p 8000 --top 3 capture.pcap   # the 3 worst flows on port 8000
       tcpdump -i lo -w - 'tcp port 8000' | nagleprobe analyze -
       nagleprobe analyze 'rotated/cap-*.pcap'           # a file set as one capture
     """
@@ -173,11 +182,17 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
 
     paths = _capture_set(captures)
     capture = set_name(paths)
-    bar = None if quiet or not sys.stderr.isatty() else ProgressBar()
+    if quiet:
+        progress = False
+    if output == "-":
+        output = None
+    bar = ProgressBar() if progress or (progress is None and sys.stderr.isatty()) else None
     usage = {KeyError: lambda e: f"--flow: {e.args[0]}"}  # --flow names no flow of the capture
     with _one_line_errors(debug, "analysing", capture, usage):
-        if html_path is not None:
-            _refuse_output(html_path, "--html", "the HTML report", paths)
+        for path, option, what in ((html_path, "--html", "the HTML report"),
+                                   (output, "-o", "the report")):
+            if path is not None:
+                _refuse_output(path, option, what, paths)
         try:
             report = pipeline.analyze(paths if len(paths) > 1 else paths[0], strict=strict,
                                       reorder_window_s=reorder_window,
@@ -191,36 +206,45 @@ def analyze(captures: tuple[str, ...], fmt: str, html_path: str | None, strict: 
                                    min_confidence=min_confidence)
         if html_path is not None:
             _write_html(report, html_path)
+        pieces = _report_pieces(report, fmt, _text_width() if output is None else None,
+                                verbose=verbose, all_stalls=all_stalls, times=times)
+        if output is not None:
+            with open_output(output, "the report", paths) as out:
+                for piece in pieces:
+                    out.write(piece.encode("utf-8"))
+            return
         with to_stdout():
-            if fmt == "json":
-                for piece in report.json_pieces():
-                    sys.stdout.write(piece)
-                sys.stdout.write("\n")
-            elif fmt == "wireshark":
-                from .wireshark import render_filters
+            for piece in pieces:
+                sys.stdout.write(piece)
 
-                click.echo(render_filters(report), nl=False)
-            else:
-                click.echo(report.to_text(_text_width(), verbose=verbose,
-                                          all_stalls=all_stalls, times=times), nl=False)
+
+def _report_pieces(report: Report, fmt: str, width: int | None, **text: object
+                   ) -> Iterator[str]:
+    """The report in `fmt`, in pieces (the JSON of a large capture is written as it is
+    made); text `width` None: the report's default; `text`: `Report.to_text`'s options."""
+    if fmt == "json":
+        yield from report.json_pieces()
+        yield "\n"
+    elif fmt == "wireshark":
+        from .wireshark import render_filters
+
+        yield render_filters(report)
+    else:
+        yield report.to_text(**text) if width is None else report.to_text(width, **text)
 
 
 def _capture_set(args: tuple[str, ...]) -> list[str]:
     """The files CAPTURE... names (directories and glob patterns expanded); a usage error
     (exit 2) for an argument that names none, or standard input among other files."""
-    from .fileset import expand_targets
+    from .fileset import capture_paths
 
-    targets = expand_targets(args)
-    _print_notes(targets.notes)
-    for t in targets:
-        if t.problem:
-            click.echo(f"nagleprobe: error: {printable(t.path)}: {t.problem}", err=True)
-            sys.exit(ExitStatus.USAGE)
-    paths = [t.path for t in targets]
-    if "-" in paths and len(paths) > 1:
-        click.echo("nagleprobe: error: standard input (-) cannot be part of a file set",
-                   err=True)
+    notes: list[str] = []
+    try:
+        paths = capture_paths(args, notes)
+    except TargetError as e:
+        click.echo(f"nagleprobe: error: {e}", err=True)
         sys.exit(ExitStatus.USAGE)
+    _print_notes(notes)
     return paths
 
 
@@ -326,6 +350,11 @@ def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, deb
     (S1, the late pure ACK, S2) get a packet comment, the section header the verdicts; frames,
     times and packet bytes stay as they are, existing comments are kept. In Wireshark the
     display filter  frame.comment contains "nagleprobe"  shows the stall frames.
+
+    \b
+    Examples:
+      nagleprobe annotate capture.pcap -o annotated.pcapng
+      nagleprobe annotate --strict capture.pcap.gz -o annotated.pcapng
     """
     from .annotate import annotate as run_annotate
 
@@ -519,8 +548,8 @@ def _gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | N
 
 @main.command(epilog=GATE_HELP, short_help="CI gate: fail captures over the stall budget.")
 @click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
-@click.option("--port", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
-              help="Check only flows with an endpoint on this port (repeatable).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Check only flows with an endpoint on this port (repeatable).")
 @_gate_options
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
               help="Captures analysed at once [default: one per core].")
@@ -550,7 +579,7 @@ def check(captures: tuple[str, ...], ports: tuple[int, ...], jobs: int | None,
     Examples:
       nagleprobe check traffic.pcap                    # exit 1 if it has any stall
       nagleprobe check captures/ 'more/**/*.pcap.gz'   # directories, glob patterns
-      nagleprobe check --max-stalls 3 --port 8000 traffic.pcap
+      nagleprobe check --max-stalls 3 -p 8000 traffic.pcap
       nagleprobe check --junit nagle.xml --github --strict traffic.pcap
       nagleprobe check --dask tcp://10.0.0.5:8786 /shared/caps/ 's3://bucket/caps/*.pcap.gz'
     """
@@ -580,6 +609,12 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
 
     tcpdump starts first (needs root or CAP_NET_RAW), the command runs when it is
     listening, and the capture stops when the command ends.
+
+    \b
+    Examples:
+      nagleprobe record -o run.pcap -- python3 load_test.py
+      nagleprobe record -p 8000 -o run.pcap --check -- ./client --requests 100
+      nagleprobe record -i eth0 --filter 'tcp port 443' -o run.pcap -- curl https://host/
     """
     from .record import RecordError
     from .record import record as run_recorded
@@ -630,9 +665,18 @@ WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after
 @click.option("--window", "window_rows", type=click.IntRange(min=16), default=4096,
               show_default=True, metavar="PACKETS",
               help="Packets of each open connection held and analysed (the memory bound).")
+@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
+              metavar="P", help="Report only flows with an endpoint on this port (repeatable).")
+@click.option("--host", "hosts", multiple=True, callback=lambda c, p, v: _host_option(c, p, v),
+              metavar="H", help="Report only flows with an endpoint at this address or in this "
+                                "network, e.g. 10.0.0.0/8 (repeatable).")
+@click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
+              help="Ignore stalls with a confidence below C (a first stall is 0.6; held back "
+                   "until its repeats raise it).")
 @click.option("--debug", is_flag=True, help="Show a traceback on errors.")
 def watch(capture: str | None, follow: str | None, interface: str | None, bpf: str | None,
           snaplen: int, fmt: str, summary_every: float, window_rows: int,
+          ports: tuple[int, ...], hosts: tuple[str, ...], min_confidence: float | None,
           debug: bool) -> None:
     """Report each stall as soon as it is proven, from a capture still being written.
 
@@ -646,6 +690,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
       tcpdump -U -w - 'tcp port 443' | nagleprobe watch -
       nagleprobe watch --follow /var/tmp/cap.pcap --format jsonl
       nagleprobe watch -i eth0 --filter 'tcp port 8000'
+      nagleprobe watch -i any -p 8000 --host 10.0.0.0/8 --min-confidence 0.9
     """
     import signal
 
@@ -700,7 +745,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                 emit(line_for_nothing(fmt))
                 return
             run_watch(reader, emit, fmt, summary_s=summary_every, window_rows=window_rows,
-                      stream=stream)
+                      stream=stream, ports=ports, hosts=hosts, min_confidence=min_confidence)
         except RecordError as e:
             if debug:
                 traceback.print_exc()

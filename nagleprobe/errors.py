@@ -108,3 +108,9 @@ class CaptureError(Exception):
         if where:
             text += f" ({where})"
         super().__init__(text)
+
+
+class TargetError(CaptureError):
+    """An argument that names no capture: a directory without capture files, a pattern that
+    matches nothing, or standard input among other files (a usage error on the command
+    line)."""

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 import numpy as np
 
-from .errors import CaptureError, printable
+from .errors import CaptureError, TargetError, printable
 from .findfiles import Finder
 from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
 from .words import counted
@@ -107,6 +107,24 @@ def expand_targets(args: Iterable[str]) -> Targets:
 def _is_url_pattern(arg: str) -> bool:
     """An object-store pattern, listed here (http(s) has no listing: read as it is)."""
     return glob.has_magic(arg) and url_scheme(arg) not in ("http", "https")
+
+
+def capture_paths(args: Iterable[str], notes: list[str] | None = None) -> list[str]:
+    """The capture files `args` name (see `expand_targets`), in order: what `analyze` and the
+    command line read; `notes`, when given, receives what finding them left out and why.
+    TargetError for an argument that names none, or for standard input (-) among other
+    files."""
+    paths = []
+    targets = expand_targets(args)
+    if notes is not None:
+        notes += targets.notes
+    for t in targets:
+        if t.problem:
+            raise TargetError(t.path, t.problem)
+        paths.append(t.path)
+    if "-" in paths and len(paths) > 1:
+        raise TargetError("-", "standard input cannot be part of a file set")
+    return paths
 
 
 def _url_glob(pattern: str) -> tuple[list[str], str | None]:

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .check import Budget, CaptureVerdict, CheckRun, expand_targets, run_check
+from .check import (STATUS_NAMES, Budget, CaptureVerdict, CheckRun, expand_targets,
+                    run_check)
 from .errors import ExitStatus
 from .read import URL_TIMEOUT_S
 
@@ -83,18 +84,17 @@ async def _identity(address: str, timeout: float) -> str:
 class Fleet:
     """The result of `analyze_many`: a verdict per capture (in the order given) and the
     flows, stalls and endpoints of every capture that could be read, each table with a
-    `capture` column (the path or URL) in front of the report's own columns. `notes`:
-    what finding the captures left out and why (a file reached under a second name)."""
+    `capture` column (the path or URL) in front of the report's own columns. `run` is the
+    `check` run behind it (`run.verdicts`: the verdicts as `CaptureVerdict` objects).
+    `notes`: what finding the captures left out and why (a file reached under a second
+    name)."""
 
     run: CheckRun
+    verdicts: pd.DataFrame  # one row per capture, see VERDICT_COLUMNS
     flows: pd.DataFrame
     stalls: pd.DataFrame
     endpoints: pd.DataFrame
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def verdicts(self) -> list[CaptureVerdict]:
-        return self.run.verdicts
 
     @property
     def status(self) -> ExitStatus:
@@ -102,13 +102,33 @@ class Fleet:
         return self.run.status
 
     @property
-    def failed(self) -> list[CaptureVerdict]:
-        """The captures that could not be analysed (unreadable, or an internal error)."""
-        return [v for v in self.verdicts if v.error]
+    def failed(self) -> pd.DataFrame:
+        """The rows of `verdicts` whose capture could not be analysed (unreadable, or an
+        internal error)."""
+        return self.verdicts[self.verdicts["error"].notna()]
 
     def __repr__(self) -> str:
         return (f"<nagleprobe.Fleet: {len(self.verdicts)} captures, {len(self.failed)} "
                 f"failed, {len(self.flows)} flows, {len(self.stalls)} stalls>")
+
+
+# the verdicts table: the capture, `check`'s status name ("pass", "fail", "empty",
+# "unreadable", "internal-error") and exit status, the counts of the selected flows, and
+# why (reasons, the error, the capture's warnings; several joined with "; ")
+VERDICT_COLUMNS = ("capture", "status", "exit_status", "stalls", "stall_ms", "flows",
+                   "flows_selected", "ignored_stalls", "packets", "seconds", "reasons", "error",
+                   "warnings")
+
+
+def verdict_table(verdicts: list[CaptureVerdict]) -> pd.DataFrame:
+    """The verdicts as a table, one row per capture in the order given (VERDICT_COLUMNS)."""
+    import pandas as pd
+
+    return pd.DataFrame([(v.path, STATUS_NAMES[v.status], int(v.status), v.stalls,
+                          v.stall_ms, v.flows_total, v.flows_selected, v.ignored_stalls,
+                          v.packets, v.seconds, "; ".join(v.reasons), v.error,
+                          "; ".join(v.warnings)) for v in verdicts],
+                        columns=list(VERDICT_COLUMNS))
 
 
 def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = None, *,
@@ -135,7 +155,8 @@ def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = No
     finally:
         if own:
             client.close()
-    return Fleet(run, *(_combined(run.verdicts, name) for name in TABLES), notes=targets.notes)
+    return Fleet(run, verdict_table(run.verdicts),
+                 *(_combined(run.verdicts, name) for name in TABLES), notes=targets.notes)
 
 
 def _combined(verdicts: list[CaptureVerdict], name: str) -> pd.DataFrame:

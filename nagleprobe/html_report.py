@@ -2,6 +2,11 @@
 base64 PNG, styles inline, no scripts, nothing fetched from the network), and the compact
 view a Report shows in Jupyter.
 
+The file opens with the verdict, a table of contents and the fixes, one per program that
+must change (`Report.fix_groups`); each flow with stalls is a collapsible section (the
+worst one open), its evidence table cut after HTML_EVIDENCE_ROWS rows with the rest one
+click away (<details>: plain HTML, so the file still needs no script).
+
     >>> nagleprobe.html_report.write_html(report, "incident.html")
     $ nagleprobe analyze capture.pcap --html incident.html
 """
@@ -22,7 +27,7 @@ from . import __version__, wireshark
 from .detect import timer_name
 from .errors import printable
 from .selection import worst_first
-from .words import SIDES
+from .words import SIDES, human_ms
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,6 +38,10 @@ HTML_DETAILED_FLOWS = 10  # stalled flows given their own section, worst first
 HTML_PICTURED_FLOWS = 5  # ...of which this many get time-sequence graphs
 HTML_GRID_STALLS = 6  # stalls drawn one by one per pictured flow
 HTML_TABLE_ROWS = 1000  # rows per table before "... more" (the JSON has everything)
+HTML_EVIDENCE_ROWS = 20  # evidence rows shown before "show the other N"
+HTML_FIX_GROUPS = 10  # fixes (one per program that must change) given a box, most lost first
+HTML_FIX_FLOW_IDS = 30  # flow ids listed in a fix's box
+PNG_COLOURS = 256  # a picture's palette: a quarter of the bytes of full colour, looks the same
 NOTEBOOK_ROWS = 20  # flows listed by _repr_html_
 
 ARROW = "\N{RIGHTWARDS ARROW}"
@@ -63,6 +72,14 @@ figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
 .note { font-size: 0.85em; color: #555; }
 .filters code { user-select: all; word-break: break-all; background: #f5f5f5; padding: 0 3px; }
+nav.toc { background: #f7f7f7; border: 1px solid #e3e3e3; border-radius: 6px;
+          padding: 0.4em 0.9em; font-size: 0.9em; }
+nav.toc ol { margin: 0.2em 0; padding-left: 1.4em; }
+details.flow { border-top: 1px solid #ddd; margin-top: 1.2em; }
+details.flow > summary { cursor: pointer; padding: 0.4em 0; }
+details.flow .anchor { scroll-margin-top: 3em; }
+details.flow > summary h2 { display: inline; border: none; font-size: 1.2em; }
+details.more > summary { cursor: pointer; color: #1a5fb4; font-size: 0.9em; margin-bottom: 0.3em; }
 footer { margin-top: 2.5em; font-size: 0.8em; color: #777; border-top: 1px solid #ddd;
          padding-top: 0.5em; }
 """
@@ -183,9 +200,16 @@ def summary_html(report: Report) -> str:
 
 
 def _png(fig: Figure) -> str:
-    """A figure as an inline <img> (base64 PNG)."""
+    """A figure as an inline <img> source: a base64 PNG of PNG_COLOURS colours (flat plot
+    colours and their anti-aliasing fit a palette)."""
+    from PIL import Image  # a matplotlib dependency
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
+    img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    buf = io.BytesIO()
+    img.quantize(PNG_COLOURS, method=Image.Quantize.FASTOCTREE,
+                 dither=Image.Dither.NONE).save(buf, format="PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -233,9 +257,34 @@ def _endpoint_table(report: Report, fid: int) -> str:
                            "window_scale": "window scale"})
 
 
-def _flow_section(report: Report, f: dict[str, Any], pictures: bool) -> str:
+def _evidence_table(stalls: pd.DataFrame) -> str:
+    """A flow's stalls: the first HTML_EVIDENCE_ROWS, then the others behind a click."""
+    out = table_html(stalls.head(HTML_EVIDENCE_ROWS), EVIDENCE_COLUMNS, EVIDENCE_FMT)
+    rest = stalls.iloc[HTML_EVIDENCE_ROWS:HTML_TABLE_ROWS]
+    if len(rest):
+        out += (f'<details class="more"><summary>Show the other {len(stalls) - HTML_EVIDENCE_ROWS}'
+                f" stalls</summary>{table_html(rest, EVIDENCE_COLUMNS, EVIDENCE_FMT)}")
+        if len(stalls) > HTML_TABLE_ROWS:
+            out += (f'<p class="note">... {len(stalls) - HTML_TABLE_ROWS} more rows (the JSON '
+                    "output lists them all)</p>")
+        out += "</details>"
+    return out
+
+
+def _stalls(n: int) -> str:
+    return f"{n} stall{'s' if n != 1 else ''}"
+
+
+def _lost(f: dict[str, Any]) -> str:
+    return f"{_stalls(f['stalls'])}, {f['stall_ms']:.1f} ms lost"
+
+
+def _flow_section(report: Report, f: dict[str, Any], pictures: bool, is_open: bool) -> str:
     fid = f["id"]
-    out = [f'<section class="flow" id="flow-{fid}"><h2>{_text(_flow_name(f))}</h2>',
+    # the id inside the section's content: following a link to it opens the section
+    out = [f'<details class="flow"{" open" if is_open else ""}><summary>'
+           f'<h2>{_text(_flow_name(f))}</h2> <span class="note">{_lost(f)}</span></summary>'
+           f'<div class="anchor" id="flow-{fid}"></div>',
            f"<p>{f['stalls']} stalls, <b>{f['stall_ms']:.1f} ms lost</b> = "
            f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; without them "
            f"~{f['duration_without_stalls_s']:.3f} s. {f['packets']} packets, roles from "
@@ -267,8 +316,8 @@ def _flow_section(report: Report, f: dict[str, Any], pictures: bool) -> str:
             f"first {n} stalls of flow {fid}"))
     stalls = report.stalls[report.stalls["flow"] == fid]
     out.append("<h3>Evidence (Wireshark frame numbers; times in s since the first packet)</h3>")
-    out.append(table_html(stalls, EVIDENCE_COLUMNS, EVIDENCE_FMT))
-    out.append("</section>")
+    out.append(_evidence_table(stalls))
+    out.append("</details>")
     return "".join(out)
 
 
@@ -284,6 +333,46 @@ def matplotlib_available() -> bool:
 
 NO_PICTURES = ("The pictures are left out: they need matplotlib, which is not installed "
                "(pip install 'nagleprobe[plot]').")
+
+
+def _contents(detailed: pd.DataFrame, fixes: int, pictures: bool, flows: int) -> str:
+    """The table of contents: each part, and each flow's section."""
+    items = ([f'<li><a href="#fixes">What to fix</a> ({fixes})</li>'] if fixes else [])
+    if pictures:
+        items.append('<li><a href="#pictures">Overview</a></li>')
+    items.append(f'<li><a href="#flows">Flows</a> ({flows})</li>')
+    if len(detailed):
+        items.append("<li>Flows with stalls, worst first<ol>" + "".join(
+            f'<li><a href="#flow-{f["id"]}">{_text(_flow_name(f))}</a>: {_lost(f)}</li>'
+            for f in detailed.to_dict("records")) + "</ol></li>")
+    items.append('<li><a href="#capture">How the capture was read</a></li>')
+    return f'<nav class="toc"><b>Contents</b><ol>{"".join(items)}</ol></nav>'
+
+
+def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
+    """A box per program that must change (`Report.fix_groups`): the action, the flows it
+    fixes (linked to their sections), and the fix in words for all of them."""
+    out = ['<section id="fixes"><h2>What to fix</h2>']
+    for g in groups[:HTML_FIX_GROUPS]:
+        ids = g["flows"]
+        n = len(ids)
+        listed = ", ".join(f'<a href="#flow-{i}">{i}</a>' if i in linked else str(i)
+                           for i in ids[:HTML_FIX_FLOW_IDS])
+        if n > HTML_FIX_FLOW_IDS:
+            listed += f" and {n - HTML_FIX_FLOW_IDS} more"
+        out.append(f'<div class="fix"><h3><span class="action">{_text(g["action"])}</span> on '
+                   f'the {_text(g["side"])} {_text(printable(g["endpoint"]))}: '
+                   f'{n} flow{"s" if n != 1 else ""}, {_stalls(g["stalls"])}, '
+                   f'{human_ms(g["lost_ms"])} lost</h3>'
+                   f'{"Flows" if n != 1 else "Flow"} {listed}.<br>'
+                   f"{_text(g['text'])}</div>")
+    if len(groups) > HTML_FIX_GROUPS:
+        rest = groups[HTML_FIX_GROUPS:]
+        out.append(f'<p class="note">{len(rest)} more programs must change, for '
+                   f"{sum(len(g['flows']) for g in rest)} flows with stalls: see the flows table "
+                   "(fix on, fix).</p>")
+    out.append("</section>")
+    return "".join(out)
 
 
 def render_html(report: Report, plots: bool = True, command: str | None = None,
@@ -306,16 +395,11 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
            f'<p class="verdict {"bad" if bad else "good"}">{_text(report.verdict())}</p>']
     if missing:
         out.append(f'<p class="note">{_text(NO_PICTURES)}</p>')
-    for f in worst.head(HTML_DETAILED_FLOWS).to_dict("records"):
-        out.append(f'<div class="fix"><h3>{_text(_flow_name(f))}: {f["stalls"]} stalls, '
-                   f'{f["stall_ms"]:.1f} ms</h3><span class="action">'
-                   f'{_text(f["fix_action"])}</span> on the {_text(f["fix_side"])}: '
-                   f"{_text(f['fix_text'])}</div>")
-    if len(worst) > HTML_DETAILED_FLOWS:
-        actions = worst["fix_action"].iloc[HTML_DETAILED_FLOWS:].value_counts()
-        out.append(f'<p class="note">{len(worst) - HTML_DETAILED_FLOWS} more flows with stalls '
-                   f"need a fix too ({', '.join(f'{v} {k}' for k, v in actions.items())}): see "
-                   f"the flows table.</p>")
+    detailed = worst.head(HTML_DETAILED_FLOWS)
+    groups = report.fix_groups()
+    out.append(_contents(detailed, len(groups), plots and len(fl) > 0, len(fl)))
+    if len(groups):
+        out.append(_fixes(groups, set(detailed["id"].tolist())))
     if plots and len(fl):
         from . import plot
 
@@ -337,8 +421,8 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     out.append(table_html(pd.concat([worst, fl[fl["stalls"] == 0]]), FLOW_COLUMNS, FLOW_FMT,
                           _stalled) if len(fl) else "<p>No TCP flows in this report.</p>")
     out.append("</section>")
-    for k, f in enumerate(worst.head(HTML_DETAILED_FLOWS).to_dict("records")):
-        out.append(_flow_section(report, f, plots and k < HTML_PICTURED_FLOWS))
+    for k, f in enumerate(detailed.to_dict("records")):
+        out.append(_flow_section(report, f, plots and k < HTML_PICTURED_FLOWS, k == 0))
     if len(worst) > HTML_DETAILED_FLOWS:
         out.append(f'<p class="note">The evidence of the other {len(worst) - HTML_DETAILED_FLOWS}'
                    f" flows with stalls is in the JSON output (--format json).</p>")

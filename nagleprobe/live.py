@@ -46,6 +46,7 @@ from .flows import build_flows
 from .handshake import handshake_ends, handshake_mask, moved, shift_to
 from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
+from .selection import selected_stalls
 from .stream import ANALYSED
 from .tuples import TupleTable
 from .words import counted, human_count, human_ms
@@ -87,9 +88,15 @@ class LiveAnalyzer:
 
     `window_rows`: tail of each connection held and analysed (the memory bound).
     `summary_s`: capture time between summaries (`summary` returns [] before that).
+    `ports`, `hosts`, `min_confidence`: report only these flows' stalls, as `analyze`'s
+    selection (`nagleprobe.selection`); a stall below the confidence is looked at again
+    while it is held, and reported once its repeats raise its confidence.
     """
 
     window_rows: int = DEFAULT_WINDOW_ROWS
+    ports: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    min_confidence: float | None = None
     summary_s: float = DEFAULT_SUMMARY_S
     idle_s: float = DEFAULT_IDLE_S
     packets: int = 0  # TCP packets fed
@@ -233,11 +240,16 @@ class LiveAnalyzer:
         done = self._reported
         pos = np.minimum(np.searchsorted(done, key), max(len(done) - 1, 0))
         seen = done[pos] == key if len(done) else np.zeros(len(key), bool)
-        new, tid, flow = order[~seen], tid[~seen], flow[~seen]
+        new, tid, flow, key = order[~seen], tid[~seen], flow[~seen], key[~seen]
+        fl = f.flow
+        if len(new) and (self.ports or self.hosts or self.min_confidence):
+            keep = selected_stalls(fl["client"][flow], fl["server"][flow],
+                                   st["confidence"][new], self.ports, self.hosts,
+                                   self.min_confidence)
+            new, tid, flow, key = new[keep], tid[keep], flow[keep], key[keep]
         if not len(new):
             return []
-        self._reported = np.union1d(self._reported, key[~seen])
-        fl = f.flow
+        self._reported = np.union1d(self._reported, key)
         client = fl["client"][flow].tolist()
         server = fl["server"][flow].tolist()
         col = {k: st[k][new].tolist() for k in ("dir", "released_ns", "stall_ns", "ack_delay_ns",
@@ -475,13 +487,17 @@ def line(event: dict, fmt: str) -> str:
 
 def watch(reader: CaptureReader, emit: Callable[[str], None], fmt: str = "text",
           summary_s: float = DEFAULT_SUMMARY_S, window_rows: int = DEFAULT_WINDOW_ROWS,
-          idle_s: float = DEFAULT_IDLE_S, stream: LiveStream | None = None) -> dict:
+          idle_s: float = DEFAULT_IDLE_S, stream: LiveStream | None = None,
+          ports: tuple[int, ...] = (), hosts: tuple[str, ...] = (),
+          min_confidence: float | None = None) -> dict:
     """Report the stalls of `reader`'s records as they come in, a summary every `summary_s`
     of capture time, and at the end of input or on Ctrl-C (KeyboardInterrupt) the final
     report; each through `emit` (one line or, for the text final report, a few). `stream`:
     the LiveStream the reader reads, if any (its pauses start an analysis at once).
-    Returns the final event."""
-    live = LiveAnalyzer(window_rows=window_rows, summary_s=summary_s, idle_s=idle_s)
+    `ports`, `hosts`, `min_confidence`: only the stalls of this selection (see
+    `LiveAnalyzer`). Returns the final event."""
+    live = LiveAnalyzer(window_rows=window_rows, summary_s=summary_s, idle_s=idle_s,
+                        ports=ports, hosts=hosts, min_confidence=min_confidence)
     skipped: Counter = Counter()
     try:
         for event in events(reader, live, skipped, stream):

@@ -18,7 +18,7 @@ import numpy as np
 
 from .decode import TCP_COLUMNS, decode, empty_columns
 from .errors import CaptureError
-from .fileset import SetReader, merge_columns
+from .fileset import SetReader, capture_paths, merge_columns
 from .read import URL_TIMEOUT_S, CaptureReader
 
 if TYPE_CHECKING:
@@ -47,9 +47,12 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
             batch_rows: int | None = None, progress: Progress | None = None,
             idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None,
             url_timeout: float = URL_TIMEOUT_S) -> Report:
-    """Analyse one capture (pcap/pcapng, optionally gzip): a path, "-" for stdin, or a binary
-    file object (an open file, `io.BytesIO`, a pipe or socket stream), read from where it
-    stands and left open; the report names it by its `name` ("<stream>" without one).
+    """Analyse one capture (pcap/pcapng, optionally gzip): a path or URL, "-" for stdin, or a
+    binary file object (an open file, `io.BytesIO`, a pipe or socket stream), read from where
+    it stands and left open; the report names it by its `name` ("<stream>" without one).
+    A directory, a glob pattern or a list of them is one capture (a file set), as on the
+    command line; one that names no capture file raises `nagleprobe.errors.TargetError` (a
+    CaptureError).
 
     Streams by default: memory is bounded by the connections open at a time (see
     `nagleprobe.stream`; `reorder_window_s` is its reorder window), and a connection holding
@@ -64,13 +67,12 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     """
     stream = None
     paths = None
-    if isinstance(path, (list, tuple)):
-        paths = [os.fspath(p) for p in path]
+    if isinstance(path, (list, tuple, str, os.PathLike)):
+        paths = capture_paths([os.fspath(p) for p in path] if isinstance(path, (list, tuple))
+                              else [os.fspath(path)])
         if len(paths) == 1:
             path, paths = paths[0], None
-    if paths is not None:
-        pass
-    elif not isinstance(path, (str, os.PathLike)):
+    if paths is None and not isinstance(path, (str, os.PathLike)):
         if isinstance(path, io.TextIOBase) or not callable(getattr(path, "read", None)):
             raise TypeError(f"analyze() takes a path or a binary file object (opened with "
                             f"'rb'), not {type(path).__name__}")

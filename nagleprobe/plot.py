@@ -51,6 +51,13 @@ def _new_ax(figsize: tuple[float, float]) -> Axes:
     return plt.subplots(figsize=figsize, layout="constrained")[1]
 
 
+def _seconds_axis(ax: Axes) -> None:
+    """Time ticks as the seconds they are (those of the evidence tables): no "+1.2e8"
+    offset or "1e8" multiplier, which a capture whose first packet came long before the
+    flows otherwise gets."""
+    ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+
+
 def _pick_flow(report: Report, flow: int | None) -> int:
     """The given flow id, or the flow that lost the most time (the first flow if none did)."""
     if flow is not None:
@@ -156,6 +163,7 @@ def time_sequence(report: Report, flow: int | None = None, *, stall: int | None 
 
     if stall is None:
         ax.set_xlabel("time since the first packet (s)")
+        _seconds_axis(ax)
         ax.set_title(_flow_title(report, fid), fontsize=10)
         if 0 < len(shown) <= max_labels:
             lo, hi = ax.get_ylim()
@@ -314,6 +322,7 @@ def overview(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axe
         ax.text(0.5, 0.5, "no flows", transform=ax.transAxes, ha="center", va="center",
                 fontsize=12, color="grey")
     ax.set_xlabel("time since the first packet (s)")
+    _seconds_axis(ax)
     ax.set_title(f"Flows over time; stalls in red{note}", fontsize=10)
     ax.grid(alpha=0.25, axis="x")
     return ax

@@ -1,4 +1,12 @@
-"""A one-line progress display on standard error for long analyses."""
+"""A one-line progress display on standard error for long analyses.
+
+Hand-written rather than tqdm or rich, for what they do not do: on a terminal the line is
+redrawn in place, and in a log (`--progress` off a terminal, e.g. a CI job) it becomes a
+plain line every LOG_INTERVAL_S seconds and one at the end -- tqdm writes carriage-return
+redraws into such a log, rich shows nothing there; and one line carries packets, bytes and
+an ETA by input bytes, which a single-counter bar does not. Both displays stay silent for
+runs shorter than DELAY_S, so a quick analysis prints nothing but its report.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,9 @@ import time
 from typing import TextIO
 
 from .read import CaptureReader
+
+DELAY_S = 0.5  # nothing is drawn before a run has taken this long
+LOG_INTERVAL_S = 10.0  # between the lines written to a log (not a terminal)
 
 
 def _size(n: float) -> str:
@@ -32,17 +43,30 @@ def _columns(out: TextIO) -> int:
         return 80
 
 
-class ProgressBar:
-    """Packets and bytes read, rate, and the ETA when the input's size is known; redrawn in
-    place at most every `interval` seconds. Call it after each chunk (`pipeline.analyze`'s
-    `progress` hook), then `close()`."""
+def _is_terminal(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
 
-    def __init__(self, out: TextIO = sys.stderr, interval: float = 0.2,
-                 width: int | None = None) -> None:
-        self.out, self.interval = out, interval
+
+class ProgressBar:
+    """Packets and bytes read, rate, and the ETA when the input's size is known: on a
+    terminal (`in_place`, default: whether `out` is one) redrawn in place at most every
+    `interval` seconds, else a line every LOG_INTERVAL_S; nothing before `delay` seconds.
+    Call it after each chunk (`pipeline.analyze`'s `progress` hook), then `close()`."""
+
+    def __init__(self, out: TextIO | None = None, interval: float | None = None,
+                 width: int | None = None, delay: float = DELAY_S,
+                 in_place: bool | None = None) -> None:
+        self.out = sys.stderr if out is None else out  # the stderr of the moment
+        self.in_place = _is_terminal(self.out) if in_place is None else in_place
+        if interval is None:
+            interval = 0.2 if self.in_place else LOG_INTERVAL_S
+        self.interval = interval
         self.fixed_width = width  # None: the terminal's, asked at each redraw (it may resize)
         self.start = time.monotonic()
-        self.last = 0.0
+        self.last = self.start + delay - interval  # the first draw once `delay` has passed
         self.shown = False
 
     def __call__(self, reader: CaptureReader, frames: int) -> None:
@@ -51,9 +75,13 @@ class ProgressBar:
             return
         self.last = now
         text = self.line(frames, *reader.input_progress(), now - self.start)
-        # one column short of the width: a line that reaches the last column (or wraps) would
-        # leave the cursor on the next row, and "\r" would then redraw below a stale copy
-        self.out.write("\r" + text[:max(self.width() - 1, 1)] + "\x1b[K")
+        if self.in_place:
+            # one column short of the width: a line that reaches the last column (or wraps)
+            # would leave the cursor on the next row, and "\r" would then redraw below a stale
+            # copy
+            self.out.write("\r" + text[:max(self.width() - 1, 1)] + "\x1b[K")
+        else:
+            self.out.write(f"nagleprobe: {text}\n")
         self.out.flush()
         self.shown = True
 
@@ -78,8 +106,8 @@ class ProgressBar:
         return _columns(self.out)
 
     def close(self) -> None:
-        """Erase the line (the report follows on standard output)."""
-        if self.shown:
+        """Erase the line on a terminal (the report follows on standard output)."""
+        if self.shown and self.in_place:
             self.out.write("\r\x1b[K")
             self.out.flush()
 
@@ -88,21 +116,18 @@ class FleetProgress:
     """Captures done of the total, packets/s over all of them, and failures so far, for
     `check` / `analyze_many` over many captures: call it with each verdict as it arrives,
     then `close()`. On a terminal the line is redrawn in place; elsewhere (a CI log, with
-    `check --progress`) a line is written at most every `interval` seconds, and at the end."""
+    `check --progress`) a line is written at most every `interval` seconds, and at the end.
+    Nothing is drawn before `delay` seconds but that last line."""
 
     def __init__(self, total: int, out: TextIO | None = None, interval: float | None = None,
-                 in_place: bool | None = None) -> None:
+                 in_place: bool | None = None, delay: float = DELAY_S) -> None:
         out = sys.stderr if out is None else out  # the stderr of the moment (not import's)
         self.total, self.out = total, out
-        if in_place is None:
-            try:
-                in_place = out.isatty()
-            except (AttributeError, ValueError):
-                in_place = False
-        self.in_place = in_place
-        self.interval = interval if interval is not None else (0.2 if in_place else 10.0)
+        self.in_place = _is_terminal(out) if in_place is None else in_place
+        self.interval = interval if interval is not None else (
+            0.2 if self.in_place else LOG_INTERVAL_S)
         self.start = time.monotonic()
-        self.last = 0.0
+        self.last = self.start + delay - self.interval  # the first draw once `delay` passed
         self.done = self.failed = self.packets = 0
         self.shown = False
 

@@ -11,7 +11,8 @@ and held against the budget (`[tool.nagleprobe.check]` in the rootdir's pyprojec
 overridden by a `@pytest.mark.nagle(max_stalls=..., ports=[...])` marker), and the test
 fails with the stall evidence if it is over budget, or if no TCP flow was checked at all
 (unless marked `allow_empty=True`). Where capture is not permitted (not root, no tcpdump)
-the test is skipped with the reason, or fails with `--nagle-require-capture` (ini
+the test is skipped with the reason, and the run's summary ends with a line saying the
+gate did not run and why; or it fails with `--nagle-require-capture` (ini
 `nagle_require_capture = true`). Registered through the `pytest11` entry point; nothing
 heavy is imported until a test uses the fixture.
 """
@@ -47,6 +48,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}({', '.join(f'{k}=...' for k in MARKER_KEYS)}): stall budget and "
         "the ports checked by the nagle_capture fixture (overrides [tool.nagleprobe.check])")
+
+
+_NOT_GATED = pytest.StashKey[list]()  # (test id, why) of each test skipped for want of capture
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
+                            ) -> None:
+    """Say, after the run, that the stall gate did not run in the tests that could not
+    capture, and why: a skip alone reads as a gate that passed."""
+    skipped = config.stash.get(_NOT_GATED, [])
+    if not skipped:
+        return
+    reasons = sorted({why for _, why in skipped})
+    n = len(skipped)
+    terminalreporter.write_line(
+        f"nagleprobe: the Nagle/delayed-ACK gate did not run in {n} test{'s' if n != 1 else ''} "
+        f"(skipped): cannot capture traffic here: {'; '.join(reasons)}. "
+        "--nagle-require-capture makes this a failure.", yellow=True, bold=True)
 
 
 class NagleCapture:
@@ -135,6 +154,7 @@ def nagle_capture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Na
                 or request.config.getini("nagle_require_capture")):
             pytest.fail(f"{why} (--nagle-require-capture / nagle_require_capture: a test that "
                         f"cannot capture fails)", pytrace=False)
+        request.config.stash.setdefault(_NOT_GATED, []).append((request.node.nodeid, str(e)))
         pytest.skip(why)
     handle = NagleCapture(capture, budget, path, interface)
     try:

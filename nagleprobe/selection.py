@@ -110,6 +110,17 @@ def confident(stalls: pd.DataFrame, min_confidence: float | None) -> np.ndarray:
     return (stalls["confidence"] >= min_confidence).to_numpy()
 
 
+def selected_stalls(client: np.ndarray, server: np.ndarray, confidence: np.ndarray,
+                    ports: Iterable[int] = (), hosts: Iterable[str] = (),
+                    min_confidence: float | None = None) -> np.ndarray:
+    """Which stalls (their flow's `client` and `server` endpoints, their `confidence`) the
+    selection keeps, without a report's tables (`watch`'s stall events)."""
+    import pandas as pd
+
+    keep = flow_mask(pd.DataFrame({"client": client, "server": server}), ports, hosts)
+    return keep & confident(pd.DataFrame({"confidence": confidence}), min_confidence)
+
+
 def recount(flows: pd.DataFrame, stalls: pd.DataFrame) -> pd.DataFrame:
     """The flows table with its stall counts, time lost and shares recomputed from `stalls`
     (after stalls were ignored); a flow left without stalls loses its fix."""

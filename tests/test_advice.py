@@ -1,8 +1,10 @@
 """Who must change what (nagleprobe/advice.py): one fix per endpoint -- the flows with
-stalls whose same side, on the same host, needs the same change are told once."""
+stalls whose same side, in the same program (a server by its address and port, a client by
+its address), needs the same change are told once."""
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import nagleprobe
@@ -76,3 +78,17 @@ def test_only_the_flows_asked_for(four_clients):
     (g,) = four_clients.fix_groups([2, 3])
     assert sorted(g["flows"]) == [2, 3]
     assert four_clients.fix_groups([]) == []
+
+
+def test_a_client_is_one_program_a_server_one_per_port(four_clients):
+    """A client's connections have ports of their own; a host's servers on two ports are
+    two programs."""
+    flows, stalls = dict(four_clients.columns("flows")), dict(four_clients.columns("stalls"))
+    flows["fix_side"] = np.full(len(flows["id"]), "server", dtype=object)
+    flows["fix_endpoint"] = np.array(["127.0.0.1:8000", "127.0.0.1:8000", "127.0.0.1:8001",
+                                      "127.0.0.1:8001"], dtype=object)[flows["id"]]
+    stalls["sender"] = np.full(len(stalls["flow"]), "server", dtype=object)
+    groups = fix_groups(flows, stalls, four_clients.columns("endpoints"))
+    assert sorted(sorted(g["flows"]) for g in groups) == [[0, 1], [2, 3]]
+    assert {g["endpoint"] for g in groups} == {"127.0.0.1:8000", "127.0.0.1:8001"}
+    assert all(g["side"] == "server" and g["host"] == "127.0.0.1" for g in groups)

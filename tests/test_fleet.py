@@ -79,9 +79,13 @@ def test_analyze_many_on_the_cluster_equals_the_local_pool_and_the_single_analys
     local = analyze_many(FLEET)
     for name in ("flows", "stalls", "endpoints"):
         assert getattr(on_cluster, name).equals(getattr(local, name)), name
-    assert [v.to_dict() for v in on_cluster.verdicts] == [v.to_dict() for v in local.verdicts]
+    assert on_cluster.verdicts.drop(columns="seconds").equals(
+        local.verdicts.drop(columns="seconds"))
+    assert [v.to_dict() for v in on_cluster.run.verdicts] == [
+        v.to_dict() for v in local.run.verdicts]
     # the combined tables are the single analyses' tables, each under its capture's path
-    readable = [p for p, v in zip(FLEET, local.verdicts) if not v.error]
+    readable = local.verdicts.loc[local.verdicts["error"].isna(), "capture"].tolist()
+    assert readable == [p for p in FLEET if p not in (EMPTY, NOT_A_CAPTURE, MISSING)]
     assert list(on_cluster.stalls["capture"].unique()) == [
         p for p in readable if len(nagleprobe.analyze(p).stalls)]
     for p in readable:
@@ -90,13 +94,13 @@ def test_analyze_many_on_the_cluster_equals_the_local_pool_and_the_single_analys
         assert mine.reset_index(drop=True).equals(alone.stalls.reset_index(drop=True))
         assert (on_cluster.flows["capture"] == p).sum() == len(alone.flows)
     assert on_cluster.flows.columns[0] == "capture"
-    assert [v.path for v in on_cluster.failed] == [EMPTY, NOT_A_CAPTURE, MISSING]
+    assert on_cluster.failed["capture"].tolist() == [EMPTY, NOT_A_CAPTURE, MISSING]
 
 
 def test_analyze_many_connects_to_a_scheduler_address_given_as_text(cluster):
     _, address = cluster
     fleet = analyze_many([SPLIT, PROXY], client=address)
-    assert [v.stalls for v in fleet.verdicts] == [19, len(nagleprobe.analyze(PROXY).stalls)]
+    assert fleet.verdicts["stalls"].tolist() == [19, len(nagleprobe.analyze(PROXY).stalls)]
     assert repr(fleet).startswith("<nagleprobe.Fleet: 2 captures, 0 failed")
 
 
@@ -133,10 +137,10 @@ def test_workers_read_captures_by_url_themselves(cluster, tmp_path):
     with serve(tmp_path) as (base, seen):
         urls = [f"{base}/a.pcap", f"{base}/b.pcap.gz", f"{base}/gone.pcap"]
         fleet = analyze_many(urls, client=client)
-    assert [v.status for v in fleet.verdicts] == [
+    assert fleet.verdicts["exit_status"].tolist() == [
         ExitStatus.STALLS_FOUND, ExitStatus.STALLS_FOUND, ExitStatus.BAD_CAPTURE], \
-        [v.error for v in fleet.verdicts]
-    assert fleet.verdicts[2].error == f"{base}/gone.pcap: no such file"
+        fleet.verdicts["error"].tolist()
+    assert fleet.verdicts["error"].iloc[2] == f"{base}/gone.pcap: no such file"
     local = analyze_many([SPLIT, PROXY])
     assert fleet.stalls.drop(columns="capture").equals(local.stalls.drop(columns="capture"))
     assert ("GET", "/b.pcap.gz", None) in seen
@@ -157,6 +161,25 @@ def test_a_task_the_cluster_cannot_run_is_that_capture_s_internal_error(cluster)
 
 def _crash() -> None:
     raise OSError("worker lost its disk")
+
+
+# ------------------------------------------------------------------ the verdicts table
+def test_verdicts_are_a_table_one_row_per_capture_in_the_order_given():
+    fleet = analyze_many([SPLIT, EMPTY, NODELAY], jobs=1)
+    v = fleet.verdicts
+    assert list(v.columns) == ["capture", "status", "exit_status", "stalls", "stall_ms",
+                               "flows", "flows_selected", "ignored_stalls", "packets",
+                               "seconds", "reasons", "error", "warnings"]
+    assert v["capture"].tolist() == [SPLIT, EMPTY, NODELAY]
+    assert v["status"].tolist() == ["fail", "unreadable", "pass"]
+    assert v["exit_status"].tolist() == [1, 3, 0]
+    assert v["stalls"].tolist() == [19, 0, 0]
+    assert v["error"].tolist()[1] == f"{EMPTY}: empty file" and v["error"].isna().tolist() == [
+        True, False, True]
+    assert v["packets"].iloc[0] == nagleprobe.analyze(SPLIT).capture["packets"]
+    assert fleet.failed["capture"].tolist() == [EMPTY]
+    assert [c.path for c in fleet.run.verdicts] == [SPLIT, EMPTY, NODELAY]  # the dataclasses
+    assert len(repr(fleet)) < 100
 
 
 # ------------------------------------------------------------------ no scheduler
@@ -199,7 +222,7 @@ def test_dask_not_installed_says_which_extra_to_install(monkeypatch):
 # ------------------------------------------------------------------ progress
 def test_progress_counts_captures_packets_and_failures():
     out = io.StringIO()
-    bar = FleetProgress(3, out=out, interval=0, in_place=False)
+    bar = FleetProgress(3, out=out, interval=0, in_place=False, delay=0)
     run_check([SPLIT, EMPTY, PROXY], Budget(), jobs=1, progress=bar)
     lines = out.getvalue().splitlines()
     assert [line.split(",")[0] for line in lines] == [

@@ -24,18 +24,24 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 
 
 class Page(HTMLParser):
-    """What a browser would load from the page, and the text of its table cells."""
+    """What a browser would load from the page, its links within the page (#id) and ids,
+    and the text of its table cells."""
 
     def __init__(self, text: str) -> None:
         super().__init__()
         self.tags, self.sources, self.cells, self._cell = [], [], [], None
+        self.fragments, self.ids = [], set()
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
         a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
         for key in ("src", "href"):
-            if key in a:
+            if key in a and a[key].startswith("#"):
+                self.fragments.append(a[key][1:])  # a place in the page: nothing loaded
+            elif key in a:
                 self.sources.append(a[key])
         if tag == "td":
             self._cell = ""
@@ -60,6 +66,7 @@ def test_the_file_is_self_contained(proxy_html):
     assert "script" not in page.tags and "link" not in page.tags and "iframe" not in page.tags
     assert not re.search(r"https?://|url\(|@import", proxy_html)
     assert page.sources and all(s.startswith("data:image/png;base64,") for s in page.sources)
+    assert page.fragments and set(page.fragments) <= page.ids  # every link leads somewhere
     for src in page.sources:
         img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
         assert img.format == "PNG" and img.width > 400
@@ -171,3 +178,83 @@ def test_footer_says_when_by_which_command_and_version_it_was_made(proxy_any, tm
     assert stamp and (stamp.group(2), stamp.group(3)) == (sample, str(out))
     when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
     assert before <= when <= datetime.now(timezone.utc)
+
+
+# ------------------------------------------------------------------ many flows
+FIELD = Path("/work/shared/field/pos__nfstream_coap_mqtt.pcap")  # 4 flows, 409 stalls
+
+
+@pytest.fixture(scope="module")
+def field():
+    if not FIELD.exists():
+        pytest.skip(f"{FIELD} is not on this machine (the labelled field captures)")
+    return nagleprobe.analyze(FIELD)
+
+
+@pytest.fixture(scope="module")
+def field_html(field):
+    return render_html(field)
+
+
+def test_a_table_of_contents_links_every_part_and_every_flow_section(field, field_html):
+    toc = field_html.split('<nav class="toc">', 1)[1].split("</nav>", 1)[0]
+    links = re.findall(r'href="#([^"]+)"', toc)
+    worst = field.flows.sort_values(["stall_ms", "id"], ascending=[False, True])["id"]
+    assert links == ["fixes", "pictures", "flows", *[f"flow-{i}" for i in worst], "capture"]
+    assert set(links) <= Page(field_html).ids
+
+
+def test_each_flow_is_a_collapsible_section_the_worst_one_open(field, field_html):
+    heads = re.findall(r'<details class="flow"( open)?><summary><h2>Flow (\d+):', field_html)
+    worst = field.flows.sort_values(["stall_ms", "id"], ascending=[False, True])["id"]
+    assert [int(i) for _, i in heads] == worst.tolist()
+    assert [bool(o) for o, _ in heads] == [True, False, False, False]
+
+
+def test_one_fix_for_the_flows_of_one_client_naming_them_all(field, field_html):
+    fixes = field_html.split('<section id="fixes">', 1)[1].split("</section>", 1)[0]
+    boxes = fixes.split('<div class="fix">')[1:]
+    assert len(boxes) == 1  # one client host, four connections: said once
+    assert "on the client 192.168.56.1: 4 flows, 409 stalls" in boxes[0]
+    assert re.findall(r'href="#flow-(\d+)"', boxes[0]) == ["1", "0", "2", "3"]
+    (group,) = field.fix_groups()  # the fix said once, for all four flows
+    assert group["text"] in boxes[0] and "The client 192.168.56.1 should" in boxes[0]
+
+
+def test_long_evidence_shows_its_first_rows_and_the_rest_one_click_away(field, field_html):
+    from nagleprobe.html_report import HTML_EVIDENCE_ROWS
+
+    section = field_html.split('id="flow-0"', 1)[1].split("</details>\n", 1)[0]
+    evidence = section.split("<h3>Evidence", 1)[1]
+    shown, rest = evidence.split('<details class="more">', 1)
+    n = int((field.stalls["flow"] == 0).sum())
+    assert f"<summary>Show the other {n - HTML_EVIDENCE_ROWS} stalls</summary>" in rest
+    frames = [int(c) for c in Page(shown).cells[1::13]] + [int(c) for c in Page(rest).cells[1::13]]
+    assert len(Page(shown).cells) == 13 * HTML_EVIDENCE_ROWS
+    assert frames == field.stalls[field.stalls["flow"] == 0]["small_frame"].tolist()
+
+
+def test_the_pictures_are_palette_pngs_and_the_report_a_third_of_its_old_size(field_html):
+    """The 4-flow report was 1,521,731 bytes with full-colour pictures (issue 32)."""
+    page = Page(field_html)
+    assert len(page.sources) == 11
+    for src in page.sources:
+        img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        assert img.mode == "P" and img.width > 400
+    assert len(field_html.encode()) < 600_000
+
+
+def test_following_a_link_to_a_closed_flow_section_opens_it(chromium, field, tmp_path):
+    page = tmp_path / "report.html"
+    write_html(field, page, plots=False)
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace(
+        "</body>", "<script>window.addEventListener('load', () => setTimeout(() => { "
+        "document.title = 'open:' + [...document.querySelectorAll('details.flow')]"
+        ".map(d => d.open).join(','); }, 300));</script></body>"))
+    dom = subprocess.run([chromium, *CHROMIUM_FLAGS, "--virtual-time-budget=2000",
+                          "--dump-dom", probe.as_uri() + "#flow-2"],
+                         capture_output=True, text=True, timeout=180)
+    title = re.search(r"<title>open:([^<]*)</title>", dom.stdout)
+    assert title, dom.stderr[-2000:]
+    assert title.group(1) == "true,false,true,false"  # flows 1 (worst, open), 0, 2, 3

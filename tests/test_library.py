@@ -49,6 +49,39 @@ def test_analyze_reads_a_non_seekable_stream():
     assert r.summary()["stalls"] == 19
 
 
+ROTATED = SAMPLES / "sets" / "echo_split_rotated_lo"
+
+
+def test_a_directory_a_glob_pattern_and_a_list_of_files_are_one_capture_as_on_the_cli():
+    files = sorted(str(p) for p in ROTATED.glob("*.pcap"))
+    assert len(files) > 1
+    want = nagleprobe.analyze(files).summary()
+    assert want["stalls"] > 0
+    for target in (ROTATED, f"{ROTATED}/", f"{ROTATED}/*.pcap", [f"{ROTATED}/cap-*.pcap"]):
+        r = nagleprobe.analyze(target)
+        assert r.summary() == want, target
+        assert [f["path"] for f in r.capture["files"]] == files
+
+
+@pytest.mark.parametrize("target, problem", [
+    ("nothing-here-*.pcap", "no file matches this pattern"),
+    (["-", str(SPLIT)], "standard input cannot be part of a file set"),
+])
+def test_a_target_naming_no_capture_is_a_target_error_naming_it(target, problem):
+    from nagleprobe.errors import TargetError
+
+    with pytest.raises(TargetError, match=problem) as e:
+        nagleprobe.analyze(target)
+    assert isinstance(e.value, nagleprobe.CaptureError)
+
+
+def test_a_directory_without_captures_is_a_target_error_naming_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("no capture here")
+    with pytest.raises(nagleprobe.CaptureError,
+                       match=f"^{tmp_path}: no capture files .* in this directory$"):
+        nagleprobe.analyze(tmp_path)
+
+
 def test_analyze_refuses_a_text_file_with_a_clear_message():
     with open(SPLIT, encoding="latin-1") as f, pytest.raises(TypeError, match="binary file"):
         nagleprobe.analyze(f)

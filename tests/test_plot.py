@@ -230,3 +230,24 @@ def test_peer_ack_delays_are_marked_over_the_stall_bars(request, fixture):
         assert x != bar.get_x() and y == np.histogram(
             report.stalls["peer_ack_delay_ms"], [bar.get_x(), bar.get_x() + bar.get_width()])[0][0]
     assert "peer's ACK delay (path removed)" in [t.get_text() for t in ax.get_legend().texts]
+
+
+FIELD = Path("/work/shared/field/pos__nfstream_coap_mqtt.pcap")  # flows 1.2e8 s after time 0
+
+
+@pytest.mark.parametrize("draw", ["time_sequence", "overview"])
+def test_time_ticks_are_the_seconds_of_the_tables_without_an_offset(draw):
+    """A capture whose first packet came years before its flows: matplotlib would write the
+    ticks as small numbers plus "+1.219495e8" in a corner."""
+    if not FIELD.exists():
+        pytest.skip(f"{FIELD} is not on this machine (the labelled field captures)")
+    r = nagleprobe.analyze(FIELD)
+    ax = getattr(plot, draw)(r)
+    render(ax)
+    assert ax.xaxis.get_offset_text().get_text() == ""
+    ticks = [(t.get_position()[0], t.get_text()) for t in ax.get_xticklabels() if t.get_text()]
+    lo, hi = ax.get_xlim()
+    shown = [(x, text) for x, text in ticks if lo <= x <= hi]
+    assert len(shown) >= 3 and r.stalls["small_s"].min() > 1e8
+    for x, text in shown:
+        assert float(text.replace("\N{MINUS SIGN}", "-")) == pytest.approx(x)

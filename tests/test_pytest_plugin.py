@@ -98,6 +98,25 @@ def test_fixture_skips_with_the_reason_where_capture_is_not_possible(inner, monk
     assert os.environ["NAGLEPROBE_TCPDUMP"].endswith("no-tcpdump")
 
 
+def test_a_run_whose_gate_could_not_capture_says_so_in_its_summary(inner, monkeypatch):
+    """Without -rs a skip is one "s" and "1 skipped": the summary must say the gate did not
+    run, in how many tests, and why."""
+    monkeypatch.setenv("NAGLEPROBE_TCPDUMP", str(inner.path / "no-tcpdump"))
+    result = inner.runpytest_subprocess("-q", "-k", "nodelay or generous")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["nagleprobe: the Nagle/delayed-ACK gate did not run in 2 "
+                                 "tests (skipped): cannot capture traffic here: tcpdump not "
+                                 "found at *no-tcpdump*. --nagle-require-capture makes this "
+                                 "a failure."])
+
+
+def test_a_run_that_captured_has_no_such_summary_line(inner):
+    require_capture()
+    result = inner.runpytest_subprocess("-k", "nodelay")
+    result.assert_outcomes(passed=1)
+    assert "gate did not run" not in result.stdout.str()
+
+
 def test_a_watched_port_outside_the_configured_ones_is_captured_and_checked(inner):
     """The documented pyproject (docs/ci.md: ports 8000/8443) and a test on another port: its traffic is
     captured (all TCP), selected by watch_port, and its stalls fail the test."""
