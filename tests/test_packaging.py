@@ -10,8 +10,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
+IMPORTED_AS = {"pillow": "PIL"}  # distributions whose import name is another
+
+
 def name(requirement: str) -> str:
-    return requirement.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip().lower()
+    """The name a requirement is imported by."""
+    dist = requirement.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip().lower()
+    return IMPORTED_AS.get(dist, dist)
 
 
 def imported_modules() -> set[str]:
