@@ -4,9 +4,10 @@ For every data segment S2 of a direction X -> Y that is smaller than X's send MS
   1. the last packet Y sent before S2 is a pure ACK A that acknowledged new data, all of
      X's outstanding data, which ended in S1, the last data X sent before A ("coupled";
      found by the compiled pass nagleprobe/_detect.c, or `_chain_numpy`);
-  2. S2 carries new data (not a retransmission), Y's window was open, X is not proven to
-     have Nagle off, and S1 is small (any Nagle) or full-sized while X is not proven to use
-     Minshall's rule (a classic-Nagle sender holds a tail behind a lone full segment);
+  2. S2 carries new data (not a retransmission), Y's window was open with room for S2
+     after S1 (else the window held S2), X is not proven to have Nagle off, and S1 is
+     small (any Nagle) or full-sized while X is not proven to use Minshall's rule (a
+     classic-Nagle sender holds a tail behind a lone full segment);
   3. S2 follows A within the time a packet seen at the capture point takes to reach X and
      the answer to come back: the round trip to X, give or take a slack (causality bounds
      it on both sides);
