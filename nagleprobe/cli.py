@@ -131,8 +131,9 @@ def main() -> None:
 @click.option("--top", type=click.IntRange(min=0), metavar="N",
               help="Report only the N flows that lost the most time to stalls, worst first.")
 @click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
-              help="Ignore stalls with a confidence below C (single stalls are 0.6, repeated "
-                   "ones 0.9-0.95): they leave the report and its counts.")
+              help="Ignore stalls with a confidence below C (default: none; a single stall "
+                   "is 0.6, repeated steady ones 0.85-0.95; what each band is worth: "
+                   "docs/DETECTION.md): they leave the report and its counts.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Text report: the evidence of every flow with stalls (the first ten; by "
                    "default of the worst flow of each fix) and a line per clean flow.")
@@ -431,8 +432,8 @@ _GATE_OPTIONS = [
     click.option("--max-lost-share", type=click.FloatRange(0, 100), metavar="PCT",
                  help="Percent of any one flow's duration that stalls may take."),
     click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
-                 help="Ignore stalls with a confidence below C (single stalls are 0.6, "
-                      "repeated ones 0.9-0.95)."),
+                 help="Ignore stalls with a confidence below C (default: none; a single "
+                      "stall is 0.6, repeated steady ones 0.85-0.95; see docs/DETECTION.md)."),
     click.option("--host", "hosts", multiple=True, callback=_host_option, metavar="H",
                  help="Check only flows with an endpoint at this address or in this network "
                       "(repeatable)."),

@@ -4,9 +4,10 @@ For every data segment S2 of a direction X -> Y that is smaller than X's send MS
   1. the last packet Y sent before S2 is a pure ACK A that acknowledged new data, all of
      X's outstanding data, which ended in S1, the last data X sent before A ("coupled";
      found by the compiled pass nagleprobe/_detect.c, or `_chain_numpy`);
-  2. S2 carries new data (not a retransmission), Y's window was open, X is not proven to
-     have Nagle off, and S1 is small (any Nagle) or full-sized while X is not proven to use
-     Minshall's rule (a classic-Nagle sender holds a tail behind a lone full segment);
+  2. S2 carries new data (not a retransmission), Y's window was open with room for S2
+     after S1 (else the window held S2), X is not proven to have Nagle off, and S1 is
+     small (any Nagle) or full-sized while X is not proven to use Minshall's rule (a
+     classic-Nagle sender holds a tail behind a lone full segment);
   3. S2 follows A within the time a packet seen at the capture point takes to reach X and
      the answer to come back: the round trip to X, give or take a slack (causality bounds
      it on both sides);
@@ -52,7 +53,8 @@ RTT_FROM_DATA_PENALTY = 0.05  # ... when the round trips come from data/ACK pair
 # Why a coupled late ACK was not a stall, tested in this order (the first that holds counts).
 REASONS = {
     "retransmission": "S2 resent old data",
-    "window": "the receiver's window was shut",
+    "window": "the receiver's window was shut, or full: it had no room for S2 before the "
+              "ACK (window-limited, not Nagle)",
     "nagle_off": "the sender has Nagle off (it sent a small segment while another was "
                  "unacknowledged)",
     "not_classic": "S1 was full-sized and the sender does not hold a tail behind full "
@@ -106,8 +108,9 @@ class Params:
 
 # A coupled candidate (S2, the late ACK A, S1) as the rule reads it, before any threshold:
 # its direction (flow * 2 + dir), the three packets' frames and times, S2's and S1's
-# bytes, whether S2 was new data, whether Y's window was shut, and the time of the peer's
-# data answering S2 (-1: none; ANSWER_PENDING: not seen yet, the connection goes on).
+# bytes, whether S2 was new data, whether Y's window was shut or had no room for S2 before
+# A (`_window_full`), and the time of the peer's data answering S2 (-1: none;
+# ANSWER_PENDING: not seen yet, the connection goes on).
 CANDIDATE_COLUMNS = ("key", "small_frame", "ack_frame", "released_frame", "small_ns", "ack_ns",
                      "released_ns", "held_bytes", "small_bytes", "new_data", "shut", "answer_ns")
 ANSWER_PENDING = -2
@@ -183,14 +186,31 @@ def evidence(f: Flows, mss: np.ndarray, owned: slice | None = None,
         data = np.flatnonzero(pay > 0)
         last_data[fid[data]] = data
         answer_ns[S2 == last_data[fid[S2]]] = ANSWER_PENDING
-    cand = {"key": fid[S2] * 2 + d[S2], "small_frame": frame[S1], "ack_frame": frame[A],
+    key = fid[S2] * 2 + d[S2]
+    cand = {"key": key, "small_frame": frame[S1], "ack_frame": frame[A],
             "released_frame": frame[S2], "small_ns": ts[S1], "ack_ns": ts[A],
             "released_ns": ts[S2], "held_bytes": pay[S2], "small_bytes": pay[S1],
             "new_data": s["new_data"][S2],
-            "shut": (window[A] == 0) | ((YA >= 0) & (window[np.maximum(YA, 0)] == 0)),
+            "shut": (window[A] == 0) | ((YA >= 0) & (window[np.maximum(YA, 0)] == 0))
+                    | _window_full(f, key, S1, S2, YA),
             "answer_ns": answer_ns}
     return Evidence(cand, off, not_classic, fid[lone_data] * 2 + d[lone_data],
                     ts[lone_row] - ts[lone_data])
+
+
+def _window_full(f: Flows, key: np.ndarray, S1: np.ndarray, S2: np.ndarray,
+                 YA: np.ndarray) -> np.ndarray:
+    """Whether the window Y last offered before its ACK A (in YA) had no room for S2 after
+    S1: the sender was held by the window, not by Nagle. Known only where Y's window
+    scale is (a SYN's window is never scaled)."""
+    s = f.seg
+    ya = np.maximum(YA, 0)
+    scale = f.flow["wscale"].reshape(-1)[key ^ 1]
+    syn = (s["flags"][ya] & SYN) != 0
+    shift = np.where(syn, 0, np.maximum(scale, 0))
+    right_edge = s["ack"][ya] + (s["window"][ya].astype(np.int64) << shift)
+    known = (YA >= 0) & ((s["flags"][ya] & ACK) != 0) & (syn | (scale >= 0))
+    return known & (s["end"][S1] + s["payload"][S2] > right_edge)
 
 
 def classify(c: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:

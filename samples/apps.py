@@ -19,6 +19,7 @@ in ``<capture>.expected.json`` comes from.
     apps.py records-receiver --port 8000          (reads 96 B header + body records)
     apps.py records-sender --dst IP --port 8000 --sport P --n 20 --pace-ms 100
     apps.py sink          --port 8000 [--rcvbuf B --pause-after N --pause-ms MS]
+                          [--readsize B --read-gap-ms MS (sleep after every recv)]
     apps.py oneway-client --dst IP --port 8000 --sport P --n 20 --size 20 --gap-ms 100
     apps.py bulk-sender   --dst IP --port 8000 --sport P --bytes N --chunk C
 """
@@ -350,6 +351,8 @@ def sink(a):
         total += len(d)
         if a.log_arrivals:
             arrivals.append([ms(NS() - t_start), len(d)])
+        if a.read_gap_ms:  # a slow reader: the window opens only as fast as this
+            time.sleep(a.read_gap_ms / 1000)
     c.close()
     log_write(a.log, {"role": "sink", "bytes": total, "rcvbuf": a.rcvbuf, "pause": paused,
                       "arrivals_ms_len": arrivals})
@@ -413,6 +416,7 @@ def main():
     ap.add_argument("--pause-after", type=int, default=0)
     ap.add_argument("--pause-ms", type=float, default=0)
     ap.add_argument("--log-arrivals", action="store_true")
+    ap.add_argument("--read-gap-ms", type=float, default=0)
     ap.add_argument("--bytes", type=int, default=1 << 20)
     ap.add_argument("--chunk", type=int, default=65536)
     ap.add_argument("--think-ms", default="", help="comma list, cycled: sleep between writes")

@@ -517,6 +517,32 @@ def neg_zero_window_netns():
             sender_total_ms=c["total_ms"])
 
 
+def neg_window_full_netns():
+    name = "neg_window_full_netns"
+    rcvbuf, gap_ms, total = 2048, 100, 20 * 1448 + 376  # 20 full segments and a 376 B tail
+    setup_bridge()
+    caps = captures([("cli", "c0", f"{name}.pcap")])
+    srv = app("srv", "sink", f"{name}.srv.json", "--port", 8000, "--rcvbuf", rcvbuf,
+              "--readsize", 1448, "--read-gap-ms", gap_ms, "--log-arrivals", rt=True)
+    time.sleep(0.2)
+    cli = app("cli", "bulk-sender", f"{name}.cli.json", "--dst", SRV_IP, "--port", 8000,
+              "--sport", 40032, "--bytes", total, "--chunk", total, rt=True)
+    wait_all([cli, srv])
+    finish(caps)
+    s, c = load(f"{name}.srv.json"), load(f"{name}.cli.json")
+    sidecar(name, 0, None, None, None, "client", {"client": "on", "server": "on"},
+            f"Window-limited bulk, not Nagle. Two namespaces joined by a kernel bridge (no "
+            f"delay). The receiver (SO_RCVBUF={rcvbuf} on the listener: a window of at most "
+            f"1448 B) reads 1448 B, then sleeps {gap_ms} ms, every time; the sender (Linux, "
+            f"Nagle on: Minshall's rule, which never holds a tail behind a full segment) "
+            f"writes {total} B in one send. Each full segment fills the offered window, so "
+            "the next segment (724 B as the window reopens half way, and the final 376 B "
+            "tail) leaves the moment the receiver's late ACK opens the window: held by the "
+            "window, not by Nagle.", receiver_rcvbuf=rcvbuf, receiver_read_gap_ms=gap_ms,
+            receiver_arrivals_ms_len=s["arrivals_ms_len"], sender_total_ms=c["total_ms"],
+            bytes=total, nagle_flavour={"client": "minshall", "server": "unknown"})
+
+
 def neg_bulk_cwnd_netns():
     name = "neg_bulk_cwnd_netns"
     fwd = setup_path()
@@ -1117,8 +1143,8 @@ def excerpt_proxy_lo():
 SCENARIOS = {f.__name__: f for f in (
     echo_split_lo, echo_nodelay_lo, echo_coalesced_lo, confirm_netns, proxy_any,
     records_bulk_netns, records_bulk_win200_netns, server_split_lo, neg_think_time_lo,
-    neg_rto_netns, neg_zero_window_netns, neg_bulk_cwnd_netns, neg_nodelay_split_netns,
-    neg_quickack_lo,
+    neg_rto_netns, neg_zero_window_netns, neg_window_full_netns, neg_bulk_cwnd_netns,
+    neg_nodelay_split_netns, neg_quickack_lo,
     # issue 12 (excerpts needs long_echo_split_rtt80 and proxy_netns_any first)
     long_echo_split_rtt80, long_echo_split_rtt200, long_server_split_rtt80,
     long_server_split_rtt200, neg_nodelay_split_rtt200, neg_think_quickack_rtt80, bridge_any,

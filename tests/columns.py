@@ -40,6 +40,9 @@ def packets(rows: list[dict]) -> dict[str, np.ndarray]:
     return {k: np.array(v, dtype=TCP_COLUMNS[k]) for k, v in cols.items()}
 
 
+SYN_WINDOW = 64240
+
+
 class Conversation:
     """Script a TCP conversation between a client and a server, tracking seq/ack for you."""
 
@@ -51,11 +54,13 @@ class Conversation:
         self.mss = mss
 
     def handshake(self, t_ms: float, rtt_ms: float = 0.05) -> float:
+        """SYN, SYN/ACK (Linux's window, never scaled: 64240 B) and ACK; later packets
+        offer 512 << 7 = 64 KiB by default."""
         c, s = self.nxt["c"], self.nxt["s"]
         self.rows.append(dict(t_ms=t_ms, src=self.ep["c"], dst=self.ep["s"], seq=c, flags=S,
-                              mss=self.mss, wscale=7))
+                              mss=self.mss, wscale=7, win=SYN_WINDOW))
         self.rows.append(dict(t_ms=t_ms + rtt_ms / 2, src=self.ep["s"], dst=self.ep["c"], seq=s,
-                              ack=c + 1, flags=S | A, mss=self.mss, wscale=7))
+                              ack=c + 1, flags=S | A, mss=self.mss, wscale=7, win=SYN_WINDOW))
         self.nxt = {"c": c + 1, "s": s + 1}
         self.rows.append(dict(t_ms=t_ms + rtt_ms, src=self.ep["c"], dst=self.ep["s"],
                               seq=c + 1, ack=s + 1, flags=A))

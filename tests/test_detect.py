@@ -211,6 +211,42 @@ def test_tail_held_behind_a_lone_full_segment_is_a_classic_nagle_stall():
     assert client["nagle"] == "on"
 
 
+def test_tail_released_when_a_full_window_opens_is_window_limited_not_nagle():
+    # the issue-30 shape: each full segment fills the receiver's window (room left < the
+    # tail), the receiver's late ACK opens it, the tail leaves at once: the window held it
+    conv = Conversation(C, SV, mss=1460)
+    t = conv.handshake(0.0)
+    for _ in range(3):
+        conv.ack("s", t + 0.5, win=12)    # 12 << 7 = 1536 B offered: 76 B left after S1
+        conv.send("c", t + 1, 1460)
+        conv.ack("s", t + 41)
+        conv.send("c", t + 41.02, 500)
+        conv.send("s", t + 41.1, 64)
+        t += 100
+    r = run(conv)
+    assert r.stall_count == 0
+    fl = r.to_dict()["flows"][0]
+    assert fl["why_not"] == {"window": 3}
+    client = fl["endpoints"]["client"]
+    assert client["nagle_flavour"] != "classic" and client["held_behind_full"] == 0
+
+
+def test_a_window_with_room_for_the_tail_leaves_a_classic_stall_standing():
+    # the same, with room for S2 after S1 in the offered window: only Nagle held it
+    conv = Conversation(C, SV, mss=1460)
+    t = conv.handshake(0.0)
+    for _ in range(3):
+        conv.ack("s", t + 0.5, win=16)    # 2048 B offered: 588 B left, room for 500
+        conv.send("c", t + 1, 1460)
+        conv.ack("s", t + 41)
+        conv.send("c", t + 41.02, 500)
+        conv.send("s", t + 41.1, 64)
+        t += 100
+    r = run(conv)
+    assert r.stall_count == 3
+    assert r.to_dict()["flows"][0]["endpoints"]["client"]["nagle_flavour"] == "classic"
+
+
 def test_window_update_that_acknowledges_nothing_new_is_not_the_releasing_ack():
     conv = Conversation(C, SV)
     t = conv.handshake(0.0)

@@ -100,6 +100,16 @@ def test_vantage_point_is_recognised(name):
     assert [f["vantage"] for f in doc["flows"]] == [truth["vantage"]]
 
 
+def test_a_tail_released_by_a_window_that_opens_is_not_a_stall():
+    """neg_window_full_netns: every full segment fills the offered window and the next
+    segment leaves when the receiver's late ACK opens it; each such late ACK is ruled out
+    as `window`, and none is taken as evidence of the classic rule."""
+    doc = nagleprobe.analyze(str(SAMPLES / "neg_window_full_netns.pcap")).to_dict()
+    (flow,) = doc["flows"]
+    assert set(flow["why_not"]) == {"window"} and flow["why_not"]["window"] >= 10
+    assert flow["endpoints"]["client"]["held_behind_full"] == 0
+
+
 def test_nodelay_sender_is_proven_nagle_off():
     doc = nagleprobe.analyze(str(SAMPLES / "echo_nodelay_lo.pcap")).to_dict()
     assert doc["flows"][0]["endpoints"]["client"]["nagle"] == "off"
