@@ -8,7 +8,9 @@ before F's small segment S1 left, in the other role
 was split: it arrived whole (one segment of S1 + S2 bytes) and left split, so the relay must
 change; or it arrived already split (a segment of S1's bytes), so look upstream. Only exact
 byte counts, within RELAY_WINDOW_MS, repeated on at least half of F's stalls, link two flows:
-a busy host receives unrelated data all the time.
+a busy host receives unrelated data all the time. The bytes must also go somewhere else: data
+received by the very endpoint that F sends to was delivered, not forwarded (parallel clients
+of one server, writing the same pieces in step, are not a relay).
 
 `arrivals` keeps the few columns this needs of every new data segment of a batch; `link`
 joins them with the stalls once all flows are known.
@@ -79,10 +81,11 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     # the capture point as one host adds something only if its endpoints have several addresses
     here = addr_of[near]
     several = bool(len(here)) and bool((here != here[0]).any())
+    end_of = codes.reshape(nflows, 2)
     for host_of in (addr_of, at_capture) if several else (addr_of,):
-        _match(host_of[arr["flow"], recv_side], arr, recv_side,
-               host_of[s_flow, sent_side], stalls["small_time"], s_flow, sent_side, s1, whole,
-               match)
+        _match(host_of[arr["flow"], recv_side], arr, recv_side, end_of[arr["flow"], recv_side],
+               host_of[s_flow, sent_side], stalls["small_time"], s_flow, sent_side,
+               end_of[s_flow, 1 - sent_side], s1, whole, match)
     # per stalled flow, the upstream flow most of its stalls followed
     got = np.flatnonzero(match >= 0)
     pair = s_flow[got] * nflows + arr["flow"][match[got]]
@@ -119,12 +122,14 @@ def _near_a_stall(arr: dict[str, np.ndarray], sizes: np.ndarray, s1_ns: np.ndarr
 
 
 def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
-           s_host: np.ndarray, s_ts: np.ndarray, s_flow: np.ndarray, sent_side: np.ndarray,
-           s1: np.ndarray, whole: np.ndarray, match: np.ndarray) -> None:
+           a_end: np.ndarray, s_host: np.ndarray, s_ts: np.ndarray, s_flow: np.ndarray,
+           sent_side: np.ndarray, s_peer: np.ndarray, s1: np.ndarray, whole: np.ndarray,
+           match: np.ndarray) -> None:
     """For each stall not yet matched, the latest arrival at its sender's host (as `a_host`
     and `s_host` name hosts) that can have fed it: within the window before S1, on another
-    flow, received in the other role, of S1's or S1 + S2's bytes. Sets `match` (arrival
-    row, -1 if none)."""
+    flow, received in the other role by another endpoint than the stall's peer (`a_end`,
+    `s_peer`: endpoint codes), of S1's or S1 + S2's bytes. Sets `match` (arrival row, -1 if
+    none)."""
     mine = np.flatnonzero(match < 0)
     if not len(mine):
         return
@@ -146,12 +151,13 @@ def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
         pos = np.empty(len(mine), dtype=np.int64)
         pos[merged[is_stall] - len(order)] = np.cumsum(~is_stall)[is_stall]
     a_host, a_ts, a_flow = a_host[order], arr["ts_ns"][order], arr["flow"][order]
-    a_side, a_pay = a_side[order], arr["payload"][order]
+    a_side, a_pay, a_end = a_side[order], arr["payload"][order], a_end[order]
     lo = np.searchsorted(a_host, h)  # the host's first arrival
     for back in range(1, LOOK_BACK + 1):
         j = pos - back
         jj = np.maximum(j, 0)
         hit = ((match[mine] < 0) & (j >= lo) & (t - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
                & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
+               & (a_end[jj] != s_peer[mine])
                & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
         match[mine[hit]] = order[jj[hit]]
