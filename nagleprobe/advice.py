@@ -15,10 +15,12 @@ from .words import SIDES, counted, human_count, human_ms, json_ms
 FIX_FIELDS = ("side", "endpoint", "action", "alternative", "basis", "text")
 
 # Why the action was chosen, in the order tested (the first that holds for at least half of
-# the side's stalls): S1 and S2 were one message written in two pieces -- the peer answered
-# right after S2, or S1 was a header before a larger S2 -- so coalesce; else they look like
-# separate messages, so set TCP_NODELAY.
-BASES = ("peer-answered", "header-then-body", "separate-messages")
+# the side's stalls): S2 was the tail of a write held behind a full segment S1, which one
+# write does not avoid, so set TCP_NODELAY; S1 and S2 were one message written in two pieces
+# -- the peer answered right after S2, or S1 was a header before a larger S2 -- so coalesce;
+# else they look like separate messages, so set TCP_NODELAY.
+BASES = ("tail-behind-full", "peer-answered", "header-then-body", "separate-messages")
+_COALESCE = np.array([False, True, True, False])  # per basis
 HEADER_BYTES = 16  # a length prefix or header is at most this long (DNS 2, TLS 5, HTTP/2 9)
 BODY_TIMES = 4  # ... and the body after it at least this many times as long
 
@@ -30,15 +32,16 @@ def header_then_body(s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
 
 
 def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
-                timers: np.ndarray, answered: np.ndarray, headed: np.ndarray,
-                s1_bytes: np.ndarray, s2_bytes: np.ndarray, hold_n: np.ndarray,
+                timers: np.ndarray, behind_full: np.ndarray, answered: np.ndarray,
+                headed: np.ndarray, s1_bytes: np.ndarray, s2_bytes: np.ndarray, hold_n: np.ndarray,
                 hold_ms: np.ndarray, duration_s: np.ndarray) -> dict[str, np.ndarray]:
     """The `fix_*` columns of the flows table (None for a flow without stalls). Per flow and
     side (columns 0 client, 1 server): `names` the endpoints, `stall_n`/`stall_ns` the stalls
     each side's writes suffered and their cost, `timers` each side's delayed-ACK timer (ms,
-    NaN unknown), `answered` its stalls that were a request's last write before the answer,
-    `headed` those whose S1 was a header (`header_then_body`), `s1_bytes`/`s2_bytes` the
-    median S1 and S2; per flow: the Nagle holds without a delayed ACK and the duration.
+    NaN unknown), its stalls whose S1 was a full segment (`behind_full`), that were a
+    request's last write before the answer (`answered`) and whose S1 was a header (`headed`,
+    `header_then_body`), `s1_bytes`/`s2_bytes` the median S1 and S2; per flow: the Nagle
+    holds without a delayed ACK and the duration.
 
     The side that lost more must change; it should coalesce its writes when most of its
     stalls split one message (`BASES`), else set TCP_NODELAY."""
@@ -46,8 +49,9 @@ def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
     i = np.flatnonzero(stall_n.sum(axis=1))
     k = (stall_ns[i, 0] < stall_ns[i, 1]).astype(np.int64)
     n = stall_n[i, k]
-    basis = np.where(answered[i, k] * 2 >= n, 0, np.where(headed[i, k] * 2 >= n, 1, 2))
-    one = basis < 2
+    basis = np.select([behind_full[i, k] * 2 >= n, answered[i, k] * 2 >= n,
+                       headed[i, k] * 2 >= n], [0, 1, 2], 3)
+    one = _COALESCE[basis]
     notes = np.full(len(i), "", dtype=object)
     noted = np.flatnonzero((hold_n[i] > 0)
                            & (hold_ms[i] >= HOLD_SHARE * duration_s[i] * 1e3))
@@ -99,12 +103,16 @@ def basis_text(basis: str, peer: str, s1_bytes: float, s2_bytes: float, count: i
     """Why the action was chosen, as the fix says it: the `basis` (one of `BASES`) with the
     median S1 and S2 of the `count` stalls."""
     typically = "typically " if count != 1 else ""
-    s1 = counted(round(s1_bytes), "byte")
-    sizes = f"S1 was {typically}{s1} and S2 {counted(round(s2_bytes), 'byte')}"
+    s1, s2 = counted(round(s1_bytes), "byte"), counted(round(s2_bytes), "byte")
+    sizes = f"S1 was {typically}{s1} and S2 {s2}"
     if basis == BASES[0]:
+        return (f"S1 was {typically}a full segment ({s1}) and S2 ({s2}) the tail held behind "
+                f"it: the classic Nagle rule holds a write's tail behind an unacknowledged "
+                f"full segment, so one write would not avoid it")
+    if basis == BASES[1]:
         return (f"the {peer} answered right after S2 arrived, so S1 and S2 were one request "
                 f"written in two pieces")
-    if basis == BASES[1]:
+    if basis == BASES[2]:
         return (f"{sizes}, ready behind it and sent with the ACK: a "
                 f"{round(s1_bytes)}-byte header or length prefix and its body, one message "
                 f"written in two pieces")
@@ -117,11 +125,10 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
              basis: str, s1_bytes: float, s2_bytes: float, hold_note: str = "",
              say_ms: Callable[[float], str] = human_ms) -> str:
     """The fix's sentence: side `k` (0 the client, 1 the server), at `endpoint`, must
-    coalesce the writes of one message (a `basis` other than "separate-messages"), or else
-    set TCP_NODELAY; why: the `count` writes that waited for the peer's delayed ACK (`timer`
-    ms, None unknown) and the `lost_ms` they cost (written by `say_ms`: the JSON's sentences
-    keep `json_ms`), the basis (`basis_text` of the median `s1_bytes` and `s2_bytes`), then
-    `hold_note`."""
+    coalesce the writes of one message or set TCP_NODELAY, as the `basis` says; why: the
+    `count` writes that waited for the peer's delayed ACK (`timer` ms, None unknown) and the
+    `lost_ms` they cost (written by `say_ms`: the JSON's sentences keep `json_ms`), the basis
+    (`basis_text` of the median `s1_bytes` and `s2_bytes`), then `hold_note`."""
     side, peer = SIDES[k], SIDES[1 - k]
     if timer is None:
         timer_txt = "its timer"
@@ -131,15 +138,16 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
     cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
             f"delayed ACK ({timer_txt}), costing {say_ms(lost_ms)}")
     why = basis_text(basis, peer, s1_bytes, s2_bytes, count)
-    if basis != BASES[2]:
+    if _COALESCE[BASES.index(basis)]:
         text = (f"The {side} {endpoint} should send each message in one write (build it in one "
                 f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. Coalesce, "
                 f"because {why}. If it must send independent small messages, set TCP_NODELAY "
                 f"on its socket instead; {_QUICKACK[k]}.")
     else:
+        also = ("Writing whole segments only would also avoid the wait" if basis == BASES[0] else
+                "Batching its small writes into full segments also avoids the wait")
         text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket: {cost}. "
-                f"TCP_NODELAY, because {why}. Batching its small writes into full segments "
-                f"also avoids the wait; {_QUICKACK[k]}.")
+                f"TCP_NODELAY, because {why}. {also}; {_QUICKACK[k]}.")
     return text + " " + hold_note if hold_note else text
 
 

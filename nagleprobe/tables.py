@@ -28,6 +28,7 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     stall_ns = np.bincount(key, weights=st["stall_ns"], minlength=nflows * 2).reshape(-1, 2)
     stall_n = np.bincount(key, minlength=nflows * 2).reshape(-1, 2)
     answered = np.bincount(key, weights=det.answered, minlength=nflows * 2).reshape(-1, 2)
+    behind = np.bincount(key, weights=st["behind_full"], minlength=nflows * 2).reshape(-1, 2)
     headed = np.bincount(key, weights=advice.header_then_body(st["small_bytes"], st["held_bytes"]),
                          minlength=nflows * 2).reshape(-1, 2)
     sizes = [np.full(nflows * 2, np.nan) for _ in range(2)]  # median S1, S2 per flow and side
@@ -87,7 +88,7 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         **{f"why_not_{r}": why_not[:, j] for j, r in enumerate(REASONS)},
     }
     flows.update(advice.fix_columns(np.stack([fl["client"], fl["server"]], axis=1), stall_n,
-                                    stall_ns, timers, answered, headed,
+                                    stall_ns, timers, behind, answered, headed,
                                     *(a.reshape(-1, 2) for a in sizes), hold_n, hold_ms,
                                     duration))
     # Wireshark frame numbers of each flow's first and last packet

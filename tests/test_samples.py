@@ -123,6 +123,18 @@ def test_write_write_read_gets_coalesce_writes_because_the_peer_answered():
             "one request written in two pieces.") in fix["text"]
 
 
+@pytest.mark.parametrize("name", ["classic_fulltail_tap", "classic_bulk_tap"])
+def test_a_tail_held_behind_a_full_segment_gets_tcp_nodelay_since_one_write_is_held_too(name):
+    """A classic-Nagle sender writes each request (1,460 + 100 B) or record in ONE send
+    (samples/README.md); its tail waits behind the full segment. Coalescing cannot help,
+    even where the server answers at once (fulltail)."""
+    doc = nagleprobe.analyze(str(SAMPLES / f"{name}.pcap")).to_dict()
+    fix = next(f["fix"] for f in doc["flows"] if f["fix"])
+    assert (fix["action"], fix["basis"]) == ("set-tcp-nodelay", "tail-behind-full")
+    assert ("TCP_NODELAY, because S1 was typically a full segment (1,460 bytes) and S2 "
+            "(100 bytes) the tail held behind it") in fix["text"]
+
+
 def test_stall_evidence_points_at_the_right_frames():
     """S1 small, then the peer's pure ACK, then S2: checkable in Wireshark by frame number."""
     r = nagleprobe.analyze(str(FORMATS / "base_lo.pcap"))
