@@ -6,6 +6,7 @@ test_samples.py; a field capture of parallel clients that must not be linked is 
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import nagleprobe
@@ -93,6 +94,37 @@ def test_data_delivered_to_the_endpoint_the_stalled_flow_sends_to_was_not_forwar
                    for r in down.rows]
     doc = report(up, second)
     assert doc["summary"]["stalls"] == 1
+    assert all(f["relay"] is None for f in doc["flows"])
+
+
+def clients_in_step(servers: list[str]) -> list[Conversation]:
+    """Clients at 10.0.0.1, one per server, captured next to both ends (round trips of
+    0.02 ms): each writes a 4-byte header, then a 60-byte body held for the server's 40 ms
+    delayed ACK, 0.2 ms after the client before it; the server answers."""
+    convs = []
+    for i, server in enumerate(servers):
+        c = Conversation(f"10.0.0.1:{5000 + i}", server)
+        c.handshake(i * 0.01, rtt_ms=0.02)
+        for t in 1.0 + 0.2 * i + 100.0 * np.arange(6):
+            c.send("c", t, 4)
+            c.ack("s", t + 40)
+            c.send("c", t + 40.02, 60)
+            c.send("s", t + 40.5, 20)
+            c.ack("c", t + 40.6)
+        convs.append(c)
+    return convs
+
+
+@pytest.mark.parametrize("servers", [["10.0.0.2:1000"] * 3,
+                                     ["10.0.0.2:1000", "10.0.0.2:2000", "10.0.0.2:3000"]])
+def test_clients_in_step_are_not_relays_of_each_other(servers):
+    """Each header reaches a server 0.2 ms before the next client's header leaves, of the
+    same size: timing and sizes as a relay's. But the bytes went to the endpoint the next
+    flow sends to (one server), or came from the address the next flow leaves from (the
+    capture point alone makes one host of the two addresses): out and back, not through."""
+    doc = report(*clients_in_step(servers))
+    assert doc["summary"]["stalls"] == 18
+    assert {f["vantage"] for f in doc["flows"]} == {"client"}
     assert all(f["relay"] is None for f in doc["flows"])
 
 
