@@ -110,7 +110,8 @@ def basis_text(basis: str, peer: str, s1_bytes: float, s2_bytes: float, count: i
                 f"it: the classic Nagle rule holds a write's tail behind an unacknowledged "
                 f"full segment, so one write would not avoid it")
     if basis == BASES[1]:
-        return (f"the {peer} answered right after S2 arrived, so S1 and S2 were one request "
+        what = "request" if peer == SIDES[1] else "message"
+        return (f"the {peer} answered right after S2 arrived, so S1 and S2 were one {what} "
                 f"written in two pieces")
     if basis == BASES[2]:
         return (f"{sizes}, ready behind it and sent with the ACK: a "

@@ -123,6 +123,15 @@ def test_write_write_read_gets_coalesce_writes_because_the_peer_answered():
             "one request written in two pieces.") in fix["text"]
 
 
+def test_a_server_s_split_answer_is_one_message_not_a_request():
+    doc = nagleprobe.analyze(str(SAMPLES / "server_split_lo.pcap")).to_dict()
+    fix = doc["flows"][0]["fix"]
+    assert (fix["side"], fix["action"], fix["basis"]) == ("server", "coalesce-writes",
+                                                          "peer-answered")
+    assert ("Coalesce, because the client answered right after S2 arrived, so S1 and S2 were "
+            "one message written in two pieces.") in fix["text"]
+
+
 @pytest.mark.parametrize("name", ["classic_fulltail_tap", "classic_bulk_tap"])
 def test_a_tail_held_behind_a_full_segment_gets_tcp_nodelay_since_one_write_is_held_too(name):
     """A classic-Nagle sender writes each request (1,460 + 100 B) or record in ONE send
