@@ -10,26 +10,48 @@ from typing import Any, Callable
 import numpy as np
 
 from .detect import timer_name
-from .words import SIDES, human_count, human_ms, json_ms
+from .words import SIDES, counted, human_count, human_ms, json_ms
 
-FIX_FIELDS = ("side", "endpoint", "action", "alternative", "text")
+FIX_FIELDS = ("side", "endpoint", "action", "alternative", "basis", "text")
+
+# Why the action was chosen, in the order tested (the first that holds for at least half of
+# the side's stalls): S2 was the tail of a write held behind a full segment S1, which one
+# write does not avoid, so set TCP_NODELAY; S1 and S2 were one message written in two pieces
+# -- the peer answered right after S2, or S1 was a header before a larger S2 -- so coalesce;
+# else they look like separate messages, so set TCP_NODELAY.
+BASES = ("tail-behind-full", "peer-answered", "header-then-body", "separate-messages")
+_COALESCE = np.array([False, True, True, False])  # per basis
+HEADER_BYTES = 16  # a length prefix or header is at most this long (DNS 2, TLS 5, HTTP/2 9)
+BODY_TIMES = 4  # ... and the body after it at least this many times as long
+
+
+def header_then_body(s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """Per stall: S1 (`s1` bytes) looks like a header or length prefix and S2 (`s2` bytes)
+    like the body that goes with it -- one message in two writes."""
+    return (s1 <= HEADER_BYTES) & (s2 >= BODY_TIMES * s1)
 
 
 def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
-                timers: np.ndarray, answered: np.ndarray, hold_n: np.ndarray,
+                timers: np.ndarray, behind_full: np.ndarray, answered: np.ndarray,
+                headed: np.ndarray, s1_bytes: np.ndarray, s2_bytes: np.ndarray, hold_n: np.ndarray,
                 hold_ms: np.ndarray, duration_s: np.ndarray) -> dict[str, np.ndarray]:
     """The `fix_*` columns of the flows table (None for a flow without stalls). Per flow and
     side (columns 0 client, 1 server): `names` the endpoints, `stall_n`/`stall_ns` the stalls
     each side's writes suffered and their cost, `timers` each side's delayed-ACK timer (ms,
-    NaN unknown), `answered` its stalls that were a request's last write before the answer;
-    per flow: the Nagle holds without a delayed ACK and the duration.
+    NaN unknown), its stalls whose S1 was a full segment (`behind_full`), that were a
+    request's last write before the answer (`answered`) and whose S1 was a header (`headed`,
+    `header_then_body`), `s1_bytes`/`s2_bytes` the median S1 and S2; per flow: the Nagle
+    holds without a delayed ACK and the duration.
 
     The side that lost more must change; it should coalesce its writes when most of its
-    stalls split one message (the peer answered right after), else set TCP_NODELAY."""
+    stalls split one message (`BASES`), else set TCP_NODELAY."""
     nflows = len(names)
     i = np.flatnonzero(stall_n.sum(axis=1))
     k = (stall_ns[i, 0] < stall_ns[i, 1]).astype(np.int64)
-    one = answered[i, k] * 2 >= stall_n[i, k]
+    n = stall_n[i, k]
+    basis = np.select([behind_full[i, k] * 2 >= n, answered[i, k] * 2 >= n,
+                       headed[i, k] * 2 >= n], [0, 1, 2], 3)
+    one = _COALESCE[basis]
     notes = np.full(len(i), "", dtype=object)
     noted = np.flatnonzero((hold_n[i] > 0)
                            & (hold_ms[i] >= HOLD_SHARE * duration_s[i] * 1e3))
@@ -39,13 +61,13 @@ def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
     endpoint = names[i, k]
     # each field a column at once; only the text one by one
     fields = {"side": _SIDES[k], "endpoint": endpoint, "action": _ACTIONS[one * 1],
-              "alternative": _ACTIONS[1 - one * 1], "text": [
-                  fix_text(side, name, None if timer != timer else timer, n, ms, o, note,
-                           say_ms=json_ms)
-                  for side, name, timer, n, ms, o, note in zip(
+              "alternative": _ACTIONS[1 - one * 1], "basis": _BASES[basis], "text": [
+                  fix_text(side, name, None if timer != timer else timer, count, ms,
+                           BASES[b], a, c, note, say_ms=json_ms)
+                  for side, name, timer, count, ms, b, a, c, note in zip(
                       k.tolist(), endpoint.tolist(), timers[i, 1 - k].tolist(),
-                      stall_n[i, k].tolist(), (stall_ns[i, k] / 1e6).tolist(), one.tolist(),
-                      notes.tolist())]}
+                      n.tolist(), (stall_ns[i, k] / 1e6).tolist(), basis.tolist(),
+                      s1_bytes[i, k].tolist(), s2_bytes[i, k].tolist(), notes.tolist())]}
     out = {}
     for name in FIX_FIELDS:
         out[f"fix_{name}"] = np.full(nflows, None, dtype=object)
@@ -74,16 +96,40 @@ _QUICKACK = tuple(f"enabling quick ACKs on the {peer} (TCP_QUICKACK on Linux, Tc
                   f"on Windows) only mitigates it" for peer in SIDES[::-1])
 _SIDES = np.array(SIDES, dtype=object)
 _ACTIONS = np.array(["set-tcp-nodelay", "coalesce-writes"], dtype=object)  # [one message]
+_BASES = np.array(BASES, dtype=object)
+
+
+def basis_text(basis: str, peer: str, s1_bytes: float, s2_bytes: float, count: int) -> str:
+    """Why the action was chosen, as the fix says it: the `basis` (one of `BASES`) with the
+    median S1 and S2 of the `count` stalls."""
+    typically = "typically " if count != 1 else ""
+    s1, s2 = counted(round(s1_bytes), "byte"), counted(round(s2_bytes), "byte")
+    sizes = f"S1 was {typically}{s1} and S2 {s2}"
+    if basis == BASES[0]:
+        return (f"S1 was {typically}a full segment ({s1}) and S2 ({s2}) the tail held behind "
+                f"it: the classic Nagle rule holds a write's tail behind an unacknowledged "
+                f"full segment, so one write would not avoid it")
+    if basis == BASES[1]:
+        what = "request" if peer == SIDES[1] else "message"
+        return (f"the {peer} answered right after S2 arrived, so S1 and S2 were one {what} "
+                f"written in two pieces")
+    if basis == BASES[2]:
+        return (f"{sizes}, ready behind it and sent with the ACK: a "
+                f"{round(s1_bytes)}-byte header or length prefix and its body, one message "
+                f"written in two pieces")
+    shape = "too long for a header" if s1_bytes > HEADER_BYTES else "no body behind a header"
+    return (f"{sizes} ({shape}) and the {peer} did not answer right after S2: separate "
+            f"messages, each to go at once")
 
 
 def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: float,
-             one_message: bool, hold_note: str = "",
+             basis: str, s1_bytes: float, s2_bytes: float, hold_note: str = "",
              say_ms: Callable[[float], str] = human_ms) -> str:
     """The fix's sentence: side `k` (0 the client, 1 the server), at `endpoint`, must
-    coalesce the writes of one message (`one_message`), or else set TCP_NODELAY; why: the
-    `count` writes that waited for the peer's delayed ACK (`timer` ms, None unknown) and
-    the `lost_ms` they cost (written by `say_ms`: the JSON's sentences keep `json_ms`),
-    then `hold_note`."""
+    coalesce the writes of one message or set TCP_NODELAY, as the `basis` says; why: the
+    `count` writes that waited for the peer's delayed ACK (`timer` ms, None unknown) and the
+    `lost_ms` they cost (written by `say_ms`: the JSON's sentences keep `json_ms`), the basis
+    (`basis_text` of the median `s1_bytes` and `s2_bytes`), then `hold_note`."""
     side, peer = SIDES[k], SIDES[1 - k]
     if timer is None:
         timer_txt = "its timer"
@@ -92,16 +138,24 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
         timer_txt = f"~{timer:.0f} ms, {label}" if label else f"~{timer:.0f} ms"
     cost = (f"{human_count(count)} write{'s' if count != 1 else ''} waited for the {peer}'s "
             f"delayed ACK ({timer_txt}), costing {say_ms(lost_ms)}")
-    if one_message:
+    why = basis_text(basis, peer, s1_bytes, s2_bytes, count)
+    if _COALESCE[BASES.index(basis)]:
         text = (f"The {side} {endpoint} should send each message in one write (build it in one "
-                f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. If it must send "
-                f"independent small messages, set TCP_NODELAY on its socket instead; "
-                f"{_QUICKACK[k]}.")
+                f"buffer, use writev, or MSG_MORE/TCP_CORK then uncork): {cost}. Coalesce, "
+                f"because {why}. If it must send independent small messages, set TCP_NODELAY "
+                f"on its socket instead; {_QUICKACK[k]}.")
     else:
-        text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket, since it sends "
-                f"small messages that must go at once: {cost}. Batching its small writes into "
-                f"full segments also avoids the wait; {_QUICKACK[k]}.")
+        also = ("Writing whole segments only would also avoid the wait" if basis == BASES[0] else
+                "Batching its small writes into full segments also avoids the wait")
+        text = (f"The {side} {endpoint} should set TCP_NODELAY on its socket: {cost}. "
+                f"TCP_NODELAY, because {why}. {also}; {_QUICKACK[k]}.")
     return text + " " + hold_note if hold_note else text
+
+
+def timer_words(ms: float) -> str:
+    """A measured delayed-ACK timer for people: "43.8 ms (typical of Linux)"."""
+    label = timer_name(ms)
+    return f"{ms:.1f} ms ({label})" if label else f"{ms:.1f} ms"
 
 
 def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
@@ -114,9 +168,10 @@ def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     rows per flow, client then server, in the flows' order; `stalls` those to count).
 
     Returns plain data, worst group first: per group its `side`, `host`, `endpoint` (the
-    one endpoint when all its flows share it, else the host), `action`, `flows` (ids, worst
-    first), `stalls` and `lost_ms` of that side, the peer's delayed-ACK timer
-    `delayed_ack_ms` (median, None unknown), and the fix's `text` for all of them."""
+    one endpoint when all its flows share it, else the host), `action`, its `basis` (that of
+    the flows with most of the group's stalls), `flows` (ids, worst first), `stalls` and
+    `lost_ms` of that side, the peer's delayed-ACK timer `delayed_ack_ms` (median, None
+    unknown), and the fix's `text` for all of them."""
     rows = np.flatnonzero(np.asarray([s is not None for s in flows["fix_side"]], dtype=bool))
     if ids is not None:
         rows = rows[np.isin(flows["id"][rows], np.asarray(ids, dtype=np.int64))]
@@ -152,11 +207,15 @@ def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
         note = _hold_note(int(flows["nagle_holds"][r].sum()),
                           float(flows["nagle_hold_ms"][r].sum()),
                           float(flows["duration_s"][r].sum()), human_ms)
-        one = flows["fix_action"][r[0]] == _ACTIONS[1]
+        bases = flows["fix_basis"][r]
+        basis = max(set(bases.tolist()), key=lambda b: (int(flow_n[m][bases == b].sum()), b))
+        sizes = mine & np.isin(j, m)  # the group's stalls
+        s1, s2 = (float(np.median(stalls[c][sizes])) if sizes.any() else 0.0
+                  for c in ("small_bytes", "held_bytes"))
         out.append({"side": SIDES[side], "host": host[m[0]], "endpoint": name,
-                    "action": flows["fix_action"][r[0]],
+                    "action": flows["fix_action"][r[0]], "basis": basis,
                     "flows": fid[m].tolist(), "stalls": n, "lost_ms": round(ms, 3),
                     "delayed_ack_ms": delayed,
-                    "text": fix_text(side, name, delayed, n, ms, bool(one), note)})
+                    "text": fix_text(side, name, delayed, n, ms, basis, s1, s2, note)})
     out.sort(key=lambda g: (-g["lost_ms"], g["flows"][0]))
     return out

@@ -40,11 +40,12 @@ REACTION_SLACK_MS = 2.0  # the sender's stack reacting to the ACK, beyond the pa
 REACTION_SLACK_SHARE = 0.25  # ... plus this share of the round trip to the sender (jitter)
 ANSWER_MS = 10.0  # the peer's data within this (beyond the path) answers the released segment
 QUICK_ACK_MS = 5.0  # an ACK of a lone segment within this (beyond the path) is immediate
-# The delayed-ACK timers of known stacks: (name, nominal ms, band low, band high). A delay in
-# a band is named after the stack in every output and raises a stall's confidence.
-TIMER_BANDS = (("Linux-like", 40.0, 30.0, 60.0),  # 40 ms minimum; grows with the ACK timeout
-               ("macOS/BSD-like", 100.0, 85.0, 120.0),
-               ("Windows-like", 200.0, 170.0, 230.0))
+# The delayed-ACK timers of known stacks: (OS, nominal ms, band low, band high). A delay in a
+# band is called typical of that OS in every output (a delay says nothing certain about the
+# host: any stack can be tuned to it) and raises a stall's confidence.
+TIMER_BANDS = (("Linux", 40.0, 30.0, 60.0),  # 40 ms minimum; grows with the ACK timeout
+               ("macOS/BSD", 100.0, 85.0, 120.0),
+               ("Windows", 200.0, 170.0, 230.0))
 KNOWN_TIMERS_MS = tuple(nominal for _, nominal, _, _ in TIMER_BANDS)
 CORK_MS, CORK_TOLERANCE_MS = 200.0, 15.0  # Linux releases corked data after 200 ms
 RTT_UNKNOWN_PENALTY = 0.2  # confidence lost when no round trip to either side is known
@@ -466,12 +467,12 @@ def _proofs(f: Flows, mss: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np
 
 
 def timer_name(ms: float | None) -> str:
-    """The stack whose delayed-ACK timer a delay matches ("Linux-like"), or ""."""
+    """Whose delayed-ACK timer a delay is typical of ("typical of Linux"), or ""."""
     if ms is None:
         return ""
     for name, _, low, high in TIMER_BANDS:
         if low <= ms <= high:
-            return name
+            return f"typical of {name}"
     return ""
 
 

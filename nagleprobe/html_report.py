@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from . import __version__, wireshark
-from .detect import timer_name
+from .advice import timer_words
 from .errors import printable
 from .selection import worst_first
 from .words import SIDES, human_ms
@@ -248,7 +248,7 @@ def _capture_section(report: Report) -> str:
 
 def _endpoint_table(report: Report, fid: int) -> str:
     ep = report.endpoints[report.endpoints["flow"] == fid].copy()
-    ep["timer"] = [f"{v:.1f} ms {timer_name(v)}".strip() if pd.notna(v) else "not seen"
+    ep["timer"] = [timer_words(v) if pd.notna(v) else "not seen"
                    for v in ep["delayed_ack_ms"]]
     return table_html(ep, {"side": "side", "endpoint": "endpoint", "nagle": "Nagle",
                            "nagle_off_evidence": "Nagle-off proofs", "timer": "delayed ACK",

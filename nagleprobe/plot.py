@@ -28,7 +28,7 @@ except ImportError as e:  # ModuleNotFoundError for a missing matplotlib, or Non
                       "pip install 'nagleprobe[plot]' (or pip install matplotlib)",
                       name=e.name) from None
 
-from .detect import KNOWN_TIMERS_MS, timer_name
+from .detect import KNOWN_TIMERS_MS, TIMER_BANDS
 from .selection import worst_first
 
 if TYPE_CHECKING:
@@ -273,8 +273,8 @@ def delay_distribution(report: Report, ax: Axes | None = None) -> Axes:
     for t in KNOWN_TIMERS_MS:
         ax.axvline(t, color="grey", ls=":", lw=1.2, gid=GID_TIMER)
     top = ax.secondary_xaxis("top")
-    top.set_xticks(KNOWN_TIMERS_MS, [f"{t:g} ms\n{timer_name(t).removesuffix('-like')}"
-                                     for t in KNOWN_TIMERS_MS], fontsize=8, color="dimgrey")
+    top.set_xticks(KNOWN_TIMERS_MS, [f"{t:g} ms\n{name}" for name, t, _, _ in TIMER_BANDS],
+                   fontsize=8, color="dimgrey")
     top.tick_params(which="minor", top=False, labeltop=False)
     ax.set_xlabel("delay (ms, log scale)")
     ax.set_ylabel("number of stalls")

@@ -8,7 +8,11 @@ before F's small segment S1 left, in the other role
 was split: it arrived whole (one segment of S1 + S2 bytes) and left split, so the relay must
 change; or it arrived already split (a segment of S1's bytes), so look upstream. Only exact
 byte counts, within RELAY_WINDOW_MS, repeated on at least half of F's stalls, link two flows:
-a busy host receives unrelated data all the time.
+a busy host receives unrelated data all the time. The bytes must also go through: data
+received by the very endpoint that F sends to was delivered, not forwarded; and where only the
+capture point makes one host of two addresses, data sent from the address F leaves from went
+out and came back. (Parallel clients writing the same pieces in step, to one server or to
+several on one other host, match on sizes and times; these rules keep them apart.)
 
 `arrivals` keeps the few columns this needs of every new data segment of a batch; `link`
 joins them with the stalls once all flows are known.
@@ -79,10 +83,19 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     # the capture point as one host adds something only if its endpoints have several addresses
     here = addr_of[near]
     several = bool(len(here)) and bool((here != here[0]).any())
+    # What refutes forwarding, as pairs that must differ (arrival's, stall's): the endpoint
+    # that received the data is not the one the stall's flow sends to (it was delivered
+    # there); and where the capture point alone makes one host of two addresses, the data
+    # was not sent from the address the stall's flow leaves from (it went out and came back).
+    end_of = codes.reshape(nflows, 2)
+    a_flow = arr["flow"]
+    a_tags = np.stack([end_of[a_flow, recv_side], np.full(len(a_flow), -1)], axis=1)
+    s_tags = np.stack([end_of[s_flow, 1 - sent_side], np.full(len(s_flow), -2)], axis=1)
     for host_of in (addr_of, at_capture) if several else (addr_of,):
-        _match(host_of[arr["flow"], recv_side], arr, recv_side,
-               host_of[s_flow, sent_side], stalls["small_time"], s_flow, sent_side, s1, whole,
-               match)
+        if host_of is at_capture:
+            a_tags[:, 1], s_tags[:, 1] = addr_of[a_flow, 1 - recv_side], addr_of[s_flow, sent_side]
+        _match(host_of[a_flow, recv_side], arr, recv_side, a_tags, host_of[s_flow, sent_side],
+               stalls["small_time"], s_flow, sent_side, s_tags, s1, whole, match)
     # per stalled flow, the upstream flow most of its stalls followed
     got = np.flatnonzero(match >= 0)
     pair = s_flow[got] * nflows + arr["flow"][match[got]]
@@ -119,11 +132,13 @@ def _near_a_stall(arr: dict[str, np.ndarray], sizes: np.ndarray, s1_ns: np.ndarr
 
 
 def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
-           s_host: np.ndarray, s_ts: np.ndarray, s_flow: np.ndarray, sent_side: np.ndarray,
-           s1: np.ndarray, whole: np.ndarray, match: np.ndarray) -> None:
+           a_tags: np.ndarray, s_host: np.ndarray, s_ts: np.ndarray, s_flow: np.ndarray,
+           sent_side: np.ndarray, s_tags: np.ndarray, s1: np.ndarray, whole: np.ndarray,
+           match: np.ndarray) -> None:
     """For each stall not yet matched, the latest arrival at its sender's host (as `a_host`
     and `s_host` name hosts) that can have fed it: within the window before S1, on another
-    flow, received in the other role, of S1's or S1 + S2's bytes. Sets `match` (arrival
+    flow, received in the other role, with no column of `a_tags` equal to the stall's
+    `s_tags` (what refutes forwarding), of S1's or S1 + S2's bytes. Sets `match` (arrival
     row, -1 if none)."""
     mine = np.flatnonzero(match < 0)
     if not len(mine):
@@ -146,12 +161,13 @@ def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
         pos = np.empty(len(mine), dtype=np.int64)
         pos[merged[is_stall] - len(order)] = np.cumsum(~is_stall)[is_stall]
     a_host, a_ts, a_flow = a_host[order], arr["ts_ns"][order], arr["flow"][order]
-    a_side, a_pay = a_side[order], arr["payload"][order]
+    a_side, a_pay, a_tags = a_side[order], arr["payload"][order], a_tags[order]
     lo = np.searchsorted(a_host, h)  # the host's first arrival
     for back in range(1, LOOK_BACK + 1):
         j = pos - back
         jj = np.maximum(j, 0)
         hit = ((match[mine] < 0) & (j >= lo) & (t - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
                & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
+               & (a_tags[jj] != s_tags[mine]).all(axis=1)
                & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
         match[mine[hit]] = order[jj[hit]]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import advice, encap
-from .detect import REASONS, Detection
+from .detect import REASONS, Detection, weighted_median
 from .flows import Flows, vantage_basis
 from .read import CaptureInfo
 from .words import SIDES
@@ -28,6 +28,14 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
     stall_ns = np.bincount(key, weights=st["stall_ns"], minlength=nflows * 2).reshape(-1, 2)
     stall_n = np.bincount(key, minlength=nflows * 2).reshape(-1, 2)
     answered = np.bincount(key, weights=det.answered, minlength=nflows * 2).reshape(-1, 2)
+    behind = np.bincount(key, weights=st["behind_full"], minlength=nflows * 2).reshape(-1, 2)
+    headed = np.bincount(key, weights=advice.header_then_body(st["small_bytes"], st["held_bytes"]),
+                         minlength=nflows * 2).reshape(-1, 2)
+    sizes = [np.full(nflows * 2, np.nan) for _ in range(2)]  # median S1, S2 per flow and side
+    if len(key):
+        for out, b in zip(sizes, (st["small_bytes"], st["held_bytes"])):
+            g, med = weighted_median(b, key, np.ones(len(key), dtype=np.int64))
+            out[g] = med
 
     # endpoints: the delayed ACKs of an endpoint are measured on the data it received
     proofs = det.nagle_off_proofs.reshape(-1, 2)
@@ -80,7 +88,9 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
         **{f"why_not_{r}": why_not[:, j] for j, r in enumerate(REASONS)},
     }
     flows.update(advice.fix_columns(np.stack([fl["client"], fl["server"]], axis=1), stall_n,
-                                    stall_ns, timers, answered, hold_n, hold_ms, duration))
+                                    stall_ns, timers, behind, answered, headed,
+                                    *(a.reshape(-1, 2) for a in sizes), hold_n, hold_ms,
+                                    duration))
     # Wireshark frame numbers of each flow's first and last packet
     flows["first_frame"], flows["last_frame"] = fl["first_frame"], fl["last_frame"]
 

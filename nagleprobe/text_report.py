@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .advice import HOLD_SHARE, HOLD_TEXT_MS
+from .advice import HOLD_SHARE, HOLD_TEXT_MS, timer_words
 from .decode import take
-from .detect import timer_name
 from .document import stall_docs
 from .errors import printable
 from .selection import selection_line, worst_order
@@ -337,8 +336,7 @@ def _flow_block(f: dict[str, Any], options_cut: bool) -> list[str]:
     lines += [f"  {x}" for x in _flow_notes(f, options_cut)]
     for side in SIDES:
         e = f["endpoints"][side]
-        da = (f"{e['delayed_ack_ms']:.1f} ms {timer_name(e['delayed_ack_ms'])}".rstrip()
-              if e["delayed_ack_ms"] is not None else "not seen")
+        da = timer_words(e["delayed_ack_ms"]) if e["delayed_ack_ms"] is not None else "not seen"
         lines.append(f"  {side}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
                      f"{counted(e['quick_acks'], 'quick ACK')}")
     return lines

@@ -1,14 +1,16 @@
 """Who must change what (nagleprobe/advice.py): one fix per endpoint -- the flows with
 stalls whose same side, in the same program (a server by its address and port, a client by
-its address), needs the same change are told once."""
+its address), needs the same change are told once -- and every fix says what its choice
+stands on, naming a timer by its delay and the OS only as what the delay is typical of."""
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import nagleprobe
-from nagleprobe.advice import fix_groups
+from nagleprobe.advice import fix_groups, header_then_body
 
 FIELD = Path("/work/shared/field")
 COAP = FIELD / "pos__nfstream_coap_mqtt.pcap"  # four Windows clients, the same split write
@@ -62,10 +64,10 @@ def test_one_flow_s_fix_says_what_its_json_fix_says(proxy_any):
 
 def test_another_host_or_action_is_another_fix(four_clients):
     flows = dict(four_clients.columns("flows"))
-    for k in ("fix_endpoint", "fix_action"):
+    for k in ("fix_endpoint", "fix_action", "fix_basis"):
         flows[k] = flows[k].copy()
     flows["fix_endpoint"][0] = "10.0.0.1:40000"
-    flows["fix_action"][1] = "set-tcp-nodelay"
+    flows["fix_action"][1], flows["fix_basis"][1] = "set-tcp-nodelay", "separate-messages"
     groups = fix_groups(flows, four_clients.columns("stalls"), four_clients.columns("endpoints"))
     assert sorted(sorted(g["flows"]) for g in groups) == [[0], [1], [2, 3]]
     one = next(g for g in groups if g["flows"] == [0])
@@ -92,3 +94,62 @@ def test_a_client_is_one_program_a_server_one_per_port(four_clients):
     assert sorted(sorted(g["flows"]) for g in groups) == [[0, 1], [2, 3]]
     assert {g["endpoint"] for g in groups} == {"127.0.0.1:8000", "127.0.0.1:8001"}
     assert all(g["side"] == "server" and g["host"] == "127.0.0.1" for g in groups)
+
+
+DNS = FIELD / "pos__chrissanders_dns_axfr.pcapng"  # a 2-byte length prefix, then the query
+SMTP = FIELD / "edge__zeek_communityid_ipv6_smtp_interactive.pcap"  # keystrokes to a mail server
+
+
+def every_output(path: Path) -> dict[str, str]:
+    """What each output says of a capture: analyze's text, JSON and HTML, and check's text,
+    JSON, JUnit and GitHub annotations."""
+    from click.testing import CliRunner
+
+    from nagleprobe.cli import main
+
+    r = nagleprobe.analyze(str(path))
+    out = {"text": r.to_text(verbose=True), "json": json.dumps(r.to_dict()),
+           "html": r.to_html(plots=False)}
+    for fmt in ("text", "json"):
+        out[f"check {fmt}"] = CliRunner().invoke(main, ["check", "--format", fmt,
+                                                        str(path)]).output
+    out["check github"] = CliRunner().invoke(main, ["check", "--github", str(path)]).output
+    return out
+
+
+@pytest.mark.skipif(not DNS.exists(), reason=f"{DNS} (a field capture) is absent")
+def test_a_length_prefix_then_its_query_is_coalesced_and_every_output_says_why():
+    """DNS over TCP: the client wrote the 2-byte length, then the 33-byte AXFR query, which
+    waited 218 ms for the server's delayed ACK. The server's answer came 22 ms after the
+    query, too late to count as an answer: the sizes alone show one message in two writes."""
+    fix = nagleprobe.analyze(str(DNS)).to_dict()["flows"][0]["fix"]
+    assert (fix["action"], fix["basis"]) == ("coalesce-writes", "header-then-body")
+    because = ("Coalesce, because S1 was 2 bytes and S2 33 bytes, ready behind it and sent with "
+               "the ACK: a 2-byte header or length prefix and its body, one message written in "
+               "two pieces.")
+    assert because in fix["text"] and "(~218 ms, typical of Windows)" in fix["text"]
+    for name, text in every_output(DNS).items():
+        flat = " ".join(text.replace("\\n", " ").split())
+        assert because in flat and "typical of Windows" in flat, name
+        assert "Windows-like" not in flat and "since it sends small messages" not in flat, name
+
+
+@pytest.mark.skipif(not SMTP.exists(), reason=f"{SMTP} (a field capture) is absent")
+def test_a_timer_is_typical_of_an_os_in_every_output_never_a_fact_about_the_host():
+    """A hand-typed SMTP session to a public mail server: one ~209 ms timer says what is
+    typical of Windows, not what the server runs. Keystrokes (1 byte, then 1-2) are separate
+    messages: TCP_NODELAY, and the fix says so."""
+    fix = nagleprobe.analyze(str(SMTP)).to_dict()["flows"][0]["fix"]
+    assert (fix["action"], fix["basis"]) == ("set-tcp-nodelay", "separate-messages")
+    assert "TCP_NODELAY, because S1 was typically 1 byte and S2 2 bytes (no body behind a " \
+           "header) and the server did not answer right after S2" in fix["text"]
+    for name, text in every_output(SMTP).items():
+        assert "typical of Windows" in text and "-like" not in text, name
+
+
+@pytest.mark.parametrize("s1, s2, one_message", [
+    (2, 33, True), (4, 60, True), (16, 64, True), (10, 129, True),  # prefixes, BDAT lines
+    (16, 63, False), (17, 1000, False), (96, 656, False), (1, 2, False), (128, 168, False),
+])
+def test_a_header_is_short_and_its_body_at_least_four_times_as_long(s1, s2, one_message):
+    assert header_then_body(np.array([s1]), np.array([s2]))[0] == one_message

@@ -65,7 +65,11 @@ def test_independent_small_messages_get_set_tcp_nodelay():
     r = run(conv)
     assert r.stall_count == 4
     fix = r.to_dict()["flows"][0]["fix"]
-    assert fix["action"] == "set-tcp-nodelay" and "Windows-like" in fix["text"]
+    assert (fix["action"], fix["basis"]) == ("set-tcp-nodelay", "separate-messages")
+    assert "(~200 ms, typical of Windows)" in fix["text"] and "-like" not in fix["text"]
+    assert ("TCP_NODELAY, because S1 was typically 96 bytes and S2 656 bytes (too long for a "
+            "header) and the server did not answer right after S2: separate messages") \
+        in fix["text"]
 
 
 def test_think_time_is_not_a_stall():
@@ -380,9 +384,10 @@ def test_the_ack_delay_range_is_inclusive_at_25_and_600_ms():
 
 
 @pytest.mark.parametrize("ms, name", [
-    (29.9, ""), (30.0, "Linux-like"), (55.0, "Linux-like"), (60.0, "Linux-like"), (60.1, ""),
-    (84.9, ""), (85.0, "macOS/BSD-like"), (120.0, "macOS/BSD-like"), (120.1, ""),
-    (169.9, ""), (170.0, "Windows-like"), (230.0, "Windows-like"), (230.1, ""), (None, ""),
+    (29.9, ""), (30.0, "typical of Linux"), (55.0, "typical of Linux"),
+    (60.0, "typical of Linux"), (60.1, ""), (84.9, ""), (85.0, "typical of macOS/BSD"),
+    (120.0, "typical of macOS/BSD"), (120.1, ""), (169.9, ""), (170.0, "typical of Windows"),
+    (230.0, "typical of Windows"), (230.1, ""), (None, ""),
 ])
 def test_one_band_table_names_a_timer_and_raises_confidence_alike(ms, name):
     from nagleprobe.detect import _confidence, timer_name

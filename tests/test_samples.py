@@ -115,15 +115,43 @@ def test_nodelay_sender_is_proven_nagle_off():
     assert doc["flows"][0]["endpoints"]["client"]["nagle"] == "off"
 
 
-def test_windows_like_timer_is_named_and_independent_messages_get_tcp_nodelay():
+def test_a_200_ms_timer_is_typical_of_windows_and_independent_records_get_tcp_nodelay():
+    """96-byte records, each followed by a 656-byte one the server never answers: separate
+    messages. The ~200 ms timer is named by its delay, the OS only as what it is typical of."""
     doc = nagleprobe.analyze(str(SAMPLES / "records_bulk_win200_netns.pcap")).to_dict()
     fix = next(f["fix"] for f in doc["flows"] if f["fix"])
-    assert fix["action"] == "set-tcp-nodelay" and "Windows-like" in fix["text"]
+    assert (fix["action"], fix["basis"]) == ("set-tcp-nodelay", "separate-messages")
+    assert "(~190 ms, typical of Windows)" in fix["text"] and "-like" not in fix["text"]
+    assert "S1 was typically 96 bytes and S2 656 bytes (too long for a header)" in fix["text"]
 
 
-def test_write_write_read_gets_coalesce_writes():
+def test_write_write_read_gets_coalesce_writes_because_the_peer_answered():
     doc = nagleprobe.analyze(str(SAMPLES / "echo_split_lo.pcap")).to_dict()
-    assert doc["flows"][0]["fix"]["action"] == "coalesce-writes"
+    fix = doc["flows"][0]["fix"]
+    assert (fix["action"], fix["basis"]) == ("coalesce-writes", "peer-answered")
+    assert ("Coalesce, because the server answered right after S2 arrived, so S1 and S2 were "
+            "one request written in two pieces.") in fix["text"]
+
+
+def test_a_server_s_split_answer_is_one_message_not_a_request():
+    doc = nagleprobe.analyze(str(SAMPLES / "server_split_lo.pcap")).to_dict()
+    fix = doc["flows"][0]["fix"]
+    assert (fix["side"], fix["action"], fix["basis"]) == ("server", "coalesce-writes",
+                                                          "peer-answered")
+    assert ("Coalesce, because the client answered right after S2 arrived, so S1 and S2 were "
+            "one message written in two pieces.") in fix["text"]
+
+
+@pytest.mark.parametrize("name", ["classic_fulltail_tap", "classic_bulk_tap"])
+def test_a_tail_held_behind_a_full_segment_gets_tcp_nodelay_since_one_write_is_held_too(name):
+    """A classic-Nagle sender writes each request (1,460 + 100 B) or record in ONE send
+    (samples/README.md); its tail waits behind the full segment. Coalescing cannot help,
+    even where the server answers at once (fulltail)."""
+    doc = nagleprobe.analyze(str(SAMPLES / f"{name}.pcap")).to_dict()
+    fix = next(f["fix"] for f in doc["flows"] if f["fix"])
+    assert (fix["action"], fix["basis"]) == ("set-tcp-nodelay", "tail-behind-full")
+    assert ("TCP_NODELAY, because S1 was typically a full segment (1,460 bytes) and S2 "
+            "(100 bytes) the tail held behind it") in fix["text"]
 
 
 def test_stall_evidence_points_at_the_right_frames():

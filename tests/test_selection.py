@@ -15,7 +15,7 @@ from nagleprobe.report import json_schema
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PROXY = str(SAMPLES / "proxy_any.pcap")  # flow 0 client -> :8001 clean, flow 1 -> :8002 19 stalls
-BRIDGE = str(SAMPLES / "bridge_any.pcap")  # one flow: 19 stalls at 0.95 (ACK delays 43-52 ms: Linux-like)
+BRIDGE = str(SAMPLES / "bridge_any.pcap")  # one flow: 19 stalls at 0.95 (ACK delays 43-52 ms)
 # read as one capture with BRIDGE: one more flow, whose single stall has confidence 0.6
 EXCERPT = str(SAMPLES / "excerpt_echo_split_lo.pcap")
 
@@ -168,9 +168,9 @@ def test_the_text_report_writes_large_numbers_and_times_for_people(echo_split):
     assert "3712847.8" not in text
     from nagleprobe.advice import fix_text
 
-    fix = fix_text(0, "10.0.0.1:40000", 41.0, 12345, 3712847.8, True)
-    assert "12,345 writes waited for the server's delayed ACK (~41 ms, Linux-like), costing " \
-           "3,712.8 s" in fix
+    fix = fix_text(0, "10.0.0.1:40000", 41.0, 12345, 3712847.8, "peer-answered", 6, 7)
+    assert ("12,345 writes waited for the server's delayed ACK (~41 ms, typical of Linux), "
+            "costing 3,712.8 s") in fix
     doc = r.to_dict()  # the JSON keeps its numbers
     assert doc["summary"]["stall_ms"] == 3712847.8 and doc["capture"]["packets"] == 1234567
 
