@@ -1,0 +1,281 @@
+"""Several vantages: captures of the same connections taken at different places (the
+client's host, a router in the middle, the server's host), told apart from a file set and
+joined per connection (docs/DETECTION.md, "Several vantages").
+
+Two files are vantages of the same traffic when a connection's handshake (4-tuple and the
+client's initial sequence number) is in both and the capture point's round trip to the
+server (SYN to SYN/ACK) differs between them: the same handshake at the same round trip is
+the same place (copies, which a merge drops as duplicates). Files that share no handshake (a
+rotated set, one file per interface) stay one capture. Each vantage is analysed on its own;
+`join` then matches their flows (4-tuple, in order of start) and gives per connection the
+verdict of every vantage, per vantage its clock offset, and per stall where the held time
+went, all from the reports' small tables (no packet is read twice).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from .decode import ACK, SYN, decode
+from .errors import CaptureError
+from .read import URL_TIMEOUT_S, CaptureReader
+from .tuples import mix
+
+PEEK_BYTES = 4 << 20  # of each file, read for its handshakes
+# handshake round trips (SYN to SYN/ACK) of one connection in two files closer than this,
+# or than a quarter of the longer, are one capture point
+SAME_PLACE_MS = 0.5
+MATCH_MS = 5.0  # a stall is the same stall at two vantages within this (or a quarter RTT)
+
+
+def handshakes(path: str, url_timeout: float = URL_TIMEOUT_S) -> tuple[np.ndarray, np.ndarray]:
+    """(key, SYN to SYN/ACK in ns) of the handshakes in the first PEEK_BYTES of a file, keys
+    sorted: a hash of the client's address, port, the server's and the client's ISN. An
+    unreadable file has none (the file set reports it)."""
+    try:
+        reader = CaptureReader(path, chunk_bytes=PEEK_BYTES, url_timeout=url_timeout)
+    except CaptureError:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    try:
+        batch = next((b for b in reader if len(b)), None)
+        c = decode(batch, Counter()) if batch is not None else None
+    except CaptureError:
+        c = None
+    finally:
+        reader.close()
+    if c is None or not len(c["frame"]):
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    kind = c["flags"] & (SYN | ACK)
+    syn, sa = kind == SYN, kind == SYN | ACK
+    port = lambda a, b: (a.astype(np.uint64) << np.uint64(16)) | b.astype(np.uint64)  # noqa: E731
+    key = np.where(syn, mix([c["src_hi"], c["src_lo"], c["dst_hi"], c["dst_lo"],
+                             port(c["sport"], c["dport"]), c["seq"].astype(np.uint64)]),
+                   mix([c["dst_hi"], c["dst_lo"], c["src_hi"], c["src_lo"],
+                        port(c["dport"], c["sport"]),
+                        (c["ack"] - np.uint32(1)).astype(np.uint64)]))
+    ts = c["ts_ns"]
+    k1, i1 = np.unique(key[syn], return_index=True)  # the first of each (in time order)
+    k2, i2 = np.unique(key[sa], return_index=True)
+    both, a, b = np.intersect1d(k1, k2, assume_unique=True, return_indices=True)
+    return both, ts[sa][i2[b]] - ts[syn][i1[a]]
+
+
+def different_places(one: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray]
+                     ) -> bool:
+    """Whether two files' handshakes (from `handshakes`) show the same connections seen
+    from different places: shared handshakes whose round trips to the server differ."""
+    _, a, b = np.intersect1d(one[0], other[0], assume_unique=True, return_indices=True)
+    if not len(a):
+        return False
+    ga, gb = one[1][a] / 1e6, other[1][b] / 1e6
+    diff = float(np.median(np.abs(ga - gb)))
+    return diff > max(SAME_PLACE_MS, float(np.median(np.maximum(ga, gb))) / 4)
+
+
+def vantage_groups(paths: list[str], url_timeout: float = URL_TIMEOUT_S) -> list[list[str]]:
+    """The files of a set in groups, each one capture point: a file joins the first group
+    holding no file that saw its connections from elsewhere. One group when there are no
+    several vantages (a rotated set stays whole)."""
+    if len(paths) < 2:
+        return [list(paths)]
+    seen = [handshakes(p, url_timeout) for p in paths]
+    groups: list[list[int]] = []
+    for i in range(len(paths)):
+        for g in groups:
+            if not any(different_places(seen[i], seen[j]) for j in g):
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    return [[paths[i] for i in g] for g in groups]
+
+
+def _handshake_times(fl: dict[str, np.ndarray]) -> np.ndarray:
+    """Per flow (rows) the SYN, SYN/ACK and ACK times (ns, this file's clock) as the capture
+    point saw them, from its first packet and its round trips; NaN without a handshake."""
+    syn = fl["start_time"].astype(np.float64)
+    ok = (fl["roles"] == "handshake") & ~np.isnan(fl["rtt_server_ms"].astype(float))
+    syn = np.where(ok, syn, np.nan)
+    sa = syn + fl["rtt_server_ms"].astype(float) * 1e6
+    return np.stack([syn, sa, sa + fl["rtt_client_ms"].astype(float) * 1e6], axis=1)
+
+
+def _match_flows(ref: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> np.ndarray:
+    """For each flow of `other`, the row of the same connection in `ref` (-1 if none): the
+    same client and server, the n-th of that pair by start in both."""
+    def keys(fl: dict[str, np.ndarray]) -> np.ndarray:
+        pair = np.char.add(np.char.add(fl["client"].astype(str), ">"), fl["server"].astype(str))
+        order = np.lexsort((fl["start_time"], pair))
+        rank = np.zeros(len(pair), np.int64)
+        p = pair[order]
+        first = np.r_[True, p[1:] != p[:-1]] if len(p) else np.zeros(0, bool)
+        start = np.maximum.accumulate(np.where(first, np.arange(len(p)), 0)) if len(p) else p
+        rank[order] = np.arange(len(p)) - start
+        return np.char.add(np.char.add(pair, "#"), rank.astype(str))
+
+    rk, ok = keys(ref), keys(other)
+    where = {k: i for i, k in enumerate(rk.tolist())}
+    return np.asarray([where.get(k, -1) for k in ok.tolist()], dtype=np.int64)
+
+
+def _offset(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(b's clock minus a's, one-way delay between them) in ns from one connection's
+    handshake times at two vantages (rows SYN, SYN/ACK, ACK), NTP-style: the SYN and the
+    SYN/ACK cross between them in opposite directions, the delay taken as equal both ways."""
+    if b[1] - b[0] > a[1] - a[0]:  # b nearer the client: a's SYN left b first
+        theta, delay = _offset(b, a)
+        return -theta, delay
+    # a nearer the client: SYN a -> b, SYN/ACK b -> a
+    there, back = b[0] - a[0], a[1] - b[1]
+    return (there - back) / 2, (there + back) / 2
+
+
+def join(reports: list[Any], groups: list[list[str]]) -> dict[str, Any]:
+    """The vantages object (docs/json.md): per vantage its files, clock offset from the first
+    and one-way delay to it; per connection seen at more than one vantage the stalls and fix
+    side at each, whether they agree, and where the held time went."""
+    tables = [r.columns("flows") for r in reports]
+    stalls = [r.columns("stalls") for r in reports]
+    ref = tables[0]
+    rows = np.full((len(ref["id"]), len(reports)), -1, np.int64)  # connection x vantage
+    rows[:, 0] = np.arange(len(ref["id"]))
+    for k in range(1, len(reports)):
+        m = _match_flows(ref, tables[k])
+        rows[m[m >= 0], k] = np.flatnonzero(m >= 0)
+    rows = rows[(rows >= 0).sum(axis=1) > 1]
+    times = [_handshake_times(fl) for fl in tables]
+    offsets: list[list[float]] = [[] for _ in reports]
+    delays: list[list[float]] = [[] for _ in reports]
+    connections = []
+    for n, row in enumerate(rows):
+        hs = [times[k][r] if r >= 0 else None for k, r in enumerate(row)]
+        for k in range(1, len(reports)):
+            if hs[k] is not None and not np.isnan(hs[0][0]) and not np.isnan(hs[k][0]):
+                theta, delay = _offset(hs[0], hs[k])
+                offsets[k].append(theta)
+                delays[k].append(delay)
+        connections.append(_connection(n, row, tables, stalls, hs))
+    files = []
+    for k, g in enumerate(groups):
+        fl, here = tables[k], rows[:, k][rows[:, k] >= 0]
+        files.append({
+            "vantage": k + 1, "paths": list(g),
+            "offset_ms": _ms(np.median(offsets[k])) if offsets[k] else (0.0 if k == 0 else None),
+            "one_way_ms": _ms(np.median(delays[k])) if delays[k] else (0.0 if k == 0 else None),
+            "rtt_client_ms": _median(fl["rtt_client_ms"][here]),
+            "rtt_server_ms": _median(fl["rtt_server_ms"][here])})
+    return {"files": files, "connections": connections}
+
+
+def _ms(ns: float) -> float:
+    return round(float(ns) / 1e6, 3)
+
+
+def _median(v: np.ndarray) -> float | None:
+    v = v.astype(float)
+    v = v[~np.isnan(v)]
+    return round(float(np.median(v)), 3) if len(v) else None
+
+
+def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
+                stalls: list[dict[str, np.ndarray]], hs: list[np.ndarray | None]
+                ) -> dict[str, Any]:
+    """One connection joined over the vantages that saw it (`row`: its flow row in each
+    report, -1 where not seen)."""
+    seen = [k for k, r in enumerate(row) if r >= 0]
+    first = tables[seen[0]]
+    per = []
+    for k in seen:
+        fl, r = tables[k], row[k]
+        per.append({"vantage": k + 1, "flow": int(fl["id"][r]), "stalls": int(fl["stalls"][r]),
+                    "stall_ms": round(float(fl["stall_ms"][r]), 3),
+                    "fix_side": fl["fix_side"][r]})
+    sides = {p["fix_side"] for p in per}
+    agree = len(sides) == 1
+    return {"connection": n, "client": first["client"][row[seen[0]]],
+            "server": first["server"][row[seen[0]]],
+            "fix_side": sides.pop() if agree else None, "agree": agree, "vantages": per,
+            "split": _split(row, tables, stalls, hs)}
+
+
+def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]],
+           stalls: list[dict[str, np.ndarray]], hs: list[np.ndarray | None]
+           ) -> dict[str, Any] | None:
+    """Where the held time of the connection's stalls went, summed over the stalls found at
+    both the vantage nearest their sender and the one nearest the peer: `stack_ms` (the late
+    ACK's arrival to the held segment leaving, at the sender), `peer_ack_ms` (the small
+    segment's arrival to the ACK leaving, at the peer), `path_ms` (the rest: both ways on the
+    path). None when no vantage pair brackets the stalls."""
+    seen = [k for k, r in enumerate(row) if r >= 0 and hs[k] is not None
+            and not np.isnan(hs[k][0])]
+    out = None
+    for side in ("client", "server"):
+        near = {s: min(seen, key=lambda k, s=s: tables[k][f"rtt_{s}_ms"][row[k]])
+                for s in ("client", "server")} if len(seen) > 1 else None
+        if near is None:
+            return None
+        peer = "server" if side == "client" else "client"
+        a, b = near[side], near[peer]
+        if a == b:
+            continue
+        sa, sb = stalls[a], stalls[b]
+        ia = np.flatnonzero((sa["flow"] == tables[a]["id"][row[a]]) & (sa["sender"] == side))
+        ib = np.flatnonzero((sb["flow"] == tables[b]["id"][row[b]]) & (sb["sender"] == side))
+        if not len(ia) or not len(ib):
+            continue
+        point = 0 if side == "client" else 1  # the handshake packet going the stalls' way
+        shift = hs[b][point] - hs[a][point]  # sender's vantage to peer's: delay and offset
+        small_b = sb["small_time"][ib].astype(np.float64)
+        order = np.argsort(small_b)
+        want = sa["small_time"][ia].astype(np.float64) + shift
+        pos = np.clip(np.searchsorted(small_b[order], want), 1, max(len(ib) - 1, 1))
+        lo = np.clip(pos - 1, 0, len(ib) - 1)
+        hi = np.clip(pos, 0, len(ib) - 1)
+        pick = np.where(np.abs(small_b[order][lo] - want) <= np.abs(small_b[order][hi] - want),
+                        lo, hi)
+        got = ib[order][pick]
+        rtt = float(tables[a]["rtt_ms"][row[a]])
+        tol = max(MATCH_MS, rtt / 4 if rtt == rtt else 0) * 1e6
+        ok = np.abs(sb["small_time"][got].astype(np.float64) - want) <= tol
+        if not ok.any():
+            continue
+        ia, got = ia[ok], got[ok]
+        held = (sa["released_time"][ia] - sa["small_time"][ia]).astype(np.float64)
+        stack = (sa["released_time"][ia] - sa["ack_time"][ia]).astype(np.float64)
+        peer_ack = (sb["ack_time"][got] - sb["small_time"][got]).astype(np.float64)
+        path = held - stack - peer_ack
+        part = {"sender": side, "sender_vantage": a + 1, "peer_vantage": b + 1,
+                "stalls": int(len(ia)), "held_ms": _ms(held.sum()),
+                "stack_ms": _ms(stack.sum()), "path_ms": _ms(path.sum()),
+                "peer_ack_ms": _ms(peer_ack.sum())}
+        if out is None or part["stalls"] > out["stalls"]:
+            out = part
+    return out
+
+
+TABLE_COLUMNS = ("connection", "client", "server", "vantage", "files", "flow", "stalls",
+                 "stall_ms", "fix_side", "agree", "offset_ms", "one_way_ms", "split_stalls",
+                 "stack_ms", "path_ms", "peer_ack_ms")
+
+
+def table(doc: dict[str, Any] | None) -> Any:
+    """`Report.vantages`: one row per connection and vantage that saw it (columns
+    TABLE_COLUMNS, docs/notebook.md); the connection's `agree` and time split (`split_*`,
+    at its sender's and peer's vantages) repeat on each of its rows."""
+    import pandas as pd
+
+    rows = []
+    files = {f["vantage"]: f for f in (doc or {}).get("files", [])}
+    for c in (doc or {}).get("connections", []):
+        sp = c["split"] or {}
+        for v in c["vantages"]:
+            f = files[v["vantage"]]
+            rows.append((c["connection"], c["client"], c["server"], v["vantage"],
+                         ", ".join(f["paths"]), v["flow"], v["stalls"], v["stall_ms"],
+                         v["fix_side"], c["agree"], f["offset_ms"], f["one_way_ms"],
+                         sp.get("stalls", 0), sp.get("stack_ms"), sp.get("path_ms"),
+                         sp.get("peer_ack_ms")))
+    return pd.DataFrame.from_records(rows, columns=list(TABLE_COLUMNS))
