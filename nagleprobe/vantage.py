@@ -134,9 +134,10 @@ def _offset(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def join(reports: list[Any], groups: list[list[str]]) -> dict[str, Any]:
-    """The vantages object (docs/json.md): per vantage its files, clock offset from the first
-    and one-way delay to it; per connection seen at more than one vantage the stalls and fix
-    side at each, whether they agree, and where the held time went."""
+    """The vantages object (docs/json.md): the files of each vantage; per pair of files
+    that saw the same connections the clock offset and one-way delay between them; per
+    connection seen at more than one vantage the stalls and fix side at each, whether they
+    agree, and where the held time went."""
     tables = [r.columns("flows") for r in reports]
     stalls = [r.columns("stalls") for r in reports]
     ref = tables[0]
@@ -147,42 +148,36 @@ def join(reports: list[Any], groups: list[list[str]]) -> dict[str, Any]:
         rows[m[m >= 0], k] = np.flatnonzero(m >= 0)
     rows = rows[(rows >= 0).sum(axis=1) > 1]
     times = [_handshake_times(fl) for fl in tables]
-    offsets: list[list[float]] = [[] for _ in reports]
-    delays: list[list[float]] = [[] for _ in reports]
+    files = [fl["first_file"] if "first_file" in fl else np.full(len(fl["id"]), g[0], object)
+             for fl, g in zip(tables, groups)]
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
     connections = []
     for n, row in enumerate(rows):
-        hs = [times[k][r] if r >= 0 else None for k, r in enumerate(row)]
-        for k in range(1, len(reports)):
-            if hs[k] is not None and not np.isnan(hs[0][0]) and not np.isnan(hs[k][0]):
-                theta, delay = _offset(hs[0], hs[k])
-                offsets[k].append(theta)
-                delays[k].append(delay)
-        connections.append(_connection(n, row, tables, stalls, hs))
-    files = []
-    for k, g in enumerate(groups):
-        fl, here = tables[k], rows[:, k][rows[:, k] >= 0]
-        files.append({
-            "vantage": k + 1, "paths": list(g),
-            "offset_ms": _ms(np.median(offsets[k])) if offsets[k] else (0.0 if k == 0 else None),
-            "one_way_ms": _ms(np.median(delays[k])) if delays[k] else (0.0 if k == 0 else None),
-            "rtt_client_ms": _median(fl["rtt_client_ms"][here]),
-            "rtt_server_ms": _median(fl["rtt_server_ms"][here])})
-    return {"files": files, "connections": connections}
+        seen = [k for k, r in enumerate(row) if r >= 0]
+        a = seen[0]
+        for k in seen[1:]:
+            if not np.isnan(times[a][row[a]][0]) and not np.isnan(times[k][row[k]][0]):
+                pairs.setdefault((files[a][row[a]], files[k][row[k]]), []).append(
+                    _offset(times[a][row[a]], times[k][row[k]]))
+        connections.append(_connection(n, row, tables, stalls, times, files))
+    clocks = [{"from": a, "to": b, "offset_ms": _ms(np.median([t for t, _ in v])),
+               "one_way_ms": _ms(np.median([d for _, d in v])), "connections": len(v)}
+              for (a, b), v in pairs.items()]
+    return {"files": [{"vantage": k + 1, "paths": list(g)} for k, g in enumerate(groups)],
+            "clocks": clocks, "connections": connections}
 
 
 def _ms(ns: float) -> float:
     return round(float(ns) / 1e6, 3)
 
 
-def _median(v: np.ndarray) -> float | None:
-    v = v.astype(float)
-    v = v[~np.isnan(v)]
-    return round(float(np.median(v)), 3) if len(v) else None
+def _number(v: float) -> float | None:
+    return None if v != v else round(float(v), 3)
 
 
 def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
-                stalls: list[dict[str, np.ndarray]], hs: list[np.ndarray | None]
-                ) -> dict[str, Any]:
+                stalls: list[dict[str, np.ndarray]], times: list[np.ndarray],
+                files: list[np.ndarray]) -> dict[str, Any]:
     """One connection joined over the vantages that saw it (`row`: its flow row in each
     report, -1 where not seen)."""
     seen = [k for k, r in enumerate(row) if r >= 0]
@@ -190,15 +185,19 @@ def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
     per = []
     for k in seen:
         fl, r = tables[k], row[k]
-        per.append({"vantage": k + 1, "flow": int(fl["id"][r]), "stalls": int(fl["stalls"][r]),
+        per.append({"vantage": k + 1, "file": files[k][r], "flow": int(fl["id"][r]),
+                    "stalls": int(fl["stalls"][r]),
                     "stall_ms": round(float(fl["stall_ms"][r]), 3),
-                    "fix_side": fl["fix_side"][r]})
+                    "fix_side": fl["fix_side"][r],
+                    "rtt_client_ms": _number(fl["rtt_client_ms"][r]),
+                    "rtt_server_ms": _number(fl["rtt_server_ms"][r])})
     sides = {p["fix_side"] for p in per}
     agree = len(sides) == 1
     return {"connection": n, "client": first["client"][row[seen[0]]],
             "server": first["server"][row[seen[0]]],
             "fix_side": sides.pop() if agree else None, "agree": agree, "vantages": per,
-            "split": _split(row, tables, stalls, hs)}
+            "split": _split(row, tables, stalls,
+                            [times[k][r] if r >= 0 else None for k, r in enumerate(row)])}
 
 
 def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]],
@@ -256,26 +255,25 @@ def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]],
     return out
 
 
-TABLE_COLUMNS = ("connection", "client", "server", "vantage", "files", "flow", "stalls",
-                 "stall_ms", "fix_side", "agree", "offset_ms", "one_way_ms", "split_stalls",
-                 "stack_ms", "path_ms", "peer_ack_ms")
+TABLE_COLUMNS = ("connection", "client", "server", "vantage", "file", "flow", "stalls",
+                 "stall_ms", "fix_side", "rtt_client_ms", "rtt_server_ms", "agree",
+                 "split_stalls", "stack_ms", "path_ms", "peer_ack_ms")
 
 
 def table(doc: dict[str, Any] | None) -> Any:
     """`Report.vantages`: one row per connection and vantage that saw it (columns
-    TABLE_COLUMNS, docs/notebook.md); the connection's `agree` and time split (`split_*`,
-    at its sender's and peer's vantages) repeat on each of its rows."""
+    TABLE_COLUMNS, docs/notebook.md); the connection's `agree` and time split (at its
+    sender's and peer's vantages: `split_stalls` matched, the `*_ms` summed over them)
+    repeat on each of its rows."""
     import pandas as pd
 
     rows = []
-    files = {f["vantage"]: f for f in (doc or {}).get("files", [])}
     for c in (doc or {}).get("connections", []):
         sp = c["split"] or {}
         for v in c["vantages"]:
-            f = files[v["vantage"]]
-            rows.append((c["connection"], c["client"], c["server"], v["vantage"],
-                         ", ".join(f["paths"]), v["flow"], v["stalls"], v["stall_ms"],
-                         v["fix_side"], c["agree"], f["offset_ms"], f["one_way_ms"],
+            rows.append((c["connection"], c["client"], c["server"], v["vantage"], v["file"],
+                         v["flow"], v["stalls"], v["stall_ms"], v["fix_side"],
+                         v["rtt_client_ms"], v["rtt_server_ms"], c["agree"],
                          sp.get("stalls", 0), sp.get("stack_ms"), sp.get("path_ms"),
                          sp.get("peer_ack_ms")))
     return pd.DataFrame.from_records(rows, columns=list(TABLE_COLUMNS))
