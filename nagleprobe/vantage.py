@@ -3,9 +3,10 @@ client's host, a router in the middle, the server's host), told apart from a fil
 joined per connection (docs/DETECTION.md, "Several vantages").
 
 Two files are vantages of the same traffic when a connection's handshake (4-tuple and the
-client's initial sequence number) is in both and the capture point's round trip to the
-server (SYN to SYN/ACK) differs between them: the same handshake at the same round trip is
-the same place (copies, which a merge drops as duplicates). Files that share no handshake (a
+client's initial sequence number) is in both at about the same time and the capture point's
+round trip to the server (SYN to SYN/ACK) differs between them: the same handshake at the
+same round trip is the same place (copies, which a merge drops as duplicates), and at
+distant times an edited copy or a replay. Files that share no handshake (a
 rotated set, one file per interface) stay one capture. Each vantage is analysed on its own;
 `join` then matches their flows (4-tuple, in order of start) and gives per connection the
 verdict of every vantage, per vantage its clock offset, and per stall where the held time
@@ -28,17 +29,22 @@ PEEK_BYTES = 4 << 20  # of each file, read for its handshakes
 # handshake round trips (SYN to SYN/ACK) of one connection in two files closer than this,
 # or than a quarter of the longer, are one capture point
 SAME_PLACE_MS = 0.5
+SAME_TIME_S = 3600.0  # one handshake in two files this far apart is not one moment (clocks)
 MATCH_MS = 5.0  # a stall is the same stall at two vantages within this (or a quarter RTT)
 
 
-def handshakes(path: str, url_timeout: float = URL_TIMEOUT_S) -> tuple[np.ndarray, np.ndarray]:
-    """(key, SYN to SYN/ACK in ns) of the handshakes in the first PEEK_BYTES of a file, keys
-    sorted: a hash of the client's address, port, the server's and the client's ISN. An
-    unreadable file has none (the file set reports it)."""
+# key, SYN time, SYN to SYN/ACK, SYN to the client's ACK (ns); per handshake, keys sorted
+Handshakes = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def handshakes(path: str, url_timeout: float = URL_TIMEOUT_S) -> Handshakes:
+    """The handshakes in the first PEEK_BYTES of a file, keyed by a hash of the client's
+    address and port, the server's and the client's ISN. An unreadable file has none (the
+    file set reports it)."""
     try:
         reader = CaptureReader(path, chunk_bytes=PEEK_BYTES, url_timeout=url_timeout)
     except CaptureError:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return _none()
     try:
         batch = next((b for b in reader if len(b)), None)
         c = decode(batch, Counter()) if batch is not None else None
@@ -47,32 +53,53 @@ def handshakes(path: str, url_timeout: float = URL_TIMEOUT_S) -> tuple[np.ndarra
     finally:
         reader.close()
     if c is None or not len(c["frame"]):
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        return _none()
     kind = c["flags"] & (SYN | ACK)
-    syn, sa = kind == SYN, kind == SYN | ACK
+    syn, sa, ack = kind == SYN, kind == SYN | ACK, kind == ACK
     port = lambda a, b: (a.astype(np.uint64) << np.uint64(16)) | b.astype(np.uint64)  # noqa: E731
     key = np.where(syn, mix([c["src_hi"], c["src_lo"], c["dst_hi"], c["dst_lo"],
                              port(c["sport"], c["dport"]), c["seq"].astype(np.uint64)]),
                    mix([c["dst_hi"], c["dst_lo"], c["src_hi"], c["src_lo"],
                         port(c["dport"], c["sport"]),
                         (c["ack"] - np.uint32(1)).astype(np.uint64)]))
+    # the client's first packet after its SYN (the handshake's ACK): sequence ISN + 1
+    key = np.where(ack, mix([c["src_hi"], c["src_lo"], c["dst_hi"], c["dst_lo"],
+                             port(c["sport"], c["dport"]),
+                             (c["seq"] - np.uint32(1)).astype(np.uint64)]), key)
     ts = c["ts_ns"]
     k1, i1 = np.unique(key[syn], return_index=True)  # the first of each (in time order)
     k2, i2 = np.unique(key[sa], return_index=True)
+    k3, i3 = np.unique(key[ack], return_index=True)
     both, a, b = np.intersect1d(k1, k2, assume_unique=True, return_indices=True)
-    return both, ts[sa][i2[b]] - ts[syn][i1[a]]
+    both, d, e = np.intersect1d(both, k3, assume_unique=True, return_indices=True)
+    t0 = ts[syn][i1[a[d]]]
+    return both, t0, ts[sa][i2[b[d]]] - t0, ts[ack][i3[e]] - t0
 
 
-def different_places(one: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray]
-                     ) -> bool:
+def _none() -> Handshakes:
+    return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64), \
+        np.zeros(0, np.int64)
+
+
+def different_places(one: Handshakes, other: Handshakes) -> bool:
     """Whether two files' handshakes (from `handshakes`) show the same connections seen
-    from different places: shared handshakes whose round trips to the server differ."""
+    from different places: shared handshakes at about the same time, with the same loop
+    (SYN to the client's ACK spans both ends wherever it is seen) but round trips to the
+    server that differ."""
     _, a, b = np.intersect1d(one[0], other[0], assume_unique=True, return_indices=True)
-    if not len(a):
+    if not len(a) or abs(float(np.median(other[1][b] - one[1][a]))) > SAME_TIME_S * 1e9:
         return False
-    ga, gb = one[1][a] / 1e6, other[1][b] / 1e6
-    diff = float(np.median(np.abs(ga - gb)))
-    return diff > max(SAME_PLACE_MS, float(np.median(np.maximum(ga, gb))) / 4)
+    if not _near(one[3][a], other[3][b]):
+        return False  # not one moment: an edited copy
+    return not _near(one[2][a], other[2][b])
+
+
+def _near(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two files' durations (ns) of the same handshakes are the same: apart by at
+    most SAME_PLACE_MS or a quarter of the longer (median over the handshakes)."""
+    x, y = x / 1e6, y / 1e6
+    return float(np.median(np.abs(x - y))) <= max(SAME_PLACE_MS,
+                                                  float(np.median(np.maximum(x, y))) / 4)
 
 
 def vantage_groups(paths: list[str], url_timeout: float = URL_TIMEOUT_S) -> list[list[str]]:
