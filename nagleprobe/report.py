@@ -331,6 +331,7 @@ class Report:
             ids = chosen["id"].head(int(top)).tolist()
         base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread)
         base._segments = self._segments
+        base.vantage_doc = self.vantage_doc
         sub = base._subset(ids)
         prev = self.selection
         criteria = {"ports": list(ports), "hosts": list(hosts), "flows": list(flow_ids),
