@@ -282,9 +282,12 @@ def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]],
     return out
 
 
-TABLE_COLUMNS = ("connection", "client", "server", "vantage", "file", "flow", "stalls",
-                 "stall_ms", "fix_side", "rtt_client_ms", "rtt_server_ms", "agree",
-                 "split_stalls", "stack_ms", "path_ms", "peer_ack_ms")
+# `Report.vantages`: column -> dtype (object: text, None missing; float: NaN missing)
+TABLE_COLUMNS = {"connection": np.int64, "client": object, "server": object,
+                 "vantage": np.int64, "file": object, "flow": np.int64, "stalls": np.int64,
+                 "stall_ms": np.float64, "fix_side": object, "rtt_client_ms": np.float64,
+                 "rtt_server_ms": np.float64, "agree": bool, "split_stalls": np.int64,
+                 "stack_ms": np.float64, "path_ms": np.float64, "peer_ack_ms": np.float64}
 
 
 def table(doc: dict[str, Any] | None) -> Any:
@@ -292,7 +295,7 @@ def table(doc: dict[str, Any] | None) -> Any:
     TABLE_COLUMNS, docs/notebook.md); the connection's `agree` and time split (at its
     sender's and peer's vantages: `split_stalls` matched, the `*_ms` summed over them)
     repeat on each of its rows."""
-    import pandas as pd
+    from .frames import table as frame
 
     rows = []
     for c in (doc or {}).get("connections", []):
@@ -300,7 +303,12 @@ def table(doc: dict[str, Any] | None) -> Any:
         for v in c["vantages"]:
             rows.append((c["connection"], c["client"], c["server"], v["vantage"], v["file"],
                          v["flow"], v["stalls"], v["stall_ms"], v["fix_side"],
-                         v["rtt_client_ms"], v["rtt_server_ms"], c["agree"],
-                         sp.get("stalls", 0), sp.get("stack_ms"), sp.get("path_ms"),
-                         sp.get("peer_ack_ms")))
-    return pd.DataFrame.from_records(rows, columns=list(TABLE_COLUMNS))
+                         _nan(v["rtt_client_ms"]), _nan(v["rtt_server_ms"]), c["agree"],
+                         sp.get("stalls", 0), _nan(sp.get("stack_ms")),
+                         _nan(sp.get("path_ms")), _nan(sp.get("peer_ack_ms"))))
+    return frame({name: np.asarray([r[i] for r in rows], dtype=t)
+                  for i, (name, t) in enumerate(TABLE_COLUMNS.items())})
+
+
+def _nan(v: float | None) -> float:
+    return np.nan if v is None else v

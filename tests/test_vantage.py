@@ -5,6 +5,7 @@ on one host (one clock), through forwarder.py's two hops of equal delay (samples
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -181,3 +182,13 @@ def test_the_offset_is_ntp_style_whichever_file_is_nearer_the_client():
     assert theta == pytest.approx(7e6) and delay == pytest.approx(30e6)
     theta, delay = _offset(b, a)
     assert theta == pytest.approx(-7e6) and delay == pytest.approx(30e6)
+
+
+def test_the_notebook_page_documents_every_column_and_dtype(joined):
+    from test_report import dtype_name
+
+    page = (ROOT / "docs" / "notebook.md").read_text()
+    section = page.split("### `report.vantages`", 1)[1].split("\n#", 1)[0]
+    documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, flags=re.M)
+    for r in (joined["long_echo_split_rtt80"], nagleprobe.analyze(files("confirm_netns")[0])):
+        assert documented == [(c, dtype_name(t)) for c, t in r.vantages.dtypes.items()]
