@@ -24,6 +24,7 @@ from .decode import ACK, SYN, decode
 from .errors import CaptureError
 from .read import URL_TIMEOUT_S, CaptureReader
 from .tuples import mix
+from .words import SIDES
 
 PEEK_BYTES = 4 << 20  # of each file, read for its handshakes
 # handshake round trips (SYN to SYN/ACK) of one connection in two files closer than this,
@@ -132,7 +133,8 @@ def _handshake_times(fl: dict[str, np.ndarray]) -> np.ndarray:
 
 def _match_flows(ref: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> np.ndarray:
     """For each flow of `other`, the row of the same connection in `ref` (-1 if none): the
-    same client and server, the n-th of that pair by start in both."""
+    same client and server, the n-th of that pair by start in both, starting within
+    SAME_TIME_S of each other."""
     def keys(fl: dict[str, np.ndarray]) -> np.ndarray:
         pair = np.char.add(np.char.add(fl["client"].astype(str), ">"), fl["server"].astype(str))
         order = np.lexsort((fl["start_time"], pair))
@@ -145,7 +147,9 @@ def _match_flows(ref: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> np
 
     rk, ok = keys(ref), keys(other)
     where = {k: i for i, k in enumerate(rk.tolist())}
-    return np.asarray([where.get(k, -1) for k in ok.tolist()], dtype=np.int64)
+    m = np.asarray([where.get(k, -1) for k in ok.tolist()], dtype=np.int64)
+    apart = np.abs(other["start_time"] - ref["start_time"][np.maximum(m, 0)])
+    return np.where((m >= 0) & (apart <= SAME_TIME_S * 1e9), m, -1)
 
 
 def _offset(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -166,7 +170,7 @@ def join(reports: list[Any], groups: list[list[str]]) -> dict[str, Any]:
     connection seen at more than one vantage the stalls and fix side at each, whether they
     agree, and where the held time went."""
     tables = [r.columns("flows") for r in reports]
-    stalls = [r.columns("stalls") for r in reports]
+    stalls = [_Stalls(r.columns("stalls")) for r in reports]
     ref = tables[0]
     rows = np.full((len(ref["id"]), len(reports)), -1, np.int64)  # connection x vantage
     rows[:, 0] = np.arange(len(ref["id"]))
@@ -203,7 +207,7 @@ def _number(v: float) -> float | None:
 
 
 def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
-                stalls: list[dict[str, np.ndarray]], times: list[np.ndarray],
+                stalls: list[_Stalls], times: list[np.ndarray],
                 files: list[np.ndarray]) -> dict[str, Any]:
     """One connection joined over the vantages that saw it (`row`: its flow row in each
     report, -1 where not seen)."""
@@ -223,48 +227,56 @@ def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
     return {"connection": n, "client": first["client"][row[seen[0]]],
             "server": first["server"][row[seen[0]]],
             "fix_side": sides.pop() if agree else None, "agree": agree, "vantages": per,
-            "split": _split(row, tables, stalls,
-                            [times[k][r] if r >= 0 else None for k, r in enumerate(row)])}
+            "split": _split(row, tables, stalls, [times[k][r] for k, r in enumerate(row)])}
 
 
-def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]],
-           stalls: list[dict[str, np.ndarray]], hs: list[np.ndarray | None]
-           ) -> dict[str, Any] | None:
+class _Stalls:
+    """One vantage's stalls, found by flow without scanning them all (sorted by flow)."""
+
+    def __init__(self, st: dict[str, np.ndarray]) -> None:
+        self.st = st
+        self.order = np.argsort(st["flow"], kind="stable")
+        self.flow = st["flow"][self.order]
+
+    def of(self, flow: int, sender: str) -> np.ndarray:
+        """Rows of the flow's stalls held at `sender`."""
+        rows = self.order[np.searchsorted(self.flow, flow):
+                          np.searchsorted(self.flow, flow, side="right")]
+        return rows[self.st["sender"][rows] == sender]
+
+
+def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]], stalls: list[_Stalls],
+           hs: list[np.ndarray | None]) -> dict[str, Any] | None:
     """Where the held time of the connection's stalls went, summed over the stalls found at
     both the vantage nearest their sender and the one nearest the peer: `stack_ms` (the late
     ACK's arrival to the held segment leaving, at the sender), `peer_ack_ms` (the small
     segment's arrival to the ACK leaving, at the peer), `path_ms` (the rest: both ways on the
-    path). None when no vantage pair brackets the stalls."""
-    seen = [k for k, r in enumerate(row) if r >= 0 and hs[k] is not None
-            and not np.isnan(hs[k][0])]
+    path). Of the two senders, the one with more such stalls; None when no vantage pair
+    brackets any."""
+    seen = [k for k, r in enumerate(row) if r >= 0 and not np.isnan(hs[k][0])]
+    if len(seen) < 2:
+        return None
+    near = {s: min(seen, key=lambda k, s=s: tables[k][f"rtt_{s}_ms"][row[k]]) for s in SIDES}
     out = None
-    for side in ("client", "server"):
-        near = {s: min(seen, key=lambda k, s=s: tables[k][f"rtt_{s}_ms"][row[k]])
-                for s in ("client", "server")} if len(seen) > 1 else None
-        if near is None:
-            return None
-        peer = "server" if side == "client" else "client"
+    for side, peer in (SIDES, SIDES[::-1]):
         a, b = near[side], near[peer]
         if a == b:
             continue
-        sa, sb = stalls[a], stalls[b]
-        ia = np.flatnonzero((sa["flow"] == tables[a]["id"][row[a]]) & (sa["sender"] == side))
-        ib = np.flatnonzero((sb["flow"] == tables[b]["id"][row[b]]) & (sb["sender"] == side))
+        ia = stalls[a].of(tables[a]["id"][row[a]], side)
+        ib = stalls[b].of(tables[b]["id"][row[b]], side)
         if not len(ia) or not len(ib):
             continue
+        sa, sb = stalls[a].st, stalls[b].st
         point = 0 if side == "client" else 1  # the handshake packet going the stalls' way
         shift = hs[b][point] - hs[a][point]  # sender's vantage to peer's: delay and offset
+        ib = ib[np.argsort(sb["small_time"][ib])]
         small_b = sb["small_time"][ib].astype(np.float64)
-        order = np.argsort(small_b)
         want = sa["small_time"][ia].astype(np.float64) + shift
-        pos = np.clip(np.searchsorted(small_b[order], want), 1, max(len(ib) - 1, 1))
-        lo = np.clip(pos - 1, 0, len(ib) - 1)
-        hi = np.clip(pos, 0, len(ib) - 1)
-        pick = np.where(np.abs(small_b[order][lo] - want) <= np.abs(small_b[order][hi] - want),
-                        lo, hi)
-        got = ib[order][pick]
+        hi = np.clip(np.searchsorted(small_b, want), 0, len(ib) - 1)
+        lo = np.clip(hi - 1, 0, len(ib) - 1)
+        got = ib[np.where(np.abs(small_b[lo] - want) <= np.abs(small_b[hi] - want), lo, hi)]
         rtt = float(tables[a]["rtt_ms"][row[a]])
-        tol = max(MATCH_MS, rtt / 4 if rtt == rtt else 0) * 1e6
+        tol = max(MATCH_MS, 0 if np.isnan(rtt) else rtt / 4) * 1e6
         ok = np.abs(sb["small_time"][got].astype(np.float64) - want) <= tol
         if not ok.any():
             continue
@@ -272,10 +284,9 @@ def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]],
         held = (sa["released_time"][ia] - sa["small_time"][ia]).astype(np.float64)
         stack = (sa["released_time"][ia] - sa["ack_time"][ia]).astype(np.float64)
         peer_ack = (sb["ack_time"][got] - sb["small_time"][got]).astype(np.float64)
-        path = held - stack - peer_ack
         part = {"sender": side, "sender_vantage": a + 1, "peer_vantage": b + 1,
                 "stalls": int(len(ia)), "held_ms": _ms(held.sum()),
-                "stack_ms": _ms(stack.sum()), "path_ms": _ms(path.sum()),
+                "stack_ms": _ms(stack.sum()), "path_ms": _ms((held - stack - peer_ack).sum()),
                 "peer_ack_ms": _ms(peer_ack.sum())}
         if out is None or part["stalls"] > out["stalls"]:
             out = part

@@ -192,3 +192,16 @@ def test_the_notebook_page_documents_every_column_and_dtype(joined):
     documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, flags=re.M)
     for r in (joined["long_echo_split_rtt80"], nagleprobe.analyze(files("confirm_netns")[0])):
         assert documented == [(c, dtype_name(t)) for c, t in r.vantages.dtypes.items()]
+
+
+def test_vantages_that_disagree_are_named_in_the_text(joined):
+    from nagleprobe.text_report import vantage_lines
+
+    doc = copy.deepcopy(joined["long_echo_split_rtt80"].vantage_doc)
+    c = doc["connections"][0]
+    c["vantages"][1].update(stalls=0, stall_ms=0.0, fix_side=None)
+    c.update(agree=False, fix_side=None, split=None)
+    text = " ".join(" ".join(vantage_lines(doc)).split())
+    assert "stalls 19 (v1) / 0 (v2) / 19 (v3); the vantages disagree: v1 client, v2 no " \
+           "fix, v3 client" in text
+    assert "time split unknown" in text
