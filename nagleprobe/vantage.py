@@ -26,7 +26,8 @@ from .read import URL_TIMEOUT_S, CaptureReader
 from .tuples import mix
 from .words import SIDES
 
-PEEK_BYTES = 4 << 20  # of each file, read for its handshakes
+PEEK_BYTES = 1 << 20  # of each file of several, read for its handshakes (a rotated set of
+# a thousand files reads 1 GB more)
 # handshake round trips (SYN to SYN/ACK) of one connection in two files closer than this,
 # or than a quarter of the longer, are one capture point
 SAME_PLACE_MS = 0.5
