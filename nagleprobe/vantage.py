@@ -155,13 +155,15 @@ def _match_flows(ref: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> np
 
 def _offset(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """(b's clock minus a's, one-way delay between them) in ns from one connection's
-    handshake times at two vantages (rows SYN, SYN/ACK, ACK), NTP-style: the SYN and the
-    SYN/ACK cross between them in opposite directions, the delay taken as equal both ways."""
+    handshake times at two vantages (SYN, SYN/ACK, ACK), NTP-style: the SYN and the SYN/ACK
+    cross between them in opposite directions, and so do the SYN/ACK and the ACK; the delay
+    is taken as equal both ways, the two exchanges averaged."""
     if b[1] - b[0] > a[1] - a[0]:  # b nearer the client: a's SYN left b first
         theta, delay = _offset(b, a)
         return -theta, delay
-    # a nearer the client: SYN a -> b, SYN/ACK b -> a
-    there, back = b[0] - a[0], a[1] - b[1]
+    # a nearer the client: SYN and ACK a -> b, SYN/ACK b -> a
+    back = a[1] - b[1]
+    there = (b[0] - a[0] + b[2] - a[2]) / 2
     return (there - back) / 2, (there + back) / 2
 
 
