@@ -205,3 +205,12 @@ def test_vantages_that_disagree_are_named_in_the_text(joined):
     assert "stalls 19 (v1) / 0 (v2) / 19 (v3); the vantages disagree: v1 client, v2 no " \
            "fix, v3 client" in text
     assert "time split unknown" in text
+
+
+def test_the_html_report_has_the_vantages(joined):
+    html = joined["long_echo_split_rtt80"].to_html(plots=False)
+    section = html.split('<section id="vantages">', 1)[1].split("</section>", 1)[0]
+    assert section.count('<tr class="stalled">') == 3  # one row per vantage, 19 stalls each
+    assert "long_echo_split_rtt80_middle.pcap" in section and "one-way delay" in section
+    assert '<section id="vantages">' not in nagleprobe.analyze(
+        files("long_echo_split_rtt80")[0]).to_html(plots=False)
