@@ -214,3 +214,11 @@ def test_the_html_report_has_the_vantages(joined):
     assert "long_echo_split_rtt80_middle.pcap" in section and "one-way delay" in section
     assert '<section id="vantages">' not in nagleprobe.analyze(
         files("long_echo_split_rtt80")[0]).to_html(plots=False)
+
+
+def test_the_reports_page_shows_the_section_as_printed(monkeypatch):
+    page = (ROOT / "docs" / "reports.md").read_text()
+    shown = page.split("\nVantages: 2 capture points", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)  # the page's paths are relative to the repository
+    run = [f"samples/long_echo_split_rtt80_{p}.pcap" for p in ("client", "server")]
+    assert shown in nagleprobe.analyze(run).to_text()
