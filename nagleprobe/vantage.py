@@ -3,14 +3,15 @@ client's host, a router in the middle, the server's host), told apart from a fil
 joined per connection (docs/DETECTION.md, "Several vantages").
 
 Two files are vantages of the same traffic when a connection's handshake (4-tuple and the
-client's initial sequence number) is in both at about the same time and the capture point's
-round trip to the server (SYN to SYN/ACK) differs between them: the same handshake at the
-same round trip is the same place (copies, which a merge drops as duplicates), and at
-distant times an edited copy or a replay. Files that share no handshake (a
-rotated set, one file per interface) stay one capture. Each vantage is analysed on its own;
-`join` then matches their flows (4-tuple, in order of start) and gives per connection the
-verdict of every vantage, per vantage its clock offset, and per stall where the held time
-went, all from the reports' small tables (no packet is read twice).
+client's initial sequence number) is in both at about the same time, with the same loop (SYN
+to the client's ACK), and the capture point's round trip to the server (SYN to SYN/ACK)
+differs between them: the same handshake at the same round trip is the same place (copies,
+which a merge drops as duplicates); far apart in time or with another loop, a replay or an
+edited copy. Files that share no handshake (a rotated set, one file per interface) stay one
+capture. Each vantage is analysed on its own; `join` then matches their flows (4-tuple, in
+order of start) and gives per connection the verdict of every vantage, per pair of files
+their clock offset, and per stall where the held time went, all from the reports' small
+tables (no packet is read twice).
 """
 
 from __future__ import annotations
@@ -111,15 +112,38 @@ def vantage_groups(paths: list[str], url_timeout: float = URL_TIMEOUT_S) -> list
     if len(paths) < 2:
         return [list(paths)]
     seen = [handshakes(p, url_timeout) for p in paths]
+    apart = {(i, j) for i, j in _sharing(seen) if different_places(seen[i], seen[j])}
     groups: list[list[int]] = []
     for i in range(len(paths)):
         for g in groups:
-            if not any(different_places(seen[i], seen[j]) for j in g):
+            if not any((j, i) in apart for j in g):
                 g.append(i)
                 break
         else:
             groups.append([i])
     return [[paths[i] for i in g] for g in groups]
+
+
+def _sharing(seen: list[Handshakes]) -> set[tuple[int, int]]:
+    """The pairs of files (i < j) holding a handshake in common: only they can be vantages
+    (a rotated set has none, and costs no comparison)."""
+    keys = np.concatenate([h[0] for h in seen])
+    owner = np.repeat(np.arange(len(seen)), [len(h[0]) for h in seen])
+    order = np.argsort(keys, kind="stable")
+    keys, owner = keys[order], owner[order]
+    pairs: set[tuple[int, int]] = set()
+    for lo, hi in zip(*_runs(keys)):
+        files = np.unique(owner[lo:hi])
+        pairs.update((int(a), int(b)) for n, a in enumerate(files) for b in files[n + 1:])
+    return pairs
+
+
+def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each run of equal sorted keys longer than one."""
+    edge = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True]) if len(keys) else \
+        np.zeros(1, np.int64)
+    long = np.diff(edge) > 1
+    return edge[:-1][long], edge[1:][long]
 
 
 def _handshake_times(fl: dict[str, np.ndarray]) -> np.ndarray:
