@@ -168,7 +168,10 @@ def analyze(captures: tuple[str, ...], fmt: str, output: str | None, html_path: 
 
     Several files, directories and glob patterns are one capture (a file set, e.g. rotated
     by tcpdump -G/-C): records merged by time, so a connection crossing files is one flow;
-    frame numbers are then given with the file they are in.
+    frame numbers are then given with the file they are in. Files that saw the same
+    connections from different places (the client's and the server's host) are not merged:
+    each place is analysed on its own, the report is the first file's place, and its
+    Vantages section joins them (verdict at each place, clock offset, where the time went).
 
     \b
     Examples:
@@ -556,7 +559,9 @@ def _gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | N
               help="Captures analysed at once [default: one per core].")
 @click.option("--merge", is_flag=True,
               help="Judge all the files given as one capture (a file set, e.g. rotated by "
-                   "tcpdump -G/-C: connections crossing files are one flow), one verdict.")
+                   "tcpdump -G/-C: connections crossing files are one flow), one verdict; "
+                   "files from several places of the same connections are judged at the "
+                   "first file's place, with a warning.")
 @click.option("--dask", metavar="ADDRESS",
               help="Analyse the captures on the workers of this Dask scheduler (e.g. "
                    "tcp://10.0.0.5:8786; needs nagleprobe[dask]); the workers read the "

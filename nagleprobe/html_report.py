@@ -426,6 +426,8 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
     if len(worst) > HTML_DETAILED_FLOWS:
         out.append(f'<p class="note">The evidence of the other {len(worst) - HTML_DETAILED_FLOWS}'
                    f" flows with stalls is in the JSON output (--format json).</p>")
+    if report.vantage_doc is not None:
+        out.append(_vantage_section(report))
     out.append(_capture_section(report))
     when = (made or datetime.now(timezone.utc)).astimezone(timezone.utc)
     out.append(f"<footer>Made {when:%Y-%m-%d %H:%M:%S} UTC by "
@@ -436,6 +438,28 @@ def render_html(report: Report, plots: bool = True, command: str | None = None,
                f"column). Sides: {', '.join(SIDES)} as the handshake (or a guess) says."
                "</footer></body></html>")
     return "\n".join(out)
+
+
+VANTAGE_COLUMNS = {"client": "client", "server": "server", "vantage": "vantage", "file": "file",
+                   "stalls": "stalls", "stall_ms": "lost ms", "fix_side": "fix on",
+                   "split_stalls": "split stalls", "peer_ack_ms": "peer's delayed ACK ms",
+                   "path_ms": "path ms", "stack_ms": "sender's stack ms"}
+
+
+def _vantage_section(report: Report) -> str:
+    """The files were several vantages of the same connections: the clocks between them and
+    each connection's verdict at every vantage with its time split (docs/DETECTION.md)."""
+    out = ['<section id="vantages"><h2>Vantages</h2><p>These files saw the same connections '
+           "from different places; each place was analysed on its own, the report above is "
+           "vantage 1's.</p><ul>"]
+    for c in report.vantage_doc["clocks"]:
+        out.append(f"<li>clock of {_text(c['to'])} minus {_text(c['from'])}: "
+                   f"{c['offset_ms']:+.3f} ms, one-way delay {c['one_way_ms']:.3f} ms</li>")
+    out.append("</ul>")
+    out.append(table_html(report.vantages, VANTAGE_COLUMNS, {k: "{:.1f}" for k in (
+        "stall_ms", "peer_ack_ms", "path_ms", "stack_ms")}, lambda r: r["stalls"] > 0))
+    out.append("</section>")
+    return "".join(out)
 
 
 def write_html(report: Report, path: str | Path, plots: bool = True,

@@ -18,7 +18,7 @@ import numpy as np
 
 from .decode import TCP_COLUMNS, decode, empty_columns
 from .errors import CaptureError
-from .fileset import SetReader, capture_paths, merge_columns
+from .fileset import SetReader, capture_paths, merge_columns, set_name
 from .read import URL_TIMEOUT_S, CaptureReader
 
 if TYPE_CHECKING:
@@ -72,6 +72,17 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
                               else [os.fspath(path)])
         if len(paths) == 1:
             path, paths = paths[0], None
+        else:
+            from .vantage import vantage_groups
+
+            groups = vantage_groups(paths, url_timeout)
+            if len(groups) > 1:
+                kw = dict(chunk_bytes=chunk_bytes, strict=strict, whole_file=whole_file,
+                          reorder_window_s=reorder_window_s, batch_rows=batch_rows,
+                          progress=progress, idle_s=idle_s, piece_rows=piece_rows,
+                          url_timeout=url_timeout)
+                return _joined([analyze(g if len(g) > 1 else g[0], **kw) for g in groups],
+                               groups)
     if paths is None and not isinstance(path, (str, os.PathLike)):
         if isinstance(path, io.TextIOBase) or not callable(getattr(path, "read", None)):
             raise TypeError(f"analyze() takes a path or a binary file object (opened with "
@@ -191,6 +202,21 @@ def _with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
     from .report import name_files
 
     name_files(report, reader.files)
+    return report
+
+
+def _joined(reports: list[Report], groups: list[list[str]]) -> Report:
+    """The report of the first vantage, the others joined to it (`Report.vantages`), and a
+    warning saying so, so that no front end shows one vantage as the whole set."""
+    from .vantage import join
+
+    report = reports[0]
+    report.vantage_doc = join(reports, groups)
+    files = sum(len(g) for g in groups)
+    report.capture["warnings"].insert(0, (
+        f"the {files} files are captures of the same connections from {len(groups)} places "
+        f"(vantages): each analysed on its own; this report is of vantage 1 "
+        f"({set_name(groups[0])}), the vantages section joins them"))
     return report
 
 

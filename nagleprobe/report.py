@@ -80,6 +80,9 @@ class Report:
         self.reread = reread
         # what `select` chose (the JSON's "selection"); None for the whole capture
         self.selection: dict[str, Any] | None = None
+        # several vantages of the same traffic joined (`nagleprobe.vantage.join`): the JSON's
+        # "vantages"; None for one capture
+        self.vantage_doc: dict[str, Any] | None = None
         self._segments: pd.DataFrame | None = None
         self._columns: dict[str, dict[str, np.ndarray]] = {}
         self._frames: dict[str, pd.DataFrame] = {}
@@ -117,6 +120,14 @@ class Report:
     def endpoints(self) -> pd.DataFrame:
         """Two rows per flow, client then server."""
         return self._frame("endpoints")
+
+    @property
+    def vantages(self) -> pd.DataFrame:
+        """One row per connection and vantage when the files were captures of the same
+        connections from several places (else no rows): see `nagleprobe.vantage.table`."""
+        from .vantage import table
+
+        return table(self.vantage_doc)
 
     @property
     def stall_count(self) -> int:
@@ -177,8 +188,11 @@ class Report:
 
     def _json_parts(self, rows_per_piece: int) -> Iterator[tuple[str, Program | None, int]]:
         """The document as (text, program, rows): each text followed by the program's rows."""
-        head = json.dumps({**document_head(), "capture": _capture_doc(self.capture),
-                           "selection": self.selection, "summary": self.summary(), "flows": []},
+        doc = {**document_head(), "capture": _capture_doc(self.capture),
+               "selection": self.selection, "summary": self.summary()}
+        if self.vantage_doc is not None:
+            doc["vantages"] = self.vantage_doc
+        head = json.dumps({**doc, "flows": []},
                           separators=(",", ":"), allow_nan=False)
         assert head.endswith('"flows":[]}')
         # a slice at a time: a program holds a column per key for its rows (a million
@@ -317,6 +331,7 @@ class Report:
             ids = chosen["id"].head(int(top)).tolist()
         base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread)
         base._segments = self._segments
+        base.vantage_doc = self.vantage_doc
         sub = base._subset(ids)
         prev = self.selection
         criteria = {"ports": list(ports), "hosts": list(hosts), "flows": list(flow_ids),
@@ -339,6 +354,7 @@ class Report:
         stalls = self.stalls[self.stalls["flow"].isin(ids)]
         ep = self.endpoints.loc[[2 * i + k for i in ids for k in (0, 1)]]
         sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread)
+        sub.vantage_doc = self.vantage_doc
         if self._segments is not None:
             sub._segments = self._segments[self._segments["flow"].isin(ids)]
         return sub

@@ -15,6 +15,7 @@ from .advice import HOLD_SHARE, HOLD_TEXT_MS, timer_words
 from .decode import take
 from .document import stall_docs
 from .errors import printable
+from .fileset import set_name
 from .selection import selection_line, worst_order
 from .tables import STALL_POINTS
 from .words import SIDES, counted, flow_list, human_count, human_ms
@@ -272,6 +273,8 @@ def render_text(r: Report, width: int = TEXT_WIDTH, verbose: bool = False,
                          "stalls (--format json lists them all)")
         lines += _fixes_and_evidence(r, worst, width, verbose, all_stalls, times, numbers)
     lines += _clean_lines(r, verbose)
+    if r.vantage_doc is not None:
+        lines += vantage_lines(r.vantage_doc)
     return "\n".join(fit_lines(lines, width)) + "\n"
 
 
@@ -368,6 +371,45 @@ def _clean_lines(r: Report, verbose: bool) -> list[str]:
             "options-cut")))]
     if n > TEXT_LISTED_FLOWS:
         lines.append(f"  ... {human_count(n - TEXT_LISTED_FLOWS)} more")
+    return lines
+
+
+def vantage_lines(doc: dict[str, Any]) -> list[str]:
+    """The Vantages section: each vantage's files, clock offset and one-way delay from
+    vantage 1, then per connection with stalls the verdict at each vantage and where the
+    held time went (docs/DETECTION.md, "Several vantages")."""
+    lines = ["", f"Vantages: {counted(len(doc['files']), 'capture point')} of the same "
+                 "connections, each analysed on its own:"]
+    for f in doc["files"]:
+        lines.append(f"  v{f['vantage']}: {printable(set_name(f['paths']))}")
+    for c in doc["clocks"]:
+        lines.append(f"  clock of {printable(c['to'])} minus {printable(c['from'])}: "
+                     f"{c['offset_ms']:+.3f} ms, one-way delay {c['one_way_ms']:.3f} ms "
+                     f"(handshakes of {counted(c['connections'], 'connection')})")
+    stalled = sorted((c for c in doc["connections"] if any(v["stalls"] for v in c["vantages"])),
+                     key=lambda c: -max(v["stall_ms"] for v in c["vantages"]))
+    clean = len(doc["connections"]) - len(stalled)
+    for c in stalled[:TEXT_LISTED_FLOWS]:
+        at = " / ".join(f"{v['stalls']} (v{v['vantage']})" for v in c["vantages"])
+        fix = (f"fix on the {c['fix_side']} at every vantage" if c["agree"] else
+               "the vantages disagree: " + ", ".join(
+                   f"v{v['vantage']} {v['fix_side'] or 'no fix'}" for v in c["vantages"]))
+        lines.append(f"  {c['client']} -> {c['server']}: stalls {at}; {fix}")
+        sp = c["split"]
+        if sp is None:
+            lines.append("    time split unknown: no vantage near each end saw the stalls")
+            continue
+        peer = "server" if sp["sender"] == "client" else "client"
+        lines.append(f"    held {human_ms(sp['held_ms'])} in {counted(sp['stalls'], 'stall')} "
+                     f"seen at the {sp['sender']}'s (v{sp['sender_vantage']}) and the {peer}'s "
+                     f"(v{sp['peer_vantage']}) vantage: {human_ms(sp['peer_ack_ms'])} in the "
+                     f"{peer}'s delayed ACK, {human_ms(sp['path_ms'])} on the path, "
+                     f"{human_ms(sp['stack_ms'])} in the {sp['sender']}'s stack")
+    if len(stalled) > TEXT_LISTED_FLOWS:
+        lines.append(f"  ... {counted(len(stalled) - TEXT_LISTED_FLOWS, 'more connection')} "
+                     "with stalls (--format json lists them all)")
+    if clean:
+        lines.append(f"  {counted(clean, 'connection')} seen at several vantages without stalls")
     return lines
 
 
