@@ -173,7 +173,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         from nagleprobe.errors import ExitStatus
 
         v = handle.verdict()
-        if v.status in (ExitStatus.STALLS_FOUND, ExitStatus.EMPTY):
+        if v.status in (ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus.UNRESOLVED):
             pytest.fail(handle.failure_text(), pytrace=False)
         if v.error:
             pytest.fail(f"nagleprobe could not analyse this test's capture: {v.error}",
