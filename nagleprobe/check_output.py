@@ -12,6 +12,8 @@ from .words import counted, flow_list, human_count, human_ms, plural
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
 ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 TEXT_WARNINGS = 5  # capture warnings shown per capture in the text verdict
+# the JUnit failure type of a capture that did not pass for want of evidence, not for stalls
+FAILURE_TYPES = {ExitStatus.EMPTY: "EmptyCapture", ExitStatus.UNRESOLVED: "UnresolvedTimes"}
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -117,10 +119,8 @@ def render_junit(run: CheckRun) -> str:
         else:
             if v.reasons:
                 empty = v.status == ExitStatus.EMPTY
-                kind = {ExitStatus.EMPTY: "EmptyCapture",
-                        ExitStatus.UNRESOLVED: "UnresolvedTimes"}.get(v.status, "NagleStallBudget")
                 failure = ET.SubElement(capture_case, "failure", message="; ".join(v.reasons),
-                                        type=kind)
+                                        type=FAILURE_TYPES.get(v.status, "NagleStallBudget"))
                 failure.text = "\n".join(
                     f"{f.name}: {f.stalls} stall{plural(f.stalls)}, {f.stall_ms:.1f} ms; held: "
                     f"{f.fix['side']} {f.fix['endpoint']}; fix: {f.fix['action']}"

@@ -46,7 +46,7 @@ NS = 1_000_000_000
 def duration(ns: float) -> str:
     """A clock's jump or step for people: "2 d", "3 h", "90 s", "250 ms", "1 µs"."""
     v = abs(ns)
-    for unit, size, least in (("d", 86400 * NS, 2), ("h", 3600 * NS, 2), ("s", NS, 1),
+    for unit, size, least in (("d", 86400 * NS, 1), ("h", 3600 * NS, 1), ("s", NS, 1),
                               ("ms", 1e6, 1), ("µs", 1e3, 1)):
         if v >= size * least:
             x = v / size
@@ -138,10 +138,7 @@ class Clock:
             self.implausible += n
             if self.first_implausible is None:
                 j = int(np.argmax(drop))
-                self.first_implausible = (f"implausible time stamp {utc(int(t[j]))}", where(j))
-                self.warnings.append(
-                    "{} ({}); skipped, as is any later record whose time is far from both its "
-                    "neighbours' (counted as implausible-time)".format(*self.first_implausible))
+                self._first_implausible(int(t[j]), where(j))
         if shifts is not None:
             if keep_idx is not None:
                 full = np.zeros(len(t), np.int64)
@@ -170,6 +167,19 @@ class Clock:
                 out.append(b)
             lo = hi
         return out
+
+    def implausible_record(self, ts: int, where: str) -> None:
+        """A record the reader skipped for its time alone (a pcap record whose time is far from
+        the records on both sides): counted and warned about as the clock's own."""
+        self.implausible += 1
+        if self.first_implausible is None:
+            self._first_implausible(ts, where)
+
+    def _first_implausible(self, ts: int, where: str) -> None:
+        self.first_implausible = (f"implausible time stamp {utc(ts)}", where)
+        self.warnings.append(
+            "{} ({}); skipped, as is any later record whose time is far from both its "
+            "neighbours' (counted as implausible-time)".format(*self.first_implausible))
 
     def _runs(self, tt: np.ndarray, brk: np.ndarray, keep_idx: np.ndarray | None,
               where: Callable[[int], str], holdable: int

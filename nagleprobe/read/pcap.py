@@ -50,6 +50,8 @@ class PcapRecords:
         self._linktypes = np.zeros(0, np.int32)
         self._snaplen = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
         self._anchor: int | None = None  # latest time (ns) of the records read so far
+        # the record rejected for its time alone: its length, where it ends, its time
+        self._jump_len = self._jump_end = self._jump_ts = -1
         self.info.link_types.append(linktype_name(lt))
         self._pos = 24
 
@@ -74,7 +76,16 @@ class PcapRecords:
                     # reading on where the walk stopped: a jump of the time that the records
                     # after it keep (a gap, a step of the clock: see clock.py)
                     jumped = self._damage[3] and base + p == self._damage[2]
-                    self._resynced(base + p, "record")
+                    if self._damage[3] and base + p == self._jump_end:
+                        # reading on right after it: a whole record whose time alone is wrong
+                        self._damage = None
+                        self._frames += 1
+                        self.info.packets += 1
+                        at = self._jump_end - self._jump_len
+                        self._clock.implausible_record(self._jump_ts,
+                                                       f"frame {self._frames} at byte {at}")
+                    else:
+                        self._resynced(base + p, "record")
                     # the chain vouches for the record found: its time is the anchor now
                     t = int(self._pcap_plausible(data, np.array([p], np.int64))[2][0])
                     self._anchor = t if self._anchor is None or jumped else max(self._anchor, t)
@@ -103,6 +114,9 @@ class PcapRecords:
                 _, problem, jump = bad
                 if jump and k == 0 and end == p:  # (cannot happen: the resync set the anchor)
                     jump = 0
+                # where the record ends, should it be whole with a wrong time (see above)
+                self._jump_len = 16 + int(cl[j])
+                self._jump_end, self._jump_ts = base + end + self._jump_len, int(ts[j])
                 self._corrupt(f"corrupt record: {problem}", "record", self._frames + 1,
                               base + end, defer=jump != 0)
                 resync = True
