@@ -286,3 +286,17 @@ def test_one_coarse_interface_among_fine_ones_is_named(tmp_path):
     assert r.capture["warnings"][0].startswith(
         "time stamps too coarse to show a stall: interface 1 has steps of 1 s (declared 1 s)")
     assert len(r.stalls) == STALLS  # interface 0's are resolved and found
+
+
+def test_annotate_keeps_the_file_s_own_times_across_a_step(tmp_path):
+    """The joined clock is the analysis's: `annotate` writes each record with the time its
+    file gives it, so the copy has the same step (and says so when read)."""
+    pk = [(T0 + t, f) for t, f in SPLIT]
+    pk += [(T0 - 2 * DAY + t, shift_ports(f, 7)) for t, f in SPLIT]
+    path = write(tmp_path, "step.pcap", pk)
+    out = str(tmp_path / "step.pcapng")
+    assert CliRunner().invoke(main, ["annotate", path, "-o", out]).exit_code == 0
+    units = [struct.unpack_from("<II", b, 12) for _, b in pcapng_blocks(open(out, "rb").read())
+             if struct.unpack_from("<I", b)[0] == 6]
+    assert [(hi << 32 | lo) * 1000 for hi, lo in units] == [t for t, _ in pk]  # as written
+    assert nagleprobe.analyze(out).capture["warnings"][0].startswith("clock stepped back 2 d")
