@@ -300,3 +300,16 @@ def test_annotate_keeps_the_file_s_own_times_across_a_step(tmp_path):
              if struct.unpack_from("<I", b)[0] == 6]
     assert [(hi << 32 | lo) * 1000 for hi, lo in units] == [t for t, _ in pk]  # as written
     assert nagleprobe.analyze(out).capture["warnings"][0].startswith("clock stepped back 2 d")
+
+
+COAP = Path("/work/shared/field/pos__nfstream_coap_mqtt.pcap")
+
+
+@pytest.mark.skipif(not COAP.exists(), reason="the field captures are not on this machine")
+def test_a_real_capture_spanning_years_keeps_its_first_records():
+    """nfstream's coap/mqtt capture (real, unaltered) is made of captures of 2012, 2013 and
+    2016 one after the other: 5 records, 14, then the rest. Nothing in it is implausible:
+    the first five are a year from the next, not decades."""
+    r = nagleprobe.analyze(str(COAP))
+    assert "implausible-time" not in r.capture["skipped"]
+    assert r.capture["warnings"] == [] and r.capture["packets"] == 8516

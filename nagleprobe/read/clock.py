@@ -7,7 +7,8 @@ Rules (docs/formats.md, "Damaged and hostile captures"):
   implausible. So is a short run of records (fewer than OUTLIER_RUN) whose times lie more
   than OUTLIER_S away from the records on both sides of it while those agree with each other
   (a time of 0 among records of 2026, one far in the future), or, at the start of the
-  capture, from the records after it. Such records are skipped (`implausible-time`), with one
+  capture, more than START_OUTLIER_S from the records after it (a capture made of files of
+  different years may begin with a few records a year before the rest: they are kept). Such records are skipped (`implausible-time`), with one
   warning naming the first; their neighbours are unaffected.
 * A jump back of more than STEP_S that the records after it keep is a step of the clock:
   a warning, and the records from there on are read on their own time base, joined to the
@@ -35,6 +36,7 @@ import numpy as np
 from .formats import RecordBatch
 
 OUTLIER_S = 86400  # a time this far from its neighbours is not a clock running on
+START_OUTLIER_S = 10 * 365 * 86400  # ... or this far from the records after the first ones
 OUTLIER_RUN = 8  # fewer records than this, far from both sides, are implausible, not a step
 STEP_S = 60  # a jump back this large, kept by the records after it, is a step of the clock
 UNRESOLVED_NS = 10_000_000  # time stamps this coarse cannot show a 40 ms delayed-ACK stall
@@ -211,7 +213,7 @@ class Clock:
                 if nxt[k] >= 0:
                     a = int(tt[edges[nxt[k]]])
                     if self.last is None:
-                        implausible = abs(r - a) > out
+                        implausible = abs(r - a) > START_OUTLIER_S * NS
                     else:
                         bb = self.last
                         implausible = min(abs(r - bb), abs(r - a)) > max(abs(a - bb), out)
