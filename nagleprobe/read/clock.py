@@ -109,16 +109,17 @@ class Clock:
             return self._where(*parts[k], j - (int(ends[k - 1]) if k else 0))
 
         drop = t < 0
-        keep_idx = np.flatnonzero(~drop) if drop.any() else None
+        negative = bool(drop.any())
+        keep_idx = np.flatnonzero(~drop) if negative else None
         tt = t if keep_idx is None else t[keep_idx]
         shifts = None
+        far = None
         hold = len(t)  # records from here on are held back
         if len(tt):
-            prev = np.empty(len(tt), np.int64)
-            prev[1:] = tt[:-1]
-            prev[0] = tt[0] if self.last is None else self.last
-            d = tt - prev
-            brk = np.flatnonzero((d < -STEP_S * NS) | (d > OUTLIER_S * NS))
+            d = np.diff(tt)
+            brk = np.flatnonzero((d < -STEP_S * NS) | (d > OUTLIER_S * NS)) + 1
+            if self.last is not None and not -STEP_S * NS <= tt[0] - self.last <= OUTLIER_S * NS:
+                brk = np.concatenate([[0], brk])
             if len(brk) or self.last is None:
                 # a run may be held back only from the last part on (not held twice)
                 first_holdable = int(ends[-2]) if len(parts) > 1 else 0
@@ -135,7 +136,7 @@ class Clock:
                 self.top = top if self.top is None else max(self.top, top)
                 self.last = int(tt[-1])
         drop[hold:] = False
-        if drop[:hold].any():
+        if (negative or far is not None) and drop.any():
             n = int(drop.sum())
             self.implausible += n
             if self.first_implausible is None:
