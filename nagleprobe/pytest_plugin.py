@@ -115,6 +115,9 @@ class NagleCapture:
                     f"{ports}; capture kept at {self.path}). Did the test talk over "
                     f"{self.interface} on a watched port? Mark it "
                     f"@pytest.mark.{MARKER}(allow_empty=True) if no traffic is expected.")
+        if v.status == ExitStatus.UNRESOLVED:
+            return (f"nagleprobe: nothing proved: {'; '.join(v.reasons)} (capture kept at "
+                    f"{self.path})")
         lines = [f"nagleprobe: Nagle/delayed-ACK stalls over budget in this test's traffic "
                  f"(capture kept at {self.path})",
                  render_text(CheckRun(self.budget, [v])).splitlines()[0]]

@@ -313,3 +313,16 @@ def test_a_real_capture_spanning_years_keeps_its_first_records():
     r = nagleprobe.analyze(str(COAP))
     assert "implausible-time" not in r.capture["skipped"]
     assert r.capture["warnings"] == [] and r.capture["packets"] == 8516
+
+
+def test_unresolved_ranks_between_empty_and_unreadable_among_several_captures(tmp_path):
+    """Several captures exit with the most severe verdict: 4 > 3 > 8 > 6 > 1 > 0."""
+    coarse = coarse_pcapng(tmp_path, 0x80, NODELAY)
+    split = str(SAMPLES / "echo_split_lo.pcap")
+    broken = str(Path(__file__).resolve().parent / "broken" / "empty.pcap")
+    gate = CliRunner()
+    assert gate.invoke(main, ["check", coarse, split]).exit_code == ExitStatus.UNRESOLVED
+    assert gate.invoke(main, ["check", coarse, broken]).exit_code == ExitStatus.BAD_CAPTURE
+    out = gate.invoke(main, ["check", coarse, split]).output.splitlines()[-1]
+    assert out.startswith("nagleprobe check: 2 captures: 0 within budget, 1 over budget, "
+                          "1 unresolved (")
