@@ -326,3 +326,24 @@ def test_unresolved_ranks_between_empty_and_unreadable_among_several_captures(tm
     out = gate.invoke(main, ["check", coarse, split]).output.splitlines()[-1]
     assert out.startswith("nagleprobe check: 2 captures: 0 within budget, 1 over budget, "
                           "1 unresolved (")
+
+
+@pytest.mark.parametrize("kind", ["pcap", "pcapng"])
+@pytest.mark.parametrize("last", [1, 3])
+def test_the_last_records_far_back_are_implausible_and_near_back_a_step(kind, last, tmp_path):
+    """The last 1 or 3 records of the sample moved back: 2 days, they are implausible (with
+    nothing after them to keep the new time, as a step would need); 5 minutes, a step."""
+    n = len(SPLIT)
+    far = [(T0 + t - (2 * DAY if i >= n - last else 0), f) for i, (t, f) in enumerate(SPLIT)]
+    path = write(tmp_path, f"far.{kind}", far)
+    r = nagleprobe.analyze(path)
+    assert r.capture["packets"] == n and r.capture["skipped"] == {"implausible-time": last}
+    assert r.capture["warnings"][0].startswith("implausible time stamp 2026-05-26T20:26:4")
+    assert f"(frame {n - last + 1} at byte {record_offset(path, n - last)})" in (
+        r.capture["warnings"][0])
+    assert len(r.stalls) == STALLS
+    near = [(T0 + t - (300 * 10**9 if i >= n - last else 0), f)
+            for i, (t, f) in enumerate(SPLIT)]
+    r = nagleprobe.analyze(write(tmp_path, f"near.{kind}", near))
+    assert r.capture["skipped"] == {} and len(r.stalls) == STALLS
+    assert r.capture["warnings"][0].startswith(f"clock stepped back 300 s (frame {n - last + 1} ")

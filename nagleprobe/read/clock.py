@@ -8,8 +8,9 @@ Rules (docs/formats.md, "Damaged and hostile captures"):
   than OUTLIER_S away from the records on both sides of it while those agree with each other
   (a time of 0 among records of 2026, one far in the future), or, at the start of the
   capture, more than START_OUTLIER_S from the records after it (a capture made of files of
-  different years may begin with a few records a year before the rest: they are kept). Such records are skipped (`implausible-time`), with one
-  warning naming the first; their neighbours are unaffected.
+  different years may begin with a few records a year before the rest: they are kept), or
+  at its end more than OUTLIER_S from the records before it. Such records are skipped
+  (`implausible-time`), with one warning naming the first; their neighbours are unaffected.
 * A jump back of more than STEP_S that the records after it keep is a step of the clock:
   a warning, and the records from there on are read on their own time base, joined to the
   one before so that the first record after the step takes the latest time before it (the
@@ -23,7 +24,9 @@ Rules (docs/formats.md, "Damaged and hostile captures"):
   Coarser than UNRESOLVED_NS, the delayed-ACK stalls nagleprobe looks for (40 ms on Linux)
   cannot be told apart: a warning, and `CaptureInfo.time_step_ns` says so to `check`.
 
-A short run at the very end of a batch has nothing after it to be judged by: it is kept.
+A short run after a jump at the end of a batch is held back until the next batch; at the end
+of the capture it is implausible if more than OUTLIER_S from the records before it, else a
+step.
 """
 
 from __future__ import annotations
@@ -224,6 +227,10 @@ class Clock:
                 elif k == last_run and s >= holdable and (s > 0 or self.last is None
                                                           or brk[:1].tolist() == [0]):
                     return shifts, _spans(far), s
+                elif k == last_run and holdable == len(tt) and self.last is not None \
+                        and abs(r - self.last) > out:  # the capture's last records, far off
+                    far.append((s, e))
+                    continue
             if self.last is not None:
                 jump = r - self.last
                 i = s if keep_idx is None else int(keep_idx[s])

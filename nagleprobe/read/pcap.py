@@ -129,6 +129,13 @@ class PcapRecords:
             # are dropped
             buf = data = st = ts = cl = wl = None
             self._pos = base + p
+        if resync and self._damage[3] and self._pos + len(carry) == self._jump_end:
+            # the last record, whole, its time alone far from the others'
+            self._damage, resync, carry = None, False, b""
+            self._frames += 1
+            self.info.packets += 1
+            self._clock.implausible_record(
+                self._jump_ts, f"frame {self._frames} at byte {self._jump_end - self._jump_len}")
         self._finish(len(carry), resync)
 
     def _pcap_first_bad(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, cl: np.ndarray,
