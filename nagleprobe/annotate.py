@@ -29,7 +29,7 @@ import numpy as np
 from . import __version__
 from .errors import CaptureError
 from .output import Output, open_output, refuse_inputs
-from .read import PCAP_NS, PCAP_US, CaptureReader, open_uncompressed
+from .read import PCAP_NS, PCAP_US, CaptureReader, open_uncompressed, u32_rows
 from .selection import worst_first
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def _pcap_to_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Co
     for block in (shb, idb):
         n = len(block) + 4
         out.write(block[:4] + struct.pack(e + "I", n) + block[8:] + struct.pack(e + "I", n))
-    div = 1 if ns else 1000
+    per_s = 1_000_000_000 if ns else 1_000_000  # the file's time units per second
     packets = commented = 0
     for batch in reader:
         for a in range(0, len(batch), GROUP):
@@ -222,8 +222,12 @@ def _pcap_to_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Co
             want = np.flatnonzero(comments.wanted(frame))
             extra = [b"".join(_option(OPT_COMMENT, t, e) for t in texts)
                      for texts in comments.texts(frame[want])]
+            # the times as the file has them (the batch's are on the joined clock after a
+            # step of it: see read/clock.py)
+            sec_frac = u32_rows(batch.data, batch.offset[sl] - 16, 2, big)
+            units = sec_frac[:, 0] * per_s + sec_frac[:, 1]
             out.write(_epbs(batch.data, batch.offset[sl], batch.caplen[sl], batch.wirelen[sl],
-                            batch.ts_ns[sl] // div, want, extra))
+                            units, want, extra))
             packets += len(frame)
             commented += len(want)
     return packets, commented, 0

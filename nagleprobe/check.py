@@ -26,21 +26,23 @@ from .document import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)
 from .read import URL_TIMEOUT_S, url_scheme
+from .read.clock import UNRESOLVED_NS, duration
 from .selection import confident, flow_mask
 from .words import plural, short_number
 
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
 CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture
 VERDICT_WORDS = {ExitStatus.OK: "PASS", ExitStatus.STALLS_FOUND: "FAIL",
-                 ExitStatus.EMPTY: "EMPTY", ExitStatus.BAD_CAPTURE: "ERROR",
-                 ExitStatus.INTERNAL: "ERROR"}
+                 ExitStatus.EMPTY: "EMPTY", ExitStatus.UNRESOLVED: "UNRESOLVED",
+                 ExitStatus.BAD_CAPTURE: "ERROR", ExitStatus.INTERNAL: "ERROR"}
 STATUS_NAMES = {ExitStatus.OK: "pass", ExitStatus.STALLS_FOUND: "fail",
-                ExitStatus.EMPTY: "empty", ExitStatus.BAD_CAPTURE: "unreadable",
-                ExitStatus.INTERNAL: "internal-error"}
+                ExitStatus.EMPTY: "empty", ExitStatus.UNRESOLVED: "unresolved",
+                ExitStatus.BAD_CAPTURE: "unreadable", ExitStatus.INTERNAL: "internal-error"}
 # the exit status of several captures is the most severe verdict, least severe first: a gate
-# that checked nothing (empty) or could not read a file must not look like a budget failure
-SEVERITY = (ExitStatus.OK, ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus.BAD_CAPTURE,
-            ExitStatus.INTERNAL)
+# that checked nothing (empty), could not have seen a stall (unresolved) or could not read a
+# file must not look like a budget failure
+SEVERITY = (ExitStatus.OK, ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus.UNRESOLVED,
+            ExitStatus.BAD_CAPTURE, ExitStatus.INTERNAL)
 
 
 # ------------------------------------------------------------------------------- verdicts
@@ -171,6 +173,12 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
         v.reasons.append("no TCP flow in the capture" if not len(fl) else
                          f"none of its {len(fl)} TCP flow{plural(len(fl))} selected by "
                          f"{_selection(budget)}")
+    step = report.capture.get("time_step_ns")
+    if v.status == ExitStatus.OK and step is not None and step >= UNRESOLVED_NS:
+        # no stall found proves nothing: the capture could not have shown one
+        v.status = ExitStatus.UNRESOLVED
+        v.reasons.append(f"time stamps in steps of {duration(step)}: a 40 ms delayed-ACK "
+                         "stall cannot be resolved")
     v.warnings = list(report.capture.get("warnings", []))
     return v
 

@@ -12,6 +12,8 @@ from .words import counted, flow_list, human_count, human_ms, plural
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
 ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step
 TEXT_WARNINGS = 5  # capture warnings shown per capture in the text verdict
+# the JUnit failure type of a capture that did not pass for want of evidence, not for stalls
+FAILURE_TYPES = {ExitStatus.EMPTY: "EmptyCapture", ExitStatus.UNRESOLVED: "UnresolvedTimes"}
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -60,6 +62,8 @@ def render_text(run: CheckRun) -> str:
         parts.append(f"{counts[ExitStatus.STALLS_FOUND]} over budget")
     if counts[ExitStatus.EMPTY]:
         parts.append(f"{counts[ExitStatus.EMPTY]} empty")
+    if counts[ExitStatus.UNRESOLVED]:
+        parts.append(f"{counts[ExitStatus.UNRESOLVED]} unresolved")
     if counts[ExitStatus.BAD_CAPTURE]:
         parts.append(f"{counts[ExitStatus.BAD_CAPTURE]} unreadable")
     if counts[ExitStatus.INTERNAL]:
@@ -116,7 +120,7 @@ def render_junit(run: CheckRun) -> str:
             if v.reasons:
                 empty = v.status == ExitStatus.EMPTY
                 failure = ET.SubElement(capture_case, "failure", message="; ".join(v.reasons),
-                                        type="EmptyCapture" if empty else "NagleStallBudget")
+                                        type=FAILURE_TYPES.get(v.status, "NagleStallBudget"))
                 failure.text = "\n".join(
                     f"{f.name}: {f.stalls} stall{plural(f.stalls)}, {f.stall_ms:.1f} ms; held: "
                     f"{f.fix['side']} {f.fix['endpoint']}; fix: {f.fix['action']}"
@@ -125,6 +129,9 @@ def render_junit(run: CheckRun) -> str:
                 if empty:
                     failure.text = ("no TCP flow was checked: a wrong interface, port or filter "
                                     "when recording? (--allow-empty permits this)")
+                elif v.status == ExitStatus.UNRESOLVED:
+                    failure.text = ("the capture's time stamps are too coarse to show a stall: "
+                                    "record with microsecond time stamps (tcpdump's default)")
             out = ET.SubElement(capture_case, "system-out")
             out.text = (f"{v.stalls} counted stalls, {v.stall_ms:.1f} ms, in "
                         f"{v.flows_selected} of {v.flows_total} flows; budget: "
@@ -166,8 +173,9 @@ def render_junit(run: CheckRun) -> str:
 
 
 def render_github(run: CheckRun) -> str:
-    """GitHub Actions workflow commands: an error per failing flow or unreadable capture,
-    a warning per flow whose stalls the budget tolerates."""
+    """GitHub Actions workflow commands: an error per failing flow, unreadable, empty or
+    unresolved capture, a warning per flow whose stalls the budget tolerates and per warning
+    of a capture."""
     found: dict[str, list[str]] = {"error": [], "warning": []}
     for v in run.verdicts:
         if v.error:
@@ -184,6 +192,10 @@ def render_github(run: CheckRun) -> str:
                 "error", v.path, "nagleprobe: nothing checked",
                 f"{'; '.join(v.reasons)}: a wrong interface, port or filter when recording? "
                 f"(--allow-empty permits this)"))
+        if v.status == ExitStatus.UNRESOLVED:
+            found["error"].append(_workflow_command(
+                "error", v.path, "nagleprobe: time stamps too coarse",
+                f"{'; '.join(v.reasons)}: no stall found proves nothing"))
         for f in sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id)):
             msg = (f"{f.stalls} Nagle/delayed-ACK stall{plural(f.stalls)}, {f.stall_ms:.1f} ms "
                    f"lost ({f.lost_share_pct:.1f}% of the flow)")

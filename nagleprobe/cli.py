@@ -406,12 +406,14 @@ GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budge
              "capture unreadable (or no capture file found; with --strict also a damaged one), "
              "4 internal error, 6 a capture with no TCP flow to check (EMPTY; --allow-empty "
              "permits it), 7 output not written "
-             "(standard output or --junit: disk full, I/O error). With several captures the "
-             "most severe verdict wins: 4 > 3 > 6 > 1 > 0.")
+             "(standard output or --junit: disk full, I/O error), 8 a capture within budget "
+             "whose time stamps are too coarse to show a delayed-ACK stall (UNRESOLVED: "
+             "steps of ten milliseconds or more). With several captures the "
+             "most severe verdict wins: 4 > 3 > 8 > 6 > 1 > 0.")
 RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (not root, no "
                "tcpdump, no such interface, output not writable), 127 command not found, "
                "2 usage error. With --check, a command that succeeded is followed by the "
-               "gate's status (0, 1, 3, 4, 6 or 7; see `nagleprobe check --help`).")
+               "gate's status (0, 1, 3, 4, 6, 7 or 8; see `nagleprobe check --help`).")
 
 
 def _host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]

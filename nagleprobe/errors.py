@@ -17,6 +17,7 @@ class ExitStatus(enum.IntEnum):
     CANNOT_CAPTURE = 5  # `record`: not permitted (not root), no tcpdump, interface, output file
     EMPTY = 6  # `check`: a capture with no TCP flow to check (after selection); --allow-empty
     OUTPUT_FAILED = 7  # writing standard output or an output file failed (disk full, I/O error)
+    UNRESOLVED = 8  # `check`: time stamps too coarse to show a delayed-ACK stall (10 ms or more)
     COMMAND_NOT_FOUND = 127  # `record`: the command to run does not exist (the shell's status)
     INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as the shell reports it
 

@@ -295,6 +295,8 @@ class SetReader:
             info.warnings += [f"{printable(m.path)}: {w}" for w in m.info.warnings]
             for k, v in m.info.skipped.items():
                 info.skipped[k] = info.skipped.get(k, 0) + v
+            if m.info.time_step_ns is not None:  # the set's: its coarsest file's
+                info.time_step_ns = max(info.time_step_ns or 0, m.info.time_step_ns)
         kinds = {f.removesuffix(" (gzip)") for f in formats}
         info.format = "mixed" if len(kinds) > 1 else (kinds.pop() if kinds else "")
         info.compressed = any(m.info is not None and m.info.compressed for m in self._members)

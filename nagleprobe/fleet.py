@@ -113,7 +113,7 @@ class Fleet:
 
 
 # the verdicts table: the capture, `check`'s status name ("pass", "fail", "empty",
-# "unreadable", "internal-error") and exit status, the counts of the selected flows, and
+# "unresolved", "unreadable", "internal-error") and exit status, the counts of the selected flows, and
 # why (reasons, the error, the capture's warnings; several joined with "; ")
 VERDICT_COLUMNS = ("capture", "status", "exit_status", "stalls", "stall_ms", "flows",
                    "flows_selected", "ignored_stalls", "packets", "seconds", "reasons", "error",

@@ -115,6 +115,9 @@ class NagleCapture:
                     f"{ports}; capture kept at {self.path}). Did the test talk over "
                     f"{self.interface} on a watched port? Mark it "
                     f"@pytest.mark.{MARKER}(allow_empty=True) if no traffic is expected.")
+        if v.status == ExitStatus.UNRESOLVED:
+            return (f"nagleprobe: nothing proved: {'; '.join(v.reasons)} (capture kept at "
+                    f"{self.path})")
         lines = [f"nagleprobe: Nagle/delayed-ACK stalls over budget in this test's traffic "
                  f"(capture kept at {self.path})",
                  render_text(CheckRun(self.budget, [v])).splitlines()[0]]
@@ -173,7 +176,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         from nagleprobe.errors import ExitStatus
 
         v = handle.verdict()
-        if v.status in (ExitStatus.STALLS_FOUND, ExitStatus.EMPTY):
+        if v.status in (ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus.UNRESOLVED):
             pytest.fail(handle.failure_text(), pytrace=False)
         if v.error:
             pytest.fail(f"nagleprobe could not analyse this test's capture: {v.error}",

@@ -23,6 +23,7 @@ from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: th
 from .errors import utf8_safe
 from .flows import Flows
 from .read import CaptureInfo
+from .read.clock import UNRESOLVED_NS, duration
 from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
 from .text_report import TEXT_WIDTH, render_text
@@ -144,6 +145,10 @@ class Report:
         s = self.summary()
         flows = counted(s["flows"], "TCP flow")
         if not s["stalls"]:
+            step = self.capture.get("time_step_ns")
+            if step is not None and step >= UNRESOLVED_NS:
+                return (f"No Nagle/delayed-ACK stalls found in {flows}, but none could be: the "
+                        f"capture's time stamps move in steps of {duration(step)}.")
             return f"No Nagle/delayed-ACK stalls found in {flows}."
         return (f"Nagle/delayed-ACK stalls found: {counted(s['stalls'], 'stall')} in "
                 f"{human_count(s['flows_with_stalls'])} of {flows}, costing "

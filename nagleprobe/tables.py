@@ -121,7 +121,7 @@ def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, or
             "link_types": list(info.link_types), "packets": info.packets,
             "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),
             "warnings": list(info.warnings if warnings is None else warnings),
-            "time_origin_ns": int(origin_ns),
+            "time_origin_ns": int(origin_ns), "time_step_ns": info.time_step_ns,
             "tunnels": [{"id": i + 1, "layers": layers, "text": encap.describe_text(layers)}
                         for i, layers in enumerate(info.tunnels.layers)]}
 STALL_POINTS = ("small", "ack", "released")

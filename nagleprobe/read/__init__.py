@@ -21,7 +21,8 @@ The package, one concern per module: `formats` (the formats as data: magic numbe
 types and layouts, limits, link types; `RecordBatch`, `CaptureInfo`), `source` (files,
 stdin, gzip, URLs), `walk` (where records start: compiled `_walk.c` or numpy/Python),
 `pcap` and `pcapng` (each format's reading and resynchronisation), `damage` (the damage
-policy and its limits) and `reader` (`CaptureReader`, the facade over them).
+policy and its limits), `clock` (implausible times, steps of the clock, time resolution)
+and `reader` (`CaptureReader`, the facade over them).
 """
 
 from .damage import MAX_WARNINGS, RESYNC_WINDOW_S

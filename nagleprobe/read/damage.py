@@ -18,7 +18,8 @@ MAX_WARNINGS = 20  # listed one by one; more are summed up in a last warning
 # link-layer start, a time at most RESYNC_EARLIER_NS before the anchor) followed by
 # RESYNC_CHAIN - 1 more plausible headers with times in order (as far back as that),
 # or RESYNC_CHAIN_FAR of them when the candidate's time is more than RESYNC_WINDOW_S after
-# the anchor (a legitimate gap in the capture is accepted that way, with no warning).
+# the anchor (a legitimate gap in the capture is accepted that way, with no warning) or,
+# for the record the walk stopped at alone, before it (a step of the clock back: see clock).
 RESYNC_WINDOW_S = 86400
 RESYNC_MAX_WIRELEN = 1 << 24
 RESYNC_CHAIN = 3

@@ -90,6 +90,9 @@ class RecordBatch:
     start: np.ndarray | None = None
     # the capture's tunnel numbering, which the decoder extends (encap.Tunnels)
     tunnels: Tunnels | None = None
+    # int64, each record's interface (pcapng: its index over the file's interface blocks);
+    # None for pcap, whose records all have the file's one
+    iface: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -105,6 +108,9 @@ class CaptureInfo:
     warnings: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     tunnels: Tunnels = field(default_factory=Tunnels)  # the tunnels decoded (numbers, layers)
+    # the coarsest effective time resolution (ns) of the interfaces that carried packets,
+    # declared or observed (see `clock`); None before any packet
+    time_step_ns: int | None = None
 
 
 class Interface:
@@ -139,6 +145,13 @@ class Interface:
                 self.tsmul, self.tsdiv = 1, 10 ** (e - 9)
             self.tsshift = 0
         return None
+
+    @property
+    def resolution_ns(self) -> float:
+        """The declared time resolution in ns (if_tsresol; 1000 by default)."""
+        if self.tsshift:
+            return 1e9 / (1 << self.tsshift)
+        return self.tsmul if self.tsdiv == 1 else 1 / self.tsdiv
 
     def set_tsoffset(self, seconds: int) -> None:
         if abs(seconds) <= self.MAX_TSOFFSET_S:

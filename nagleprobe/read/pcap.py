@@ -50,6 +50,8 @@ class PcapRecords:
         self._linktypes = np.zeros(0, np.int32)
         self._snaplen = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
         self._anchor: int | None = None  # latest time (ns) of the records read so far
+        # the record rejected for its time alone: its length, where it ends, its time
+        self._jump_len = self._jump_end = self._jump_ts = -1
         self.info.link_types.append(linktype_name(lt))
         self._pos = 24
 
@@ -66,14 +68,27 @@ class PcapRecords:
             p = 0  # where the next record starts
             while True:
                 if resync:
-                    p, found, need = self._pcap_resync(data, p, eof, self._damage[2] - base)
+                    p, found, need = self._pcap_resync(data, p, eof, self._damage[2] - base,
+                                                       self._damage[3])
                     if not found:
                         break
                     resync = False
-                    self._resynced(base + p, "record")
+                    # reading on where the walk stopped: a jump of the time that the records
+                    # after it keep (a gap, a step of the clock: see clock.py)
+                    jumped = self._damage[3] and base + p == self._damage[2]
+                    if self._damage[3] and base + p == self._jump_end:
+                        # reading on right after it: a whole record whose time alone is wrong
+                        self._damage = None
+                        self._frames += 1
+                        self.info.packets += 1
+                        at = self._jump_end - self._jump_len
+                        self._clock.implausible_record(self._jump_ts,
+                                                       f"frame {self._frames} at byte {at}")
+                    else:
+                        self._resynced(base + p, "record")
                     # the chain vouches for the record found: its time is the anchor now
                     t = int(self._pcap_plausible(data, np.array([p], np.int64))[2][0])
-                    self._anchor = t if self._anchor is None else max(self._anchor, t)
+                    self._anchor = t if self._anchor is None or jumped else max(self._anchor, t)
                 # every record header from p on (whose caplen field is in the buffer)
                 st, ts, cl, wl, w, first = walk_headers(
                     buf, big, p, self._ts_frac_mul, self._frac_lim,
@@ -96,47 +111,59 @@ class PcapRecords:
                 if bad is None:
                     p = end
                     break
-                _, problem, gap = bad
-                if gap and k == 0 and end == p:  # (cannot happen: the resync set the anchor)
-                    gap = False
+                _, problem, jump = bad
+                if jump and k == 0 and end == p:  # (cannot happen: the resync set the anchor)
+                    jump = 0
+                # where the record ends, should it be whole with a wrong time (see above)
+                self._jump_len = 16 + int(cl[j])
+                self._jump_end, self._jump_ts = base + end + self._jump_len, int(ts[j])
                 self._corrupt(f"corrupt record: {problem}", "record", self._frames + 1,
-                              base + end, defer=gap)
+                              base + end, defer=jump != 0)
                 resync = True
                 need = 0
                 # a deletion in the last record read puts the next header a little earlier
-                p = end if gap else max(end - RESYNC_BACK, int(st[k - 1]) + 16 if k else p)
+                # (and its time off: a time far back may be either)
+                p = end if jump > 0 else max(end - RESYNC_BACK, int(st[k - 1]) + 16 if k else p)
             carry = bytes(buf[p:]) if p < n else b""
             # let _fill reuse the buffer, and the heap the walk's arrays, once the batches
             # are dropped
             buf = data = st = ts = cl = wl = None
             self._pos = base + p
+        if resync and self._damage[3] and self._pos + len(carry) == self._jump_end:
+            # the last record, whole, its time alone far from the others'
+            self._damage, resync, carry = None, False, b""
+            self._frames += 1
+            self.info.packets += 1
+            self._clock.implausible_record(
+                self._jump_ts, f"frame {self._frames} at byte {self._jump_end - self._jump_len}")
         self._finish(len(carry), resync)
 
     def _pcap_first_bad(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, cl: np.ndarray,
-                        wl: np.ndarray, j: int) -> tuple[int, str, bool]:
+                        wl: np.ndarray, j: int) -> tuple[int, str, int]:
         """What is wrong with walked record `j`, the first one not plausible (as
-        `walk_headers` judges): (j, problem, whether the only problem is a time too far after
-        the anchor, which may be a real gap). The anchor is the latest time before the
-        record; the records before it are all plausible, so only they move it."""
+        `walk_headers` judges): (j, problem, jump) where jump is 1 (-1) when the only problem
+        is a time too far after (before) the anchor, which may be a real gap (a step of the
+        clock), else 0. The anchor is the latest time before the record; the records before
+        it are all plausible, so only they move it."""
         c, w = int(cl[j]), int(wl[j])
         if c > MAX_CAPLEN:
-            return j, f"captured length {c} exceeds the limit of {MAX_CAPLEN} bytes", False
+            return j, f"captured length {c} exceeds the limit of {MAX_CAPLEN} bytes", 0
         if c > self._snaplen:
-            return j, f"captured length {c} exceeds the snap length {self._snaplen}", False
+            return j, f"captured length {c} exceeds the snap length {self._snaplen}", 0
         if w <= 0:
-            return j, "original length 0", False
+            return j, "original length 0", 0
         if c > w:
-            return j, f"captured length {c} exceeds the original length {w}", False
+            return j, f"captured length {c} exceeds the original length {w}", 0
         frac = int(u32_rows(data, st[j:j + 1] + 4, 1, self._big)[0, 0])
         if frac >= self._frac_lim:
-            return j, f"time fraction {frac} is not below {self._frac_lim}", False
+            return j, f"time fraction {frac} is not below {self._frac_lim}", 0
         prev = int(ts[0]) if self._anchor is None else self._anchor
         if j:
             prev = max(prev, int(ts[:j].max()))
         d = (int(ts[j]) - prev) / 1e9
         if d < 0:
-            return j, f"time is {-d:.0f} s before the records read so far", False
-        return j, f"time is {d:.0f} s after the records read so far", True
+            return j, f"time is {-d:.0f} s before the records read so far", -1
+        return j, f"time is {d:.0f} s after the records read so far", 1
 
     def _pcap_batch(self, data: np.ndarray, st: np.ndarray, ts: np.ndarray, caplen: np.ndarray,
                     wirelen: np.ndarray) -> RecordBatch:
@@ -188,13 +215,15 @@ class PcapRecords:
         return np.ones(len(pos), bool)
 
     def _pcap_resync(self, data: np.ndarray, start: int, eof: bool,
-                     damage: int) -> tuple[int, bool, int]:
+                     damage: int, jump: bool = False) -> tuple[int, bool, int]:
         """The first position >= start where a chain of plausible records starts (see
         RESYNC_CHAIN; or plausible records end exactly at the end of the file): (pos, True,
         0).  Without one in the buffer: (pos to carry on from, False, bytes needed from
         there).  A candidate before `damage` (where the damaged header was read) needs the
         whole chain: with bytes deleted at the start of that header, the one just before it
-        reads as a record whose time is off by whole seconds."""
+        reads as a record whose time is off by whole seconds. With `jump` (the record at
+        `damage` was rejected for its time alone) that record may start a chain whatever its
+        time: a step of the clock back (or a gap forward) kept by RESYNC_CHAIN_FAR records."""
         n = len(data)
         q = start
         while q <= n - 16:
@@ -205,7 +234,7 @@ class PcapRecords:
             c = np.arange(q, q + m, dtype=np.int64)
             ok, cl, ts = self._pcap_plausible(data, c)
             if self._anchor is not None:
-                ok &= ts >= self._anchor - RESYNC_EARLIER_NS
+                ok &= (ts >= self._anchor - RESYNC_EARLIER_NS) | ((c == damage) & jump)
             idx = np.flatnonzero(ok)
             ok[idx] = self._link_plausible(data, c[idx], cl[idx])
             c, cl, ts = c[ok], cl[ok], ts[ok]
@@ -221,12 +250,12 @@ class PcapRecords:
                     eof: bool, whole: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For candidate record starts `c` (plausible headers, captured lengths `cl`, times
         `ts`): status 1 = the next RESYNC_CHAIN - 1 headers (RESYNC_CHAIN_FAR - 1 for a
-        candidate far after the anchor) are plausible too with times in order (or the records
+        candidate far from the anchor) are plausible too with times in order (or the records
         end exactly at EOF: see at_eof), 2 = undecided until more data is read
         (`need` bytes from c), 0 = rejected."""
         n = len(data)
-        far = (ts > self._anchor + NS_WINDOW) if self._anchor is not None else np.zeros(
-            len(c), bool)
+        far = ((ts > self._anchor + NS_WINDOW) | (ts < self._anchor - NS_WINDOW)
+               if self._anchor is not None else np.zeros(len(c), bool))
         want = np.where(far, RESYNC_CHAIN_FAR, RESYNC_CHAIN) - 1
         # records ending exactly at the end of the file vouch for themselves, but a candidate
         # far after the anchor needs RESYNC_CHAIN of them, and one before the damage a

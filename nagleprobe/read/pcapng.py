@@ -394,7 +394,7 @@ class PcapngBlocks:
             self._skip("caplen-exceeds-block", int((bad & (ifidx >= 0)).sum()))
             sel = np.nonzero(keep)[0]
             offset, caplen, wirelen, ts = offset[sel], caplen[sel], wirelen[sel], ts[sel]
-            linktype, frame, start = linktype[sel], frame[sel], start[sel]
+            linktype, frame, start, ifidx = linktype[sel], frame[sel], start[sel], ifidx[sel]
         return RecordBatch(data=data, offset=offset, caplen=caplen, wirelen=wirelen,
                            ts_ns=ts, linktype=linktype, frame=frame, start=start,
-                           tunnels=self.info.tunnels)
+                           tunnels=self.info.tunnels, iface=ifidx)

@@ -12,6 +12,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from ..errors import CaptureError
+from .clock import Clock
 from .damage import DamagePolicy
 from .formats import (
     PCAP_KUZNETSOV,
@@ -57,6 +58,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         self._spare: bytearray | None = None  # the last chunk buffer, for reuse
         self._mapped = False  # chunks are maps of the file, not buffers read (see _map)
         self._map_file = map_file
+        self._clock = Clock()  # implausible times, steps of the clock, time resolution
         self._stream = self._open(path)
         try:
             self._start(path)
@@ -87,9 +89,11 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             self._big = False
             self._last_ts = 0
             self._undescribed_warned: set[str] = set()  # kinds of packet block warned about
+            self._clock.declared = lambda i: self._ifaces[i].resolution_ns
         elif le in (PCAP_US, PCAP_NS) or be in (PCAP_US, PCAP_NS):
             self.info.format = "pcap"
             self._open_pcap(head)
+            self._clock.declared = lambda i, r=float(self._ts_frac_mul): r
             # a plain regular pcap file is mapped a chunk at a time rather than copied by
             # read() (pcapng, gzip, pipes, URLs and streams given are read)
             self._mapped = self._map_file and self._size is not None
@@ -263,12 +267,32 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
             raise RuntimeError("a CaptureReader can be iterated only once")
         self._iterated = True
         try:
-            if self.info.format == "pcap":
-                yield from self._pcap_chunks()
-            else:
-                yield from self._pcapng_chunks()
+            chunks = self._pcap_chunks() if self.info.format == "pcap" else self._pcapng_chunks()
+            clock = self._clock
+            for batch in chunks:
+                out = self._clocked(clock.batch(batch, self._pos))
+                del batch  # only the consumer holds a batch: its buffer is reused after it
+                while out:
+                    yield out.pop(0)
+            yield from self._clocked(clock.flush())
+            self.info.time_step_ns = clock.time_step_ns()
+            # first: what every output must show, whatever else went wrong
+            self.info.warnings[:0] = clock.finish()
         finally:
             self.close()
+
+    def _clocked(self, batches: list[RecordBatch]) -> list[RecordBatch]:
+        """Batches the clock has judged, its findings recorded (implausible times are damage:
+        an error when strict)."""
+        clock = self._clock
+        if clock.first_implausible and self.strict:
+            raise CaptureError(self.path, *clock.first_implausible)
+        self._skip("implausible-time", clock.implausible - self.info.skipped.get(
+            "implausible-time", 0))
+        for w in clock.warnings:
+            self._warn(w)
+        clock.warnings.clear()
+        return batches
 
     def close(self) -> None:
         s = self._stream

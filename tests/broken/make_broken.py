@@ -196,6 +196,38 @@ def cases() -> dict[str, dict]:
              "the interface has if_tsoffset = 2^62 seconds (nonsense; it used to overflow "
              "64-bit nanoseconds): ignored, the capture reads normally", packets=48)
 
+    # ---------------------------------------------------------------- the clock
+    stepped = ("clock stepped back 2 d (frame 25 at byte {}): the records from there on are "
+               "analysed on their own time base, joined to the one before (the interval "
+               "across the step counts as 0)")
+    o25 = recs[24][0]
+    r25 = set_u32(set_u32(recs[24][1], 0, 0), 4, 0)  # seconds and microseconds
+    zeroed = base[:o25] + r25 + base[o25 + len(r25):]
+    where = f"frame 25 at byte {o25}"
+    readable("pcap_time_zero_mid.pcap", zeroed,
+             "record 25's time set to 0 (1970) among records of its day: that record is "
+             "skipped, its neighbours read", packets=48, skipped={"implausible-time": 1},
+             warnings=[f"implausible time stamp 1970-01-01T00:00:00Z ({where}); skipped, as is "
+                       "any later record whose time is far from both its neighbours' (counted "
+                       "as implausible-time)"],
+             strict=f"implausible time stamp 1970-01-01T00:00:00Z ({where})")
+    back = bytearray(base)
+    for o, r in recs[24:]:
+        struct.pack_into("<I", back, o, struct.unpack_from("<I", r)[0] - 2 * 86400)
+    readable("pcap_clock_step_back.pcap", bytes(back),
+             "the times of records 25 to 48 moved 2 days back (a step of the clock): all read, "
+             "a warning, the step joined", packets=48, warnings=[stepped.format(o25)])
+    back = bytearray(ng)
+    for o, b in blocks[2 + 24:]:  # the EPBs of frames 25 on (microseconds)
+        units = (struct.unpack_from("<I", b, 12)[0] << 32 | struct.unpack_from("<I", b, 16)[0])
+        units -= 2 * 86400 * 10**6
+        struct.pack_into("<II", back, o + 12, units >> 32, units & 0xFFFFFFFF)
+    assert all(struct.unpack_from("<I", b)[0] == 6 for _, b in blocks[2:])
+    readable("pcapng_clock_step_back.pcapng", bytes(back),
+             "the times of frames 25 to 48 moved 2 days back (a step of the clock): all read, "
+             "a warning, the step joined", packets=48,
+             warnings=[stepped.format(blocks[2 + 24][0])])
+
     # ---------------------------------------------------------------- gzip
     gz = gzip.compress(base, compresslevel=9, mtime=0)
     bad_crc = gz[:-8] + bytes([gz[-8] ^ 1]) + gz[-7:]
