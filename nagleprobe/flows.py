@@ -596,10 +596,10 @@ def _flow_facts(c, seg, maxpay, starts, ends, handshake, syns: _Syns) -> dict[st
     rs = np.where(syn_before >= 0, (ts[sa0] - ts[np.maximum(syn_before, 0)]) / 1e6, nan)
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
-    # and the data -> ACK turnarounds that cannot hold a delayed ACK (see round_trips)
+    # and the data -> pure ACK turnarounds that are the path (see round_trips)
     count, smallest, upper, late = _turn_stats(seg, nflows * 2)
-    # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
-    # (long paths, excerpts): their neighbours are looked up nearby, for few rows
+    # the other pairs (a delayed ACK, an answer) matter only where a direction has no path
+    # sample (long paths, excerpts, answers only): their neighbours are looked up nearby
     late = late[count[key(late)] == 0]
     late, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key(late)])
     out["rtt_handshake_ms"] = np.stack([rc, rs], axis=1)  # [client, server]
