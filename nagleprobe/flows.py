@@ -691,8 +691,12 @@ def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
     ts = seg["ts_ns"]
     by = seg["acked_by"][late]
     turn_ns = ts[by] - ts[late]
-    two_full = _acks_two_full(seg, by, mss)
-    answer = np.where(seg["payload"][by] > 0, by, _next_in_direction(seg, by, data=True))
+    answer = by.copy()  # an ACK that carries data is the answer (its neighbours unneeded)
+    pure = np.flatnonzero(seg["payload"][by] == 0)
+    two_full = np.zeros(len(late), dtype=bool)
+    two_full[pure] = _acks_two_full(seg, by[pure], mss[pure])
+    pure = pure[~two_full[pure]]
+    answer[pure] = _next_in_direction(seg, by[pure], data=True)
     ok = ~two_full & (answer >= 0)
     ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
     turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
