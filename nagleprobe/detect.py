@@ -8,10 +8,9 @@ For every data segment S2 of a direction X -> Y that is smaller than X's send MS
      after S1 (else the window held S2), X is not proven to have Nagle off, and S1 is
      small (any Nagle) or full-sized while X is not proven to use Minshall's rule (a
      classic-Nagle sender holds a tail behind a lone full segment);
-  3. S2 follows A within the time a packet seen at the capture point takes to reach X and
-     the answer to come back: the path's round trip to X, give or take a slack (causality
-     bounds it on both sides; where only turnarounds bound the round trip, which include
-     X's application, from above only);
+  3. S2 follows A within the path's round trip from the capture point to X, give or take
+     a slack (causality bounds it on both sides; turnarounds, which include X's
+     application, only from above);
   4. Y's ACK delay, A - S1 less the capture point's round trip to Y (the part of the delay
      the path explains), lies in the range of delayed-ACK timers.
 The stall costs S2 - S1. A candidate that passes 1-3 with an ACK delay the path explains
@@ -99,9 +98,8 @@ class Detection:
 class Params:
     """What the rule takes from the flow facts (`params`), per flow * 2 + dir: its sender's
     MSS, the round trip from the capture point to its sender (ns, 0 if unknown), what that
-    path usually takes at most (ns), and whether that round trip is only an upper bound
-    (`flows.round_trips`: known from turnarounds alone); per flow, the confidence lost for
-    how its round trips are known."""
+    path usually takes at most (ns) and whether the round trip is only an upper bound
+    (`flows.round_trips`); per flow, the confidence lost for how its round trips are known."""
 
     mss: np.ndarray
     rtt_to: np.ndarray
@@ -231,9 +229,8 @@ def classify(c: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
     gap = c["ack_ns"] - c["small_ns"]
     ack_delay = gap - to_receiver
     reaction = c["released_ns"] - c["ack_ns"]
-    # causality: S2 cannot be seen before the fastest the path has been (unknown where only
-    # turnarounds bound it: then 0), and is seen within what the path usually takes (a
-    # turnaround's bound at most), both give or take a slack
+    # causality: S2 is seen no sooner than the fastest the path has been (0 where only
+    # turnarounds bound it) and within what it usually takes, both give or take a slack
     usual = np.maximum(to_sender, p.typical_to[key])
     slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * to_sender).astype(np.int64)
     usual_slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * usual).astype(np.int64)
