@@ -508,10 +508,10 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
 }
 
 /* turn_stats(flow, dir, ts, payload, acked_by, quick_ns, typical, count, smallest, upper, late)
- * -> number of late rows: flows._turn_stats, the data -> ACK turnarounds that cannot hold a
- * delayed ACK, per direction group (flow * 2 + dir). Rows come in flow order (time order
+ * -> number of late rows: flows._turn_stats, the data -> ACK turnarounds that are the path
+ * (neither a delayed ACK nor the peer's application), per direction group (flow * 2 + dir). Rows come in flow order (time order
  * within a flow). A sample is a row with payload whose first covering ACK (`acked_by`, -1
- * if none) came at or after it and either carries data or came within `quick_ns`. Per group:
+ * if none) came at or after it, carries no data and came within `quick_ns`. Per group:
  * how many samples, the smallest, and the sample at rank floor(3 * (k - 1) / 4) of its first
  * k <= `typical` samples sorted (capped at 2**32 - 1 ns). `late` gets the rows whose
  * turnaround is not such a sample (in row order). */
@@ -559,7 +559,7 @@ static PyObject *turn_stats(PyObject *self, PyObject *args)
         int64_t g = 2 * flow[i] + dir[i];
         if (by[i] >= 0 && payload[i] > 0) {
             int64_t turn = ts[by[i]] - ts[i];
-            if (turn >= 0 && (payload[by[i]] > 0 || turn < quick)) {
+            if (turn >= 0 && payload[by[i]] == 0 && turn < quick) {
                 int64_t k = count[g]++;
                 smallest[g] = k == 0 || turn < smallest[g] ? turn : smallest[g];
                 if (k < typical)
@@ -595,7 +595,7 @@ static PyMethodDef methods[] = {
     {"segments", segments, METH_VARARGS,
      "Sequence space, classification and ACK links of every segment, per connection."},
     {"turn_stats", turn_stats, METH_VARARGS,
-     "Per direction, the data -> ACK turnarounds that cannot hold a delayed ACK."},
+     "Per direction, the data -> pure ACK turnarounds that are the path."},
     {NULL, NULL, 0, NULL},
 };
 

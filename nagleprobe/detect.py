@@ -8,9 +8,9 @@ For every data segment S2 of a direction X -> Y that is smaller than X's send MS
      after S1 (else the window held S2), X is not proven to have Nagle off, and S1 is
      small (any Nagle) or full-sized while X is not proven to use Minshall's rule (a
      classic-Nagle sender holds a tail behind a lone full segment);
-  3. S2 follows A within the time a packet seen at the capture point takes to reach X and
-     the answer to come back: the round trip to X, give or take a slack (causality bounds
-     it on both sides);
+  3. S2 follows A within the path's round trip from the capture point to X, give or take
+     a slack (causality bounds it on both sides; turnarounds, which include X's
+     application, only from above);
   4. Y's ACK delay, A - S1 less the capture point's round trip to Y (the part of the delay
      the path explains), lies in the range of delayed-ACK timers.
 The stall costs S2 - S1. A candidate that passes 1-3 with an ACK delay the path explains
@@ -97,13 +97,14 @@ class Detection:
 @dataclass
 class Params:
     """What the rule takes from the flow facts (`params`), per flow * 2 + dir: its sender's
-    MSS, the round trip from the capture point to its sender (ns, 0 if unknown) and what
-    that path usually takes at most (ns); per flow, the confidence lost for how its round
-    trips are known."""
+    MSS, the round trip from the capture point to its sender (ns, 0 if unknown), what that
+    path usually takes at most (ns) and whether the round trip is only an upper bound
+    (`flows.round_trips`); per flow, the confidence lost for how its round trips are known."""
 
     mss: np.ndarray
     rtt_to: np.ndarray
     typical_to: np.ndarray
+    bound_to: np.ndarray
     penalty: np.ndarray
 
 
@@ -152,7 +153,8 @@ def params(flow: dict[str, np.ndarray]) -> Params:
     rtt_to = np.nan_to_num(np.stack([flow["rtt_client_ms"], flow["rtt_server_ms"]], axis=1)
                            .reshape(-1) * 1e6).astype(np.int64)
     typical_to = np.nan_to_num(flow["rtt_typical_ms"].reshape(-1) * 1e6).astype(np.int64)
-    return Params(mss, rtt_to, typical_to, _penalty(flow["rtt_how"]))
+    bound_to = np.asarray(flow["rtt_bound"], dtype=bool).reshape(-1)
+    return Params(mss, rtt_to, typical_to, bound_to, _penalty(flow["rtt_how"]))
 
 
 def _penalty(rtt_how: np.ndarray) -> np.ndarray:
@@ -227,12 +229,12 @@ def classify(c: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
     gap = c["ack_ns"] - c["small_ns"]
     ack_delay = gap - to_receiver
     reaction = c["released_ns"] - c["ack_ns"]
-    # causality: S2 cannot be seen before the fastest the path has been, and is seen within
-    # what the path usually takes (both give or take a slack)
+    # causality: S2 is seen no sooner than the fastest the path has been (0 where only
+    # turnarounds bound it) and within what it usually takes, both give or take a slack
     usual = np.maximum(to_sender, p.typical_to[key])
     slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * to_sender).astype(np.int64)
     usual_slack = (REACTION_SLACK_MS * 1e6 + REACTION_SLACK_SHARE * usual).astype(np.int64)
-    early = reaction < to_sender - slack
+    early = ~p.bound_to[key] & (reaction < to_sender - slack)
     slow = reaction > usual + usual_slack
     corked = np.abs(c["released_ns"] - c["small_ns"] - CORK_MS * 1e6) <= CORK_TOLERANCE_MS * 1e6
     short = ack_delay < DELACK_MIN_MS * 1e6

@@ -596,10 +596,10 @@ def _flow_facts(c, seg, maxpay, starts, ends, handshake, syns: _Syns) -> dict[st
     rs = np.where(syn_before >= 0, (ts[sa0] - ts[np.maximum(syn_before, 0)]) / 1e6, nan)
     hs_ack = np.where(sa >= 0, seg["acked_by"][sa0], -1)
     rc = np.where(hs_ack >= 0, (ts[np.maximum(hs_ack, 0)] - ts[sa0]) / 1e6, nan)
-    # and the data -> ACK turnarounds that cannot hold a delayed ACK (see round_trips)
+    # and the data -> pure ACK turnarounds that are the path (see round_trips)
     count, smallest, upper, late = _turn_stats(seg, nflows * 2)
-    # pairs whose ACK may be delayed matter only where a direction has no undelayed sample
-    # (long paths, excerpts): their neighbours are looked up nearby, for few rows
+    # the other pairs (a delayed ACK, an answer) matter only where a direction has no path
+    # sample (long paths, excerpts, answers only): their neighbours are looked up nearby
     late = late[count[key(late)] == 0]
     late, late_ns = late_samples(seg, late, out["mss"].reshape(-1)[key(late)])
     out["rtt_handshake_ms"] = np.stack([rc, rs], axis=1)  # [client, server]
@@ -641,27 +641,33 @@ def round_trips(rs: np.ndarray, rc: np.ndarray, count: np.ndarray, smallest: np.
                 late_high: np.ndarray) -> dict[str, np.ndarray]:
     """The round trips from the capture point and the vantage, per flow: from the
     handshake's (`rs` to the server and back, `rc` to the client, ms, NaN if unknown) and
-    the data -> ACK turnarounds of each flow * 2 + dir that cannot hold a delayed ACK (ACKs
-    that carry data, piggybacked on an answer; that came too soon to be delayed; or that
-    acknowledge two full segments or more, which must be ACKed at once): how many, the
-    smallest and the upper quartile (ns, `_turn_stats`). Where a direction has none, the
-    pairs whose first ACK may have been delayed (their keys, smallest and upper quartile:
-    `late_samples`) bound the path from above. The smallest sample of each side counts: one
-    inflated by ARP, a queue or the peer's think time cannot hide the path; the upper
-    quartile says how long the path usually takes at most (the reaction window's upper end
-    allows for it, and one inflated sample does not move it)."""
-    turn, typical = np.full(len(count), np.nan), np.full(len(count), np.nan)
+    the data -> pure ACK turnarounds of each flow * 2 + dir that are the path (`_turn_stats`:
+    how many, the smallest and the upper quartile, ns). Where a direction has none, the
+    other turnarounds (`late_samples`: their keys, smallest and upper quartile) bound the
+    path from above only: an answer includes the peer's application, an ACK may have been
+    delayed. The smallest sample of each side counts: one inflated by ARP, a queue or the
+    peer's think time cannot hide the path. `rtt_typical_ms` is the reaction window's upper
+    end: how long the path usually takes at most, the upper quartile of the path's data
+    samples (one inflated sample does not move it) or the handshake's if slower, or where
+    only bounds are known the smallest of them. `rtt_bound` marks those sides (no handshake, no path
+    sample): their round trip may be anything up to the bound."""
+    path = np.full(len(count), np.nan)
     known = count > 0
-    turn[known], typical[known] = smallest[known] / 1e6, upper[known] / 1e6
-    turn[late_keys], typical[late_keys] = late_low / 1e6, late_high / 1e6
-    has_data = ~np.isnan(turn)  # without data samples, the handshake's
-    typical = np.where(has_data, typical, np.stack([rs, rc], axis=1).reshape(-1))
+    path[known] = smallest[known] / 1e6
+    hs = np.stack([rs, rc], axis=1).reshape(-1)  # per flow * 2 + dir: its receiver's side
+    bound = np.full(len(count), np.nan)
+    bound[late_keys] = late_low / 1e6
+    bound_only = np.isnan(path) & np.isnan(hs) & ~np.isnan(bound)
+    turn = np.where(known, path, bound)
+    typical = np.where(known, np.fmax(upper / 1e6, hs), np.where(np.isnan(hs), bound, hs))
+    has_data = ~np.isnan(turn)
     from_hs = ~np.isnan(rc) & ~np.isnan(rs)
     from_data = has_data[1::2] & has_data[0::2]
     rc = np.fmin(rc, turn[1::2])
     rs = np.fmin(rs, turn[0::2])
     out = {"rtt_client_ms": rc, "rtt_server_ms": rs, "rtt_ms": rc + rs,
            "rtt_typical_ms": typical.reshape(-1, 2)[:, ::-1],  # [client, server]
+           "rtt_bound": bound_only.reshape(-1, 2)[:, ::-1],
            "rtt_how": np.select([from_hs, from_data | ~np.isnan(rc + rs)],
                                 ["handshake", "data/ACK pairs"], "none").astype(object)}
     total = rc + rs
@@ -675,18 +681,22 @@ def round_trips(rs: np.ndarray, rc: np.ndarray, count: np.ndarray, smallest: np.
 
 def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The data rows `late` whose first ACK came too late to rule out a delayed ACK (`mss`:
-    each one's send MSS): where that ACK acknowledged two full segments or more (sent at
-    once), it; else the peer's next data that acknowledges the row (its answer, which
-    carries the ACK) still bounds the path from above. The usable rows and their
+    """The data rows `late` whose first ACK is not the path (`turn_samples`; `mss`: each
+    one's send MSS), as upper bounds on it: where that ACK acknowledged two full segments or
+    more (sent at once), it; else the peer's answer that acknowledges the row (the ACK
+    itself if it carries data, else the peer's next data). The usable rows and their
     turnarounds (ns), in row order."""
     if not len(late):
         return late, np.zeros(0, dtype=np.int64)
     ts = seg["ts_ns"]
     by = seg["acked_by"][late]
     turn_ns = ts[by] - ts[late]
-    two_full = _acks_two_full(seg, by, mss)
-    answer = _next_in_direction(seg, by, data=True)
+    answer = by.copy()  # an ACK that carries data is the answer (its neighbours unneeded)
+    pure = np.flatnonzero(seg["payload"][by] == 0)
+    two_full = np.zeros(len(late), dtype=bool)
+    two_full[pure] = _acks_two_full(seg, by[pure], mss[pure])
+    pure = pure[~two_full[pure]]
+    answer[pure] = _next_in_direction(seg, by[pure], data=True)
     ok = ~two_full & (answer >= 0)
     ok[ok] = seg["ack"][answer[ok]] >= seg["end"][late[ok]]
     turn_ns[ok] = ts[answer[ok]] - ts[late[ok]]
@@ -696,11 +706,10 @@ def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
 
 def _turn_stats(seg: dict[str, np.ndarray], ngroups: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The data -> ACK turnarounds that cannot hold a delayed ACK (the ACK carries data or
-    came within UNDELAYED_MS), per direction group (flow * 2 + dir): how many, the
-    smallest and the upper quartile (`sample_stats`), in nanoseconds; and the rows with
-    data whose ACK came later than that (in row order). Compiled (nagleprobe/_flows.c) when
-    built, else `_turn_stats_numpy`."""
+    """The data -> pure ACK turnarounds that are the path (`turn_samples`), per direction
+    group (flow * 2 + dir): how many, the smallest and the upper quartile (`sample_stats`),
+    in nanoseconds; and the other rows with data and an ACK (later, or carried by data), in
+    row order. Compiled (nagleprobe/_flows.c) when built, else `_turn_stats_numpy`."""
     if _compiled is None:
         return _turn_stats_numpy(seg, ngroups)
     n = len(seg["flow"])
@@ -729,14 +738,15 @@ def turn_samples(seg: dict[str, np.ndarray]
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every data -> ACK turnaround: the rows with payload whose first covering ACK
     (`acked_by`) came at or after them (in row order), those ACK rows, the turnarounds (ns),
-    and which cannot hold a delayed ACK (the ACK carries data or came within UNDELAYED_MS)."""
+    and which are the path itself: a pure ACK within UNDELAYED_MS (it cannot hold a delayed
+    ACK, nor the peer's application, as an ACK carried by an answer does)."""
     ts = seg["ts_ns"]
     paired = np.flatnonzero((seg["acked_by"] >= 0) & (seg["payload"] > 0))
     by = seg["acked_by"][paired]
     turn_ns = ts[by] - ts[paired]
     keep = turn_ns >= 0
     paired, by, turn_ns = paired[keep], by[keep], turn_ns[keep]
-    undelayed = (seg["payload"][by] > 0) | (turn_ns < UNDELAYED_MS * 1e6)
+    undelayed = (seg["payload"][by] == 0) & (turn_ns < UNDELAYED_MS * 1e6)
     return paired, by, turn_ns, undelayed
 
 

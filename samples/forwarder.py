@@ -10,6 +10,9 @@ share one /24). The kernel has no netem, so this is how delay and loss are made.
         [--ack-extra-b2a MS]       delay pure ACKs (no payload, no SYN/FIN/RST) going
                                    b -> a by MS more (emulates a slower delayed-ACK timer
                                    of the host behind b)
+        [--ack-extra-a2b MS]       the same for pure ACKs going a -> b (the client's),
+                                   until a FIN goes a -> b (the closing ACKs would
+                                   otherwise come after the connection closed)
 
 ``a`` is the client side, ``b`` the server side. Stops on SIGTERM/SIGINT and prints
 counters as JSON on stderr.
@@ -53,6 +56,7 @@ def main():
     ap.add_argument("--delay-ms", type=float, default=5.0)
     ap.add_argument("--drop-data-a2b", type=int, default=0)
     ap.add_argument("--ack-extra-b2a", type=float, default=0.0)
+    ap.add_argument("--ack-extra-a2b", type=float, default=0.0)
     args = ap.parse_args()
 
     socks = {}
@@ -73,6 +77,7 @@ def main():
         socks[name] = s
     delay = hop * args.delay_ms / 1000.0
     extra = args.ack_extra_b2a / 1000.0
+    extra_a2b = args.ack_extra_a2b / 1000.0
     stats = {"a2b": 0, "b2a": 0, "dropped": [], "acks_extra_delayed": 0}
     data_a2b = 0
     queue = []  # (release_time, seq, out_iface, frame)
@@ -114,6 +119,11 @@ def main():
                 info = tcp_info(frame)
                 if name == args.a:  # counted/dropped once, on the client-side hop
                     stats["a2b"] += 1
+                    if info and info[1] & 0x01:  # FIN: the close is not held
+                        extra_a2b = 0.0
+                    if extra_a2b and info and info[0] == 0 and not (info[1] & 0x07):
+                        release += extra_a2b
+                        stats["acks_extra_delayed"] += 1
                     if info and info[0] > 0:
                         data_a2b += 1
                         if data_a2b == args.drop_data_a2b:

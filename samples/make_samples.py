@@ -1140,6 +1140,75 @@ def excerpt_proxy_lo():
     side.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+# ------------------------------------------------ issue 30 item 6: the reaction window
+def reaction_path(name, sport, one_way, think, gap, n, vantage, fwd_args=()):
+    """Echo over a short netns path: write('hello '), sleep `think` ms, write('world'), read
+    the echo, sleep `gap` ms; one run captured at `vantage`. Returns the apps' logs."""
+    fwd = setup_path(fwd_args=fwd_args, one_way_ms=one_way, rt=True)
+    caps = captures(three_point(name, (vantage,)))
+    srv = app("srv", "echo-server", f"{name}.srv.json", "--port", 8000, "--log-arrivals", rt=True)
+    time.sleep(0.2)
+    cli = app("cli", "echo-client", f"{name}.cli.json", "--dst", SRV_IP, "--port", 8000,
+              "--sport", sport, "--n", n, "--mode", "split", "--think-ms", think,
+              "--gap-ms", gap, "--log-arrivals", rt=True)
+    wait_all([cli, srv])
+    finish(caps)
+    _, ferr = stop(fwd)
+    return load(f"{name}.cli.json"), load(f"{name}.srv.json"), ferr.strip()
+
+
+def neg_think_reaction_netns():
+    """A body written 320 ms after the head, on a 0.3 ms path, seen at the server: its
+    delayed ACK of the head leaves ~40 ms after the head, the body arrives ~280 ms after
+    it. Think time, never a release."""
+    name, think, gap, one_way, extra = "neg_think_reaction_netns", 320, 500, 0.15, 400
+    c, s, ferr = reaction_path(name, 40031, one_way, str(think), gap, 8, "server",
+                               ("--ack-extra-a2b", str(extra)))
+    writes = [round(b - a, 3) for a, b in c["write_at_abs_ms"]]
+    arr = by_request(s["recv_at_abs_ms_len"], 13)
+    sidecar(f"{name}_server", 0, None, None, None, "server", {"client": "on", "server": "on"},
+            f"Issue 30 item 6 (a). 0.3 ms RTT path (forwarder {one_way} ms one-way), captured "
+            "at the server veth s0. Client write('hello '), sleeps 320 ms (think time), "
+            "write('world\\r\\n'), reads the echo, sleeps 500 ms; Nagle on, 8 requests. The "
+            "server's delayed ACK of the head leaves ~40 ms after the head arrives, so every "
+            "body is written ~280 ms after that ACK reached the client: nothing is held "
+            "(head_write_to_body_write_ms from the client's log, server_head_to_body_ms from "
+            f"the server's). The forwarder holds the client's pure ACKs {extra} ms until its "
+            "FIN (--ack-extra-a2b), as a client with a slow delayed-ACK timer would, so at "
+            "the server each echo's first ACK comes 400 ms late and the next request, which "
+            "acknowledges it, 500 ms after it: the client's only turnarounds besides the "
+            "handshake hold a delayed ACK or its think time.",
+            head_write_to_body_write_ms=writes,
+            server_head_to_body_ms=[round(b - a, 3) for a, b in arr],
+            path_rtt_ms=2 * one_way, think_ms=think, gap_ms=gap,
+            forwarder_extra_client_pure_ack_ms=extra, forwarder_stats=ferr)
+
+
+def excerpt_reaction_netns():
+    """Echo split over a 0.6 ms path seen at the server; the client waits 5 ms after each
+    echo, so request/reply turnarounds (~5.6 ms) are the only round trips of an excerpt; cut
+    around one stall: the body arrives ~0.6 ms after the server's late ACK."""
+    name, one_way, gap = "reaction_netns", 0.3, 5
+    c, s, _ = reaction_path(name, 40032, one_way, "", gap, 20, "server")
+    lat = c["latency_ms"]
+    n, delack, base = classify(lat)
+    sidecar(f"{name}_server", n, "client" if n else None, f"{CLI_IP}:40032" if n else None,
+            delack, "server", {"client": "on", "server": "on"},
+            f"Issue 30 item 6 (b), the whole run. 0.6 ms RTT path (forwarder {one_way} ms "
+            "one-way), captured at the server veth s0. Client write('hello ') + "
+            "write('world\\r\\n'), reads the echo, sleeps 5 ms; 20 requests. Count from the "
+            "client's per-request latency log.", latency_ms=lat, path_rtt_ms=2 * one_way,
+            gap_ms=gap)
+    t = json.loads((HERE / f"{name}_server.expected.json").read_text())
+    excerpt(f"{name}_server.pcap", "excerpt_reaction_netns", f"{CLI_IP}:40032",
+            f"{SRV_IP}:8000", 6, 7, 12, [v - min(lat) >= STALL_EXCESS_MS for v in lat], t,
+            before=2, after=2,
+            note="Seen at the receiver of the split request (the server): its pure ACK is "
+                 "late, the body arrives one round trip after it (0.6 ms configured, 0.85 ms in the file). The excerpt's "
+                 "only round-trip samples are request/reply turnarounds, which include the "
+                 "client's 5 ms wait.")
+
+
 SCENARIOS = {f.__name__: f for f in (
     echo_split_lo, echo_nodelay_lo, echo_coalesced_lo, confirm_netns, proxy_any,
     records_bulk_netns, records_bulk_win200_netns, server_split_lo, neg_think_time_lo,
@@ -1148,7 +1217,9 @@ SCENARIOS = {f.__name__: f for f in (
     # issue 12 (excerpts needs long_echo_split_rtt80 and proxy_netns_any first)
     long_echo_split_rtt80, long_echo_split_rtt200, long_server_split_rtt80,
     long_server_split_rtt200, neg_nodelay_split_rtt200, neg_think_quickack_rtt80, bridge_any,
-    proxy_netns_any, chain3_lo, excerpts, excerpt_proxy_lo)}
+    proxy_netns_any, chain3_lo, excerpts, excerpt_proxy_lo,
+    # issue 30 item 6
+    neg_think_reaction_netns, excerpt_reaction_netns)}
 
 
 def main():

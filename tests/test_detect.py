@@ -352,6 +352,42 @@ def test_a_release_before_the_ack_could_arrive_is_not_a_stall():
     assert fl["stalls"] == 0 and fl["why_not"] == {"before_ack_could_arrive": 1}
 
 
+
+def test_think_time_after_a_late_ack_is_not_a_release_however_long_the_answers_take():
+    """On a 0.3 ms path the client answers each echo 320 ms later (its ACK rides on the
+    answer) and writes its body 280 ms after the server's late ACK: the turnarounds include
+    the client's think time, so they do not widen the reaction window; the handshake gives
+    the path, and the body was written long after the ACK arrived."""
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0, rtt_ms=0.3)
+    for _ in range(4):
+        conv.send("s", t, 13)                # the echo (or greeting)
+        conv.send("c", t + 320.0, 6)         # head: answers it 320 ms later
+        conv.ack("s", t + 360.0)             # the server's late ACK of the head
+        conv.send("c", t + 640.0, 7)         # body: 280 ms after the ACK
+        t += 640.5
+    fl = run(conv).to_dict()["flows"][0]
+    assert fl["stalls"] == 0 and fl["why_not"] == {"think_time": 4}
+
+
+def test_a_release_seen_at_the_receiver_is_found_when_only_turnarounds_bound_the_path():
+    """An excerpt seen at the server, no handshake: the client answers each echo 5.6 ms
+    later, the only round trips known. They bound the path from above (it includes the
+    client's wait), so a body 0.6 ms after the server's late ACK is not "before the ACK
+    could arrive": it is the release."""
+    conv = Conversation(C, SV)
+    t = 0.0
+    for _ in range(2):
+        conv.send("s", t, 13)                # echo
+        conv.send("c", t + 5.6, 6)           # head, acknowledging the echo
+        conv.ack("s", t + 45.6)              # the server's late ACK
+        conv.send("c", t + 46.2, 7)          # body, 0.6 ms later: one round trip
+        t += 46.3
+    r = run(conv)
+    fl = r.to_dict()["flows"][0]
+    assert fl["stalls"] == 2 and fl["why_not"] == {}
+    assert r.flows["rtt_client_ms"][0] > 5  # (the turnaround, not the path)
+
 def test_a_sender_proven_to_have_nagle_off_is_never_held():
     conv = Conversation(C, SV)
     t = conv.handshake(0.0)

@@ -125,6 +125,31 @@ def test_round_trips_skip_acks_that_may_be_delayed_and_keep_the_fastest():
     assert abs(f.flow["rtt_server_ms"][0] - 0.8) < 1e-9
 
 
+
+def test_an_answer_bounds_the_round_trip_from_above_only():
+    """An ACK carried by the peer's answer includes the peer's application: without a
+    handshake or a pure ACK of that side it bounds the round trip (`rtt_bound`), and the
+    reaction window's upper end (`rtt_typical_ms`) is the smallest such bound; a prompt
+    pure ACK is the path itself. With a handshake the answers never set the upper end."""
+    def conversation(handshake: bool) -> dict:
+        conv = Conversation(C, SV)
+        t = conv.handshake(0.0, rtt_ms=0.4) if handshake else 0.0
+        for think in (5.6, 320.0, 7.0):
+            conv.send("s", t, 13)
+            conv.send("c", t + think, 6)   # the client's answer carries its ACK
+            conv.ack("s", t + think + 0.3)  # the server's prompt pure ACK: the path
+            t += think + 1.0
+        return build_flows(conv.columns()).flow
+
+    fl = conversation(handshake=False)
+    assert fl["rtt_bound"][0].tolist() == [True, False]  # [client, server]
+    assert abs(fl["rtt_client_ms"][0] - 5.6) < 1e-9
+    assert abs(fl["rtt_typical_ms"][0][0] - 5.6) < 1e-9
+    assert abs(fl["rtt_server_ms"][0] - 0.3) < 1e-9
+    fl = conversation(handshake=True)
+    assert fl["rtt_bound"][0].tolist() == [False, False]
+    assert fl["rtt_typical_ms"][0][0] < 1  # the handshake's, not a turnaround's
+
 def test_mss_from_syn_less_timestamp_option():
     conv = Conversation(C, SV, mss=1460)
     conv.handshake(0.0)

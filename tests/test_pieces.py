@@ -145,8 +145,9 @@ def later_round_trip(rounds_between: int = 20) -> dict[str, np.ndarray]:
     """A conversation whose first candidate is judged differently once a much shorter round
     trip to the server is seen, far later: the handshake says 15 ms each way, so the
     server's ACK 30 ms after the client's first small write is explained by the path (a
-    Nagle hold); a data -> answer pair 1 ms apart at the end shows the path is 1 ms, and
-    the whole analysis calls that first candidate a stall (an ACK delay of 29 ms)."""
+    Nagle hold); a data -> pure ACK pair 1 ms apart at the end shows the path is 1 ms (an
+    answer would only bound it), and the whole analysis calls that first candidate a stall
+    (an ACK delay of 29 ms)."""
     conv = Conversation("10.0.0.1:40000", "10.0.0.2:8000")
     t = conv.handshake(0.0, rtt_ms=30.0)
     conv.send("c", t + 5, 6)  # S1
@@ -159,7 +160,7 @@ def later_round_trip(rounds_between: int = 20) -> dict[str, np.ndarray]:
         conv.ack("s", t + 150)
         t += 150
     conv.send("c", t + 50, 100)
-    conv.send("s", t + 51, 100)  # answered at once: the path to the server is 1 ms
+    conv.ack("s", t + 51)  # acknowledged at once: the path to the server is 1 ms
     return conv.columns()
 
 
