@@ -161,6 +161,7 @@ def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: 
 
 
 def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Report:
+    from . import syns
     from .detect import detect
     from .flows import build_flows
     from .report import build_report
@@ -178,8 +179,13 @@ def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Repor
     flows = build_flows(cols)
     if flows.duplicates:
         skipped["duplicate"] += flows.duplicates
-    det = detect(flows)
-    return build_report(reader.info, dict(skipped), flows, det, origin_ns or 0)
+    if flows.syn_jumps:
+        skipped[syns.SKIPPED_KIND] += flows.syn_jumps
+    report = build_report(reader.info, dict(skipped), flows, detect(flows), origin_ns or 0)
+    if flows.syn_jumps:
+        report.capture["warnings"].insert(len(reader.info.warnings),  # where the stream has it
+                                          syns.warning(flows.syn_jumps, flows.first_syn_jump))
+    return report
 
 
 def _with_files(reader: CaptureReader | SetReader, report: Report) -> Report:

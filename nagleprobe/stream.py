@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import syns
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
 from .detect import Detection, detect
 from .flows import Flows, build_flows
@@ -127,6 +128,7 @@ class _Part:
     tcp_packets: int
     arrivals: dict[str, np.ndarray]
     duplicates: int
+    syn_jumps: tuple[int, int] = (0, -1)  # SYNs that fit no connection dropped, the first's frame
 
 
 def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
@@ -173,18 +175,19 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: Tuple
     return _part(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
                  len(flows.seg["flow"]),
                  arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
-                 flows.duplicates)
+                 flows.duplicates, (flows.syn_jumps, flows.first_syn_jump))
 
 
 def _part(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
-          tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int) -> _Part:
+          tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int,
+          syn_jumps: tuple[int, int] = (0, -1)) -> _Part:
     """The report columns of analysed flows as one batch's result."""
     out = report_columns(flows, det, origin_ns)
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
             table_[k] = _interned(table_[k])
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 first_frame, tcp_packets, arrived, duplicates)
+                 first_frame, tcp_packets, arrived, duplicates, syn_jumps)
 
 
 def _finished(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
@@ -213,6 +216,8 @@ class _Parts:
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
     arrival_count: int = 0
     duplicates: int = 0  # copies of packets build_flows dropped
+    syn_jumps: int = 0  # SYNs that fit no connection (`nagleprobe.syns`), dropped
+    first_syn_jump: int | None = None  # the smallest frame number of them
 
 
 class StreamAnalyzer:
@@ -288,6 +293,16 @@ class StreamAnalyzer:
             reopened = self._pieced[tid] & syn_only
             for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
                 reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
+            foreign = self._foreign_syns(tid, cols, reopened)
+            if foreign.any():  # SYNs that fit no connection: as if they were not there
+                keep = ~foreign
+                self._syn_jumps(int(foreign.sum()), int(cols["frame"][foreign].min()))
+                cols = {k: v[keep] for k, v in cols.items()}
+                tid, from_low, syn_only, reopened = (tid[keep], from_low[keep], syn_only[keep],
+                                                     reopened[keep])
+                ts, flags, n = ts[keep], flags[keep], int(keep.sum())
+                if not n:
+                    return
             if reopened.any():  # a SYN with a new ISN on a connection analysed in pieces
                 self._reopen_pieced(cols, tid, from_low, reopened)
                 return
@@ -336,6 +351,34 @@ class StreamAnalyzer:
             self._pieces(long)
         self._tick(int(ts.max()))
 
+    def _foreign_syns(self, tid: np.ndarray, cols: dict[str, np.ndarray],
+                      reopened: np.ndarray) -> np.ndarray:
+        """Of the SYNs with a new ISN on connections analysed in pieces (`reopened`; long,
+        so established), those that fit no connection (`nagleprobe.syns`): no FIN or RST
+        since the connection's SYN, the 4-tuple silent less than syns.REUSE_IDLE_NS, and no
+        SYN-ACK answering it in this chunk (one in a later chunk comes too late: the SYN was
+        left out)."""
+        out = np.zeros(len(tid), dtype=bool)
+        ts, flags = cols["ts_ns"], cols["flags"]
+        synack = (flags & (SYN | ACK)) == (SYN | ACK)
+        for r in np.flatnonzero(reopened).tolist():  # (few)
+            t = int(tid[r])
+            earlier = (tid == t) & ((ts < ts[r]) | ((ts == ts[r]) & (np.arange(len(tid)) < r)))
+            closed = self._closed[t] != 0 or bool(((flags[earlier] & (FIN | RST)) != 0).any())
+            last = max(int(self._last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
+            answered = bool((synack & (tid == t) & ~earlier & (cols["ack"] == (
+                (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
+            out[r] = not closed and not answered and int(ts[r]) - last < syns.REUSE_IDLE_NS
+        return out
+
+    def _syn_jumps(self, count: int, first_frame: int) -> None:
+        """Count SYNs that fit no connection, left out (by build_flows or by `feed`)."""
+        p = self._parts
+        if count:
+            p.syn_jumps += count
+            p.first_syn_jump = (first_frame if p.first_syn_jump is None
+                                else min(p.first_syn_jump, first_frame))
+
     def _reopen_pieced(self, cols: dict[str, np.ndarray], tid: np.ndarray,
                        from_low: np.ndarray, reopened: np.ndarray) -> None:
         """A SYN with a new initial sequence number arrived for connections analysed in
@@ -370,6 +413,8 @@ class StreamAnalyzer:
             one = _one_tuple(ends, j)
             mine = in_time_order(rows.pop(t))
             if led is None:
+                mine, jumps = syns.without_foreign(mine)
+                self._syn_jumps(*jumps)
                 mine, ended = last_connection(mine)
                 if ended is not None:  # connections before a new SYN: analysed whole now
                     self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
@@ -639,6 +684,7 @@ class StreamAnalyzer:
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
         p.duplicates += part.duplicates
+        self._syn_jumps(*part.syn_jumps)
         if len(part.first_ns) >= BATCH_FLOWS // 2:
             # a batch of many small connections (a scan): its working memory was about as
             # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
@@ -689,6 +735,10 @@ class StreamAnalyzer:
                             "they cannot be told apart and are analysed as one")
         if p.duplicates:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
+        if p.syn_jumps:
+            skipped = {**skipped, syns.SKIPPED_KIND: skipped.get(syns.SKIPPED_KIND, 0)
+                       + p.syn_jumps}
+            warnings.append(syns.warning(p.syn_jumps, p.first_syn_jump))
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
 

@@ -1,0 +1,105 @@
+"""SYNs that do not fit their 4-tuple's connection: an anomaly, not a new connection.
+
+A SYN with a new initial sequence number on a 4-tuple starts a new connection
+(`flows.build_flows`), except a SYN that cannot be one (Zeek's `SYN_seq_jump` is the model):
+
+* `established`: the connection on the 4-tuple carried data since its SYN-ACK (or since the
+  capture began, without one), no FIN or RST came since, the 4-tuple was silent less than
+  REUSE_IDLE_NS before the SYN, the SYN's sequence number is not the ISN that SYN-ACK
+  (or the connection's first SYN) acknowledged, and no SYN-ACK answers it (one that does
+  says the peer took it for a new connection: the FIN or RST before it was not captured);
+* `unanswered`: SYNs with different ISNs sent before a SYN-ACK (a SYN sent again with
+  another ISN, or a crafted one): the SYN-ACK acknowledges one of them, that one is the
+  connection, any other is the anomaly.
+
+Such a SYN is left out of the analysis (counted as `syn-seq-jump` in `capture.skipped`, and
+named in a warning), so the connection it fell into is analysed as if it were not there. A
+SYN after a FIN or RST, or after REUSE_IDLE_NS of silence, is a new connection on a reused
+4-tuple, as before. Everything here is numpy over the rows as given, no per-packet Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .decode import ACK, FIN, RST, SYN
+
+# A 4-tuple silent this long may be reused without a FIN or RST (TIME_WAIT is 60 s on Linux,
+# and state tables forget idle connections): a SYN after that is a new connection.
+REUSE_IDLE_NS = 60 * 1_000_000_000
+SKIPPED_KIND = "syn-seq-jump"  # the name of the count in `capture.skipped`
+_MASK32 = (1 << 32) - 1
+
+
+def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, ack, payload,
+                 ts) -> np.ndarray:
+    """Positions of the SYNs that do not fit their connection (see the module's rules).
+
+    Rows are grouped by 4-tuple (`tup`), in time order within. `flags` and `from_low` are
+    whole columns; `seq`, `ack`, `payload` and `ts` are callables giving a column's values
+    at the positions passed (whole columns are read only where a SYN changes its ISN)."""
+    n = len(tup)
+    syn = np.flatnonzero((flags & (SYN | ACK)) == SYN)
+    if len(syn) < 2:
+        return syn[:0]
+    syn_seq = np.asarray(seq(syn)).astype(np.int64)
+    changed = (tup[syn[1:]] == tup[syn[:-1]]) & (syn_seq[1:] != syn_seq[:-1])
+    if not changed.any():  # no 4-tuple saw two ISNs: nothing to judge (almost every capture)
+        return syn[:0]
+    all_rows = np.arange(n)
+    t_start = np.r_[True, tup[1:] != tup[:-1]]
+    synack = np.flatnonzero((flags & (SYN | ACK)) == (SYN | ACK))
+    bound = t_start.copy()
+    bound[synack] = True  # a run: from a 4-tuple's first row or a SYN-ACK to the next one
+    run_start = np.flatnonzero(bound)
+    run = np.cumsum(bound) - 1
+    r = run[syn]
+    s = run_start[r]
+
+    # unanswered: the SYN-ACK ending the SYN's run acknowledges another SYN of the run
+    e = np.r_[run_start[1:], n][r]
+    e_ok = np.minimum(e, n - 1)
+    answered = (e < n) & ~t_start[e_ok] & (from_low[e_ok] != from_low[syn])
+    acked = (np.asarray(ack(e_ok)).astype(np.int64) - 1) & _MASK32
+    carries = answered & (syn_seq == acked)  # the SYN the SYN-ACK acknowledges
+    run_has = np.zeros(len(run_start), dtype=bool)
+    run_has[r[carries]] = True
+    unanswered = answered & run_has[r] & (syn_seq != acked)
+
+    # established: data since the run began, no FIN/RST since, not silent long, new ISN
+    pay = np.asarray(payload(all_rows)) > 0
+    data = np.r_[0, np.cumsum(pay)]
+    fins = np.r_[0, np.cumsum((flags & (FIN | RST)) != 0)]
+    t = np.asarray(ts(all_rows)).astype(np.int64)
+    first = ~t_start[syn]
+    prev = np.maximum(syn - 1, 0)
+    s_flags = flags[s]
+    s_isn = np.where((s_flags & (SYN | ACK)) == (SYN | ACK),
+                     (np.asarray(ack(s)).astype(np.int64) - 1) & _MASK32,
+                     np.where((s_flags & (SYN | ACK)) == SYN,
+                              np.asarray(seq(s)).astype(np.int64), -1))
+    established = (first & (data[syn] - data[s] > 0) & (fins[syn] - fins[s] == 0)
+                   & (t[syn] - t[prev] < REUSE_IDLE_NS) & (syn_seq != s_isn) & ~carries)
+    return syn[unanswered | established]
+
+
+def warning(count: int, first_frame: int) -> str:
+    """The warning naming the SYNs left out (`count`, the first by frame number)."""
+    return (f"{count} SYN{'s' if count != 1 else ''} did not fit an established or opening "
+            f"connection on their 4-tuple (first: frame {first_frame}; sequence number not "
+            "the connection's, no FIN or RST before): not a new connection, left out of the "
+            f"analysis (capture.skipped[{SKIPPED_KIND!r}])")
+
+
+def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
+    """One 4-tuple's rows (in time order) less its SYNs that fit no connection, and how
+    many those were with the first one's frame number (-1 without)."""
+    n = len(rows["frame"])
+    foreign = foreign_syns(np.zeros(n, np.int64), rows["flags"], rows["from_low"],
+                           *(lambda at, k=k: rows[k][at] for k in ("seq", "ack", "payload", "ts_ns")))
+    if not len(foreign):
+        return rows, (0, -1)
+    keep = np.ones(n, dtype=bool)
+    keep[foreign] = False
+    return {k: v[keep] for k, v in rows.items()}, (len(foreign),
+                                                   int(rows["frame"][foreign].min()))
