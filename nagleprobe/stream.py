@@ -255,6 +255,7 @@ class StreamAnalyzer:
         self.pieced = 0  # connections analysed in pieces (finished)
         self.pieces = 0  # pieces analysed
         self.inexact: dict[str, int] = {}  # why pieced results may differ: connections
+        self._left_out: dict[int, set[int]] = {}  # per tuple: seq of SYNs `feed` left out
         self.late_in_pieces = 0  # packets older than what a piece of their connection decided
         self.peak_held_rows = 0  # rows held (not yet analysed, or carried by a piece)
         self._carried = 0  # rows carried by the ledgers
@@ -293,10 +294,13 @@ class StreamAnalyzer:
             reopened = self._pieced[tid] & syn_only
             for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
                 reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
+            self._answered_late(tid, cols)
             foreign = self._foreign_syns(tid, cols, reopened)
             if foreign.any():  # SYNs that fit no connection: as if they were not there
                 keep = ~foreign
                 self._syn_jumps(int(foreign.sum()), int(cols["frame"][foreign].min()))
+                for r in np.flatnonzero(foreign).tolist():
+                    self._left_out.setdefault(int(tid[r]), set()).add(int(cols["seq"][r]))
                 cols = {k: v[keep] for k, v in cols.items()}
                 tid, from_low, syn_only, reopened = (tid[keep], from_low[keep], syn_only[keep],
                                                      reopened[keep])
@@ -370,6 +374,21 @@ class StreamAnalyzer:
                 (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
             out[r] = not closed and not answered and int(ts[r]) - last < syns.REUSE_IDLE_NS
         return out
+
+    def _answered_late(self, tid: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+        """A SYN-ACK answering a SYN `feed` left out of a connection analysed in pieces:
+        the whole analysis, which sees the answer, starts a new connection at that SYN (its
+        connection's FIN or RST was not captured); here the connection may differ."""
+        if not self._left_out:
+            return
+        synack = np.flatnonzero((cols["flags"] & (SYN | ACK)) == (SYN | ACK))
+        for r in synack.tolist():  # (few)
+            seqs = self._left_out.get(int(tid[r]))
+            if seqs and (int(cols["ack"][r]) - 1) & 0xFFFFFFFF in seqs:
+                seqs.discard((int(cols["ack"][r]) - 1) & 0xFFFFFFFF)
+                why = ("where a new connection began (a SYN left out of it as not fitting was "
+                       "answered by a SYN-ACK in a later chunk)")
+                self.inexact[why] = self.inexact.get(why, 0) + 1
 
     def _syn_jumps(self, count: int, first_frame: int) -> None:
         """Count SYNs that fit no connection, left out (by build_flows or by `feed`)."""
@@ -510,6 +529,7 @@ class StreamAnalyzer:
         self._closed = np.zeros(0, dtype=np.uint8)
         self._handed_on = self._pieced = np.zeros(0, dtype=bool)
         self._cut = np.zeros(0, dtype=np.int64)
+        self._left_out = {}
         if many:
             release_free_memory()
 

@@ -46,6 +46,12 @@ def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, 
     changed = (tup[syn[1:]] == tup[syn[:-1]]) & (syn_seq[1:] != syn_seq[:-1])
     if not changed.any():  # no 4-tuple saw two ISNs: nothing to judge (almost every capture)
         return syn[:0]
+    # judged: the rows of the 4-tuples that saw two ISNs (few), renumbered 0..
+    sub = np.flatnonzero(np.isin(tup, np.unique(tup[syn[1:][changed]])))
+    if len(sub) < n:
+        return sub[foreign_syns(tup[sub], flags[sub], from_low[sub],
+                                *(lambda at, get=get: get(sub[at])
+                                  for get in (seq, ack, payload, ts)))]
     all_rows = np.arange(n)
     t_start = np.r_[True, tup[1:] != tup[:-1]]
     synack = np.flatnonzero((flags & (SYN | ACK)) == (SYN | ACK))
@@ -85,10 +91,12 @@ def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, 
 
 def warning(count: int, first_frame: int) -> str:
     """The warning naming the SYNs left out (`count`, the first by frame number)."""
-    return (f"{count} SYN{'s' if count != 1 else ''} did not fit an established or opening "
-            f"connection on their 4-tuple (first: frame {first_frame}; sequence number not "
-            "the connection's, no FIN or RST before): not a new connection, left out of the "
-            f"analysis (capture.skipped[{SKIPPED_KIND!r}])")
+    one = count == 1
+    return (f"{count} SYN{'' if one else 's'} with a new initial sequence number "
+            f"fit{'s' if one else ''} no connection on {'its' if one else 'their'} 4-tuple "
+            f"(first: frame {first_frame}; an established connection, no FIN or RST before, "
+            "or another SYN the SYN-ACK acknowledged): not a new connection, left out of "
+            f"the analysis ({SKIPPED_KIND})")
 
 
 def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
@@ -96,7 +104,8 @@ def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
     many those were with the first one's frame number (-1 without)."""
     n = len(rows["frame"])
     foreign = foreign_syns(np.zeros(n, np.int64), rows["flags"], rows["from_low"],
-                           *(lambda at, k=k: rows[k][at] for k in ("seq", "ack", "payload", "ts_ns")))
+                           *(lambda at, k=k: rows[k][at]
+                             for k in ("seq", "ack", "payload", "ts_ns")))
     if not len(foreign):
         return rows, (0, -1)
     keep = np.ones(n, dtype=bool)
