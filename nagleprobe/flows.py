@@ -10,7 +10,7 @@ may be Python (flows are few compared with packets).
 Over 500 lines: each compiled loop of `_flows.c` (sequence space, ACK links, neighbours,
 round-trip samples) has its numpy twin here, the reference the tests hold it to; the
 twins belong next to the code that calls them. Which connection a packet belongs to is
-`nagleprobe.tuples`.
+`nagleprobe.tuples`; which SYNs fit no connection (left out), `nagleprobe.syns`.
 """
 
 from __future__ import annotations

@@ -359,7 +359,7 @@ class StreamAnalyzer:
                       reopened: np.ndarray) -> np.ndarray:
         """Of the SYNs with a new ISN on connections analysed in pieces (`reopened`; long,
         so established), those that fit no connection (`nagleprobe.syns`): no FIN or RST
-        since the connection's SYN, the 4-tuple silent less than syns.REUSE_IDLE_NS, and no
+        since the connection's SYN, the 4-tuple silent less than syns.REUSE_IDLE_S, and no
         SYN-ACK answering it in this chunk (one in a later chunk comes too late: the SYN was
         left out)."""
         out = np.zeros(len(tid), dtype=bool)
@@ -372,7 +372,7 @@ class StreamAnalyzer:
             last = max(int(self._last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
             answered = bool((synack & (tid == t) & ~earlier & (cols["ack"] == (
                 (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
-            out[r] = not closed and not answered and int(ts[r]) - last < syns.REUSE_IDLE_NS
+            out[r] = not closed and not answered and int(ts[r]) - last < syns.REUSE_IDLE_S * 1_000_000_000
         return out
 
     def _answered_late(self, tid: np.ndarray, cols: dict[str, np.ndarray]) -> None:

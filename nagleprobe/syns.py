@@ -5,7 +5,7 @@ A SYN with a new initial sequence number on a 4-tuple starts a new connection
 
 * `established`: the connection on the 4-tuple carried data since its SYN-ACK (or since the
   capture began, without one), no FIN or RST came since, the 4-tuple was silent less than
-  REUSE_IDLE_NS before the SYN, the SYN's sequence number is not the ISN that SYN-ACK
+  REUSE_IDLE_S before the SYN, the SYN's sequence number is not the ISN that SYN-ACK
   (or the connection's first SYN) acknowledged, and no SYN-ACK answers it (one that does
   says the peer took it for a new connection: the FIN or RST before it was not captured);
 * `unanswered`: SYNs with different ISNs sent before a SYN-ACK (a SYN sent again with
@@ -14,7 +14,7 @@ A SYN with a new initial sequence number on a 4-tuple starts a new connection
 
 Such a SYN is left out of the analysis (counted as `syn-seq-jump` in `capture.skipped`, and
 named in a warning), so the connection it fell into is analysed as if it were not there. A
-SYN after a FIN or RST, or after REUSE_IDLE_NS of silence, is a new connection on a reused
+SYN after a FIN or RST, or after REUSE_IDLE_S of silence, is a new connection on a reused
 4-tuple, as before. Everything here is numpy over the rows as given, no per-packet Python.
 """
 
@@ -26,7 +26,8 @@ from .decode import ACK, FIN, RST, SYN
 
 # A 4-tuple silent this long may be reused without a FIN or RST (TIME_WAIT is 60 s on Linux,
 # and state tables forget idle connections): a SYN after that is a new connection.
-REUSE_IDLE_NS = 60 * 1_000_000_000
+REUSE_IDLE_S = 60
+_REUSE_IDLE_NS = REUSE_IDLE_S * 1_000_000_000
 SKIPPED_KIND = "syn-seq-jump"  # the name of the count in `capture.skipped`
 _MASK32 = (1 << 32) - 1
 
@@ -85,7 +86,7 @@ def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, 
                      np.where((s_flags & (SYN | ACK)) == SYN,
                               np.asarray(seq(s)).astype(np.int64), -1))
     established = (first & (data[syn] - data[s] > 0) & (fins[syn] - fins[s] == 0)
-                   & (t[syn] - t[prev] < REUSE_IDLE_NS) & (syn_seq != s_isn) & ~carries)
+                   & (t[syn] - t[prev] < _REUSE_IDLE_NS) & (syn_seq != s_isn) & ~carries)
     return syn[unanswered | established]
 
 

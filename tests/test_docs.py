@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from nagleprobe import advice, detect, flows, relay, report
+from nagleprobe import advice, detect, flows, relay, report, syns
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "DETECTION.md").read_text()
-HOMES = (detect, flows, relay, advice, report)
+HOMES = (detect, flows, relay, advice, report, syns)
 
 
 def stated() -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 from test_pieces import TINY, in_pieces, without_pieces
 
 import nagleprobe
-from nagleprobe.syns import REUSE_IDLE_NS, SKIPPED_KIND
+from nagleprobe.syns import REUSE_IDLE_S, SKIPPED_KIND
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ECHO = SAMPLES / "echo_split_lo.pcap"  # one connection, 19 stalls
@@ -125,7 +125,7 @@ def reuse(tmp_path: Path, rst: bool, gap_us: int = 0) -> str:
                  "reuse.pcap")
 
 
-@pytest.mark.parametrize("rst,gap_us", [(True, 0), (False, REUSE_IDLE_NS // 1000 + 1)],
+@pytest.mark.parametrize("rst,gap_us", [(True, 0), (False, REUSE_IDLE_S * 1_000_000 + 1)],
                          ids=["after a RST", "after 60 s of silence"])
 def test_a_reused_four_tuple_is_still_two_connections(tmp_path, rst, gap_us):
     path = reuse(tmp_path, rst, gap_us)
