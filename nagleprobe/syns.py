@@ -3,8 +3,8 @@
 A SYN with a new initial sequence number on a 4-tuple starts a new connection
 (`flows.build_flows`), except a SYN that cannot be one (Zeek's `SYN_seq_jump` is the model):
 
-* `established`: the connection on the 4-tuple carried data since its SYN-ACK (or since the
-  capture began, without one), no FIN or RST came since, the 4-tuple was silent less than
+* `established`: the connection on the 4-tuple was answered by a SYN-ACK (or, without one,
+  carried data since the capture began), no FIN or RST came since, the 4-tuple was silent less than
   REUSE_IDLE_S before the SYN, the SYN's sequence number is not the ISN that SYN-ACK
   (or the connection's first SYN) acknowledged, and no SYN-ACK answers it (one that does
   says the peer took it for a new connection: the FIN or RST before it was not captured);
@@ -73,7 +73,8 @@ def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, 
     run_has[r[carries]] = True
     unanswered = answered & run_has[r] & (syn_seq != acked)
 
-    # established: data since the run began, no FIN/RST since, not silent long, new ISN
+    # established: a SYN-ACK began the run or data came since, no FIN/RST since, not silent
+    # long, a new ISN, unanswered
     pay = np.asarray(payload(all_rows)) > 0
     data = np.r_[0, np.cumsum(pay)]
     fins = np.r_[0, np.cumsum((flags & (FIN | RST)) != 0)]
@@ -85,7 +86,8 @@ def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, 
                      (np.asarray(ack(s)).astype(np.int64) - 1) & _MASK32,
                      np.where((s_flags & (SYN | ACK)) == SYN,
                               np.asarray(seq(s)).astype(np.int64), -1))
-    established = (first & (data[syn] - data[s] > 0) & (fins[syn] - fins[s] == 0)
+    opened = ((s_flags & (SYN | ACK)) == (SYN | ACK)) | (data[syn] - data[s] > 0)
+    established = (first & opened & (fins[syn] - fins[s] == 0)
                    & (t[syn] - t[prev] < _REUSE_IDLE_NS) & (syn_seq != s_isn) & ~carries)
     return syn[unanswered | established]
 

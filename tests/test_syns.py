@@ -1,7 +1,8 @@
 """A SYN that fits no connection (nagleprobe.syns, issue 30 point 2) is a counted, named
 anomaly, not a new connection that takes the stalls with it; a 4-tuple reused after a FIN
-or RST, or after a long silence, is still a new connection. Built from real samples: every
-packet is real except the one SYN injected (its sequence number and time are synthetic)."""
+or RST, or after a long silence, is still a new connection. The captures are real samples:
+every packet is real except the one SYN injected (its sequence number and time are
+synthetic), or the RST taken out; the rules' edges are shown on scripted columns."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 from test_pieces import TINY, in_pieces, without_pieces
 
 import nagleprobe
+from columns import A, F, S, Conversation
+from nagleprobe.flows import build_flows
 from nagleprobe.syns import REUSE_IDLE_S, SKIPPED_KIND
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -164,3 +167,47 @@ def test_an_unanswered_syn_alone_stays_its_own_connection(tmp_path):
     for how, r in analyses(path).items():
         assert len(r.flows) == 2, how
         assert SKIPPED_KIND not in r.capture["skipped"], how
+
+
+# The rules on scripted columns (nagleprobe.syns): one conversation, one SYN added.
+C, SV = "10.0.0.1:40000", "10.0.0.2:8000"
+
+
+def scripted(syn_ms: float, *, data: bool = True, fin: bool = False,
+             isn: int = 777_000_000) -> tuple[int, int]:
+    """A handshake at 0 ms, (optionally) 10 bytes at 1 ms and their ACK, (optionally) a FIN
+    at 3 ms, a SYN with `isn` from the client at `syn_ms`, and 10 bytes 1 ms after it:
+    (connections, SYNs left out)."""
+    conv = Conversation(C, SV)
+    t = conv.handshake(0.0)
+    if data:
+        conv.send("c", t + 1, 10)
+        conv.ack("s", t + 2)
+    if fin:
+        conv.rows.append(dict(t_ms=t + 3, src=C, dst=SV, seq=conv.nxt["c"], ack=conv.nxt["s"],
+                              flags=F | A))
+    conv.rows.append(dict(t_ms=syn_ms, src=C, dst=SV, seq=isn, flags=S, mss=1460))
+    conv.send("c", syn_ms + 1, 10)
+    f = build_flows(conv.columns())
+    return f.count, f.syn_jumps
+
+
+def test_a_syn_with_a_new_isn_in_an_established_connection_is_left_out():
+    assert scripted(10.0) == (1, 1)
+
+
+def test_a_syn_right_after_the_handshake_before_any_data_is_left_out():
+    assert scripted(1.0, data=False) == (1, 1)
+
+
+def test_a_syn_after_a_fin_opens_a_new_connection():
+    assert scripted(10.0, fin=True) == (2, 0)
+
+
+def test_a_syn_after_the_reuse_idle_time_opens_a_new_connection():
+    assert scripted(REUSE_IDLE_S * 1000 - 5) == (1, 1)
+    assert scripted(REUSE_IDLE_S * 1000 + 5) == (2, 0)
+
+
+def test_a_syn_with_the_connections_own_isn_is_a_copy_not_an_anomaly():
+    assert scripted(10.0, isn=1000) == (1, 0)
