@@ -67,8 +67,8 @@ class Flows:
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
     duplicates: int = 0  # copies of a packet (see DUPLICATE_WINDOW_NS) dropped, not in `seg`
     near_copies: int = 0  # ... of them found within DUPLICATE_FIRST rows of the packet
-    syn_jumps: int = 0  # SYNs that fit no connection (`nagleprobe.syns`) dropped, not in `seg`
-    first_syn_jump: int = -1  # the frame number of the first of them
+    # frame numbers of the SYNs that fit no connection (`nagleprobe.syns`), dropped, not in `seg`
+    syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _runs: dict = field(default_factory=dict, repr=False)  # neighbour lookups, built on demand
 
     @property
@@ -274,7 +274,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     flags = c["flags"]
     foreign = foreign_syns(tup, flags, from_low, *(lambda rows, k=k: c.at(k, rows)
                                                     for k in ("seq", "ack", "payload", "ts_ns")))
-    first_foreign = int(c.at("frame", foreign).min()) if len(foreign) else -1
+    foreign_frames = c.at("frame", foreign).astype(np.int64)
     if len(foreign):  # as if they were not there
         keep = np.ones(n, dtype=bool)
         keep[foreign] = False
@@ -317,7 +317,7 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     seg, maxpay = _segments(c, fid, d, flags, nflows)
     flow = _flow_facts(c, seg, maxpay, starts, ends, handshake, syns)
     return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near,
-                 syn_jumps=len(foreign), first_syn_jump=first_foreign)
+                 syn_jumps=foreign_frames)
 
 
 def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,

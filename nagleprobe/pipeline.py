@@ -179,12 +179,12 @@ def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Repor
     flows = build_flows(cols)
     if flows.duplicates:
         skipped["duplicate"] += flows.duplicates
-    if flows.syn_jumps:
-        skipped[syns.SKIPPED_KIND] += flows.syn_jumps
-    report = build_report(reader.info, dict(skipped), flows, detect(flows), origin_ns or 0)
-    if flows.syn_jumps:
-        report.capture["warnings"].insert(len(reader.info.warnings),  # where the stream has it
-                                          syns.warning(flows.syn_jumps, flows.first_syn_jump))
+    jumps = syns.Tally()
+    jumps.add(flows.syn_jumps)
+    given = reader.info.warnings
+    skipped_all, warnings = jumps.told(dict(skipped), list(given))
+    report = build_report(reader.info, skipped_all, flows, detect(flows), origin_ns or 0)
+    report.capture["warnings"][:len(given)] = warnings  # before the analysis', as streamed
     return report
 
 

@@ -128,7 +128,8 @@ class _Part:
     tcp_packets: int
     arrivals: dict[str, np.ndarray]
     duplicates: int
-    syn_jumps: tuple[int, int] = (0, -1)  # SYNs that fit no connection dropped, the first's frame
+    # frames of the SYNs that fit no connection (`nagleprobe.syns`), left out
+    syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
@@ -175,19 +176,20 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: Tuple
     return _part(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
                  len(flows.seg["flow"]),
                  arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
-                 flows.duplicates, (flows.syn_jumps, flows.first_syn_jump))
+                 flows.duplicates, flows.syn_jumps)
 
 
 def _part(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
           tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int,
-          syn_jumps: tuple[int, int] = (0, -1)) -> _Part:
+          syn_jumps: np.ndarray | None = None) -> _Part:
     """The report columns of analysed flows as one batch's result."""
     out = report_columns(flows, det, origin_ns)
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
             table_[k] = _interned(table_[k])
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 first_frame, tcp_packets, arrived, duplicates, syn_jumps)
+                 first_frame, tcp_packets, arrived, duplicates,
+                 np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
 
 
 def _finished(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
@@ -216,8 +218,7 @@ class _Parts:
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
     arrival_count: int = 0
     duplicates: int = 0  # copies of packets build_flows dropped
-    syn_jumps: int = 0  # SYNs that fit no connection (`nagleprobe.syns`), dropped
-    first_syn_jump: int | None = None  # the smallest frame number of them
+    syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
 
 
 class StreamAnalyzer:
@@ -298,7 +299,7 @@ class StreamAnalyzer:
             foreign = self._foreign_syns(tid, cols, reopened)
             if foreign.any():  # SYNs that fit no connection: as if they were not there
                 keep = ~foreign
-                self._syn_jumps(int(foreign.sum()), int(cols["frame"][foreign].min()))
+                self._parts.syn_jumps.add(cols["frame"][foreign])
                 for r in np.flatnonzero(foreign).tolist():
                     self._left_out.setdefault(int(tid[r]), set()).add(int(cols["seq"][r]))
                 cols = {k: v[keep] for k, v in cols.items()}
@@ -372,7 +373,8 @@ class StreamAnalyzer:
             last = max(int(self._last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
             answered = bool((synack & (tid == t) & ~earlier & (cols["ack"] == (
                 (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
-            out[r] = not closed and not answered and int(ts[r]) - last < syns.REUSE_IDLE_S * 1_000_000_000
+            quiet = int(ts[r]) - last >= syns.REUSE_IDLE_S * 1_000_000_000
+            out[r] = not (closed or answered or quiet)
         return out
 
     def _answered_late(self, tid: np.ndarray, cols: dict[str, np.ndarray]) -> None:
@@ -389,14 +391,6 @@ class StreamAnalyzer:
                 why = ("where a new connection began (a SYN left out of it as not fitting was "
                        "answered by a SYN-ACK in a later chunk)")
                 self.inexact[why] = self.inexact.get(why, 0) + 1
-
-    def _syn_jumps(self, count: int, first_frame: int) -> None:
-        """Count SYNs that fit no connection, left out (by build_flows or by `feed`)."""
-        p = self._parts
-        if count:
-            p.syn_jumps += count
-            p.first_syn_jump = (first_frame if p.first_syn_jump is None
-                                else min(p.first_syn_jump, first_frame))
 
     def _reopen_pieced(self, cols: dict[str, np.ndarray], tid: np.ndarray,
                        from_low: np.ndarray, reopened: np.ndarray) -> None:
@@ -433,7 +427,7 @@ class StreamAnalyzer:
             mine = in_time_order(rows.pop(t))
             if led is None:
                 mine, jumps = syns.without_foreign(mine)
-                self._syn_jumps(*jumps)
+                self._parts.syn_jumps.add(jumps)
                 mine, ended = last_connection(mine)
                 if ended is not None:  # connections before a new SYN: analysed whole now
                     self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
@@ -704,7 +698,7 @@ class StreamAnalyzer:
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
         p.duplicates += part.duplicates
-        self._syn_jumps(*part.syn_jumps)
+        p.syn_jumps.add(part.syn_jumps)
         if len(part.first_ns) >= BATCH_FLOWS // 2:
             # a batch of many small connections (a scan): its working memory was about as
             # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
@@ -755,10 +749,7 @@ class StreamAnalyzer:
                             "they cannot be told apart and are analysed as one")
         if p.duplicates:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
-        if p.syn_jumps:
-            skipped = {**skipped, syns.SKIPPED_KIND: skipped.get(syns.SKIPPED_KIND, 0)
-                       + p.syn_jumps}
-            warnings.append(syns.warning(p.syn_jumps, p.first_syn_jump))
+        skipped, warnings = p.syn_jumps.told(skipped, warnings)
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
 

@@ -20,6 +20,8 @@ SYN after a FIN or RST, or after REUSE_IDLE_S of silence, is a new connection on
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .decode import ACK, FIN, RST, SYN
@@ -92,6 +94,29 @@ def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, 
     return syn[unanswered | established]
 
 
+@dataclass
+class Tally:
+    """The SYNs left out, counted as they are found: how many, the first's frame number."""
+
+    count: int = 0
+    first: int = -1
+
+    def add(self, frames: np.ndarray) -> None:
+        if len(frames):
+            self.count += len(frames)
+            low = int(frames.min())
+            self.first = low if self.first < 0 else min(self.first, low)
+
+    def told(self, skipped: dict[str, int], warnings: list[str]
+             ) -> tuple[dict[str, int], list[str]]:
+        """`skipped` and `warnings` with the count and its warning added (new ones; the same
+        without any)."""
+        if not self.count:
+            return skipped, warnings
+        return ({**skipped, SKIPPED_KIND: skipped.get(SKIPPED_KIND, 0) + self.count},
+                [*warnings, warning(self.count, self.first)])
+
+
 def warning(count: int, first_frame: int) -> str:
     """The warning naming the SYNs left out (`count`, the first by frame number)."""
     one = count == 1
@@ -102,16 +127,15 @@ def warning(count: int, first_frame: int) -> str:
             f"the analysis ({SKIPPED_KIND})")
 
 
-def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], tuple[int, int]]:
-    """One 4-tuple's rows (in time order) less its SYNs that fit no connection, and how
-    many those were with the first one's frame number (-1 without)."""
+def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """One 4-tuple's rows (in time order) less its SYNs that fit no connection, and the
+    frame numbers of those."""
     n = len(rows["frame"])
     foreign = foreign_syns(np.zeros(n, np.int64), rows["flags"], rows["from_low"],
                            *(lambda at, k=k: rows[k][at]
                              for k in ("seq", "ack", "payload", "ts_ns")))
     if not len(foreign):
-        return rows, (0, -1)
+        return rows, foreign
     keep = np.ones(n, dtype=bool)
     keep[foreign] = False
-    return {k: v[keep] for k, v in rows.items()}, (len(foreign),
-                                                   int(rows["frame"][foreign].min()))
+    return {k: v[keep] for k, v in rows.items()}, rows["frame"][foreign]

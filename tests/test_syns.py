@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_live import fed_in_pieces
 from test_pieces import TINY, in_pieces, without_pieces
 
 import nagleprobe
@@ -118,6 +119,21 @@ def test_a_syn_far_outside_an_established_connection_is_left_out(tmp_path, after
                                            jump_frame=after_frame + 1)
 
 
+@pytest.mark.parametrize("piece,window", [(200, 4096), (1, 16)])
+@pytest.mark.parametrize("after_frame", [1, 23])
+def test_watch_reports_every_stall_and_counts_the_syn_once(tmp_path, after_frame, piece,
+                                                          window):
+    """`watch` analyses each connection again and again on a window of its packets: the
+    SYN is left out of each, and counted once, in the final event."""
+    path = with_syn(tmp_path, after_frame, 1 << 31)
+    events, live = fed_in_pieces(Path(path), piece, window)
+    want = nagleprobe.analyze(path, whole_file=True).stalls["released_frame"]
+    assert sorted(e["frames"][2] for e in events) == sorted(want.tolist())
+    final = live.final({"packets": 108, "skipped": {}, "warnings": []})
+    assert final["skipped"] == {SKIPPED_KIND: 1}
+    assert len(final["warnings"]) == 1 and f"frame {after_frame + 1};" in final["warnings"][0]
+
+
 def reuse(tmp_path: Path, rst: bool, gap_us: int = 0) -> str:
     """port_reuse.pcap, with or without its RST, the second connection moved `gap_us` later."""
     header, recs = records(REUSE)
@@ -189,7 +205,7 @@ def scripted(syn_ms: float, *, data: bool = True, fin: bool = False,
     conv.rows.append(dict(t_ms=syn_ms, src=C, dst=SV, seq=isn, flags=S, mss=1460))
     conv.send("c", syn_ms + 1, 10)
     f = build_flows(conv.columns())
-    return f.count, f.syn_jumps
+    return f.count, len(f.syn_jumps)
 
 
 def test_a_syn_with_a_new_isn_in_an_established_connection_is_left_out():
