@@ -4,10 +4,11 @@ A SYN with a new initial sequence number on a 4-tuple starts a new connection
 (`flows.build_flows`), except a SYN that cannot be one (Zeek's `SYN_seq_jump` is the model):
 
 * `established`: the connection on the 4-tuple was answered by a SYN-ACK (or, without one,
-  carried data since the capture began), no FIN or RST came since, the 4-tuple was silent less than
-  REUSE_IDLE_S before the SYN, the SYN's sequence number is not the ISN that SYN-ACK
-  (or the connection's first SYN) acknowledged, and no SYN-ACK answers it (one that does
-  says the peer took it for a new connection: the FIN or RST before it was not captured);
+  carried data since the capture began), no FIN or RST came since, the 4-tuple was silent
+  less than REUSE_IDLE_S before the SYN, the SYN's sequence number is not the connection's
+  ISN (the one its SYN-ACK acknowledged, or its first SYN's), and no SYN-ACK answers it (one
+  that does says the peer took it for a new connection: the FIN or RST before it was not
+  captured);
 * `unanswered`: SYNs with different ISNs sent before a SYN-ACK (a SYN sent again with
   another ISN, or a crafted one): the SYN-ACK acknowledges one of them, that one is the
   connection, any other is the anomaly.
@@ -15,11 +16,12 @@ A SYN with a new initial sequence number on a 4-tuple starts a new connection
 Such a SYN is left out of the analysis (counted as `syn-seq-jump` in `capture.skipped`, and
 named in a warning), so the connection it fell into is analysed as if it were not there. A
 SYN after a FIN or RST, or after REUSE_IDLE_S of silence, is a new connection on a reused
-4-tuple, as before. Everything here is numpy over the rows as given, no per-packet Python.
+4-tuple. Everything here is numpy over the rows as given, no per-packet Python.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,8 +36,11 @@ SKIPPED_KIND = "syn-seq-jump"  # the name of the count in `capture.skipped`
 _MASK32 = (1 << 32) - 1
 
 
-def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq, ack, payload,
-                 ts) -> np.ndarray:
+Column = Callable[[np.ndarray], np.ndarray]  # a column's values at the positions passed
+
+
+def foreign_syns(tup: np.ndarray, flags: np.ndarray, from_low: np.ndarray, seq: Column,
+                 ack: Column, payload: Column, ts: Column) -> np.ndarray:
     """Positions of the SYNs that do not fit their connection (see the module's rules).
 
     Rows are grouped by 4-tuple (`tup`), in time order within. `flags` and `from_low` are
