@@ -10,7 +10,7 @@ may be Python (flows are few compared with packets).
 Over 500 lines: each compiled loop of `_flows.c` (sequence space, ACK links, neighbours,
 round-trip samples) has its numpy twin here, the reference the tests hold it to; the
 twins belong next to the code that calls them. Which connection a packet belongs to is
-`nagleprobe.tuples`.
+`nagleprobe.tuples`; which SYNs fit no connection (left out), `nagleprobe.syns`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, format_address
+from .syns import foreign_syns
 from .tuples import TupleEnds, endpoints, group_order, lower, tuple_ids
 
 try:
@@ -66,6 +67,8 @@ class Flows:
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
     duplicates: int = 0  # copies of a packet (see DUPLICATE_WINDOW_NS) dropped, not in `seg`
     near_copies: int = 0  # ... of them found within DUPLICATE_FIRST rows of the packet
+    # frame numbers of the SYNs that fit no connection (`nagleprobe.syns`), dropped, not in `seg`
+    syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _runs: dict = field(default_factory=dict, repr=False)  # neighbour lookups, built on demand
 
     @property
@@ -269,9 +272,20 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
         n = len(order)
     c = _Sorted(cols, order, ends, raw_tup, identity=grouped and not len(copies))
     flags = c["flags"]
+    foreign = foreign_syns(tup, flags, from_low, *(lambda rows, k=k: c.at(k, rows)
+                                                    for k in ("seq", "ack", "payload", "ts_ns")))
+    foreign_frames = c.at("frame", foreign).astype(np.int64)
+    if len(foreign):  # as if they were not there
+        keep = np.ones(n, dtype=bool)
+        keep[foreign] = False
+        order, tup, from_low = order[keep], tup[keep], from_low[keep]
+        n = len(order)
+        c = _Sorted(cols, order, ends, raw_tup)
+        flags = c["flags"]
     syns = _Syns(flags)
 
-    # A new connection on the same 4-tuple starts at a SYN with a new ISN.
+    # A new connection on the same 4-tuple starts at a SYN with a new ISN (of those that
+    # fit no connection none is left: see above)
     new_conn = np.r_[True, tup[1:] != tup[:-1]] if n else np.zeros(0, bool)
     ntuples = int(np.count_nonzero(new_conn))
     syn_only = syns.only
@@ -302,7 +316,8 @@ def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
     d = (from_low != client_is_low[fid]).astype(np.int8)  # 0: client -> server
     seg, maxpay = _segments(c, fid, d, flags, nflows)
     flow = _flow_facts(c, seg, maxpay, starts, ends, handshake, syns)
-    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near)
+    return Flows(seg=seg, flow=flow, starts=starts, duplicates=len(copies), near_copies=near,
+                 syn_jumps=foreign_frames)
 
 
 def _duplicates(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,

@@ -40,6 +40,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from . import syns
 from .decode import ACK, FIN, RST, SYN, decode
 from .detect import detect
 from .flows import build_flows
@@ -115,6 +116,9 @@ class LiveAnalyzer:
     _reported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _flows: dict[int, _FlowTotals] = field(default_factory=dict)
     _period_end: int | None = None
+    syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
+    # per tuple, the last frame of those counted (a window sees them again)
+    _jump_top: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     # ------------------------------------------------------------------ input
     def feed(self, cols: dict[str, np.ndarray], analyse: bool = True) -> list[dict]:
@@ -138,6 +142,7 @@ class LiveAnalyzer:
             self._closed = np.r_[self._closed, np.zeros(grow, np.uint8)]
             self._last_ts = np.r_[self._last_ts, np.full(grow, np.iinfo(np.int64).min)]
             self._touched = np.r_[self._touched, np.zeros(grow, bool)]
+            self._jump_top = np.r_[self._jump_top, np.full(grow, -1, np.int64)]
         # each row's rank among the rows of its tuple so far: the first few control packets
         # (the handshake) are held for the connection's life
         order = np.argsort(tid, kind="stable")
@@ -222,11 +227,22 @@ class LiveAnalyzer:
                                              shift, peer_shift)
         return out
 
+    def _count_syn_jumps(self, w: dict[str, np.ndarray], frames: np.ndarray) -> None:
+        """Count the SYNs a window left out that no earlier window counted: per 4-tuple,
+        those after the last one counted (frame numbers only grow)."""
+        by_frame = np.argsort(w["frame"])
+        tid = w["tid"][by_frame[np.searchsorted(w["frame"], frames, sorter=by_frame)]]
+        new = frames > self._jump_top[tid]
+        self.syn_jumps.add(frames[new])
+        np.maximum.at(self._jump_top, tid[new], frames[new])
+
     def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
         """Run flows and detection on the window; the stalls not reported yet, as (S2's
         time, event)."""
         _, local = np.unique(w["tid"], return_inverse=True)
         f = build_flows({k: w[k] for k in ANALYSED}, local)
+        if len(f.syn_jumps):
+            self._count_syn_jumps(w, f.syn_jumps)
         st = detect(f).stalls
         if not len(st["flow"]):
             return []
@@ -361,6 +377,9 @@ class LiveAnalyzer:
         flows = [{"flow": t, "client": tot.client, "server": tot.server, "stalls": tot.stalls,
                   "lost_ms": round(tot.lost_ms, 3)}
                  for t, tot in sorted(self._flows.items())]
+        skipped, warnings = self.syn_jumps.told(capture.get("skipped", {}),
+                                                capture.get("warnings", []))
+        capture = {**capture, "skipped": skipped, "warnings": warnings}
         return {"event": "final", **capture, "tcp_packets": self.packets,
                 "connections": self._tuples.count,
                 "stalls": sum(f["stalls"] for f in flows),

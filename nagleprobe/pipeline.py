@@ -172,6 +172,7 @@ def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: 
 
 
 def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Report:
+    from . import syns
     from .detect import detect
     from .flows import build_flows
     from .report import build_report
@@ -189,8 +190,13 @@ def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Repor
     flows = build_flows(cols)
     if flows.duplicates:
         skipped["duplicate"] += flows.duplicates
-    det = detect(flows)
-    return build_report(reader.info, dict(skipped), flows, det, origin_ns or 0)
+    jumps = syns.Tally()
+    jumps.add(flows.syn_jumps)
+    given = reader.info.warnings
+    skipped_all, warnings = jumps.told(dict(skipped), list(given))
+    report = build_report(reader.info, skipped_all, flows, detect(flows), origin_ns or 0)
+    report.capture["warnings"][:len(given)] = warnings  # before the analysis', as streamed
+    return report
 
 
 def _with_files(reader: CaptureReader | SetReader, report: Report) -> Report:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import syns
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
 from .detect import Detection, detect
 from .flows import Flows, build_flows
@@ -127,6 +128,8 @@ class _Part:
     tcp_packets: int
     arrivals: dict[str, np.ndarray]
     duplicates: int
+    # frames of the SYNs that fit no connection (`nagleprobe.syns`), left out
+    syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
@@ -173,18 +176,20 @@ def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: Tuple
     return _part(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
                  len(flows.seg["flow"]),
                  arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
-                 flows.duplicates)
+                 flows.duplicates, flows.syn_jumps)
 
 
 def _part(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
-          tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int) -> _Part:
+          tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int,
+          syn_jumps: np.ndarray | None = None) -> _Part:
     """The report columns of analysed flows as one batch's result."""
     out = report_columns(flows, det, origin_ns)
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
             table_[k] = _interned(table_[k])
     return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 first_frame, tcp_packets, arrived, duplicates)
+                 first_frame, tcp_packets, arrived, duplicates,
+                 np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
 
 
 def _finished(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
@@ -213,6 +218,7 @@ class _Parts:
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
     arrival_count: int = 0
     duplicates: int = 0  # copies of packets build_flows dropped
+    syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
 
 
 class StreamAnalyzer:
@@ -250,6 +256,7 @@ class StreamAnalyzer:
         self.pieced = 0  # connections analysed in pieces (finished)
         self.pieces = 0  # pieces analysed
         self.inexact: dict[str, int] = {}  # why pieced results may differ: connections
+        self._left_out: dict[int, set[int]] = {}  # per tuple: seq of SYNs `feed` left out
         self.late_in_pieces = 0  # packets older than what a piece of their connection decided
         self.peak_held_rows = 0  # rows held (not yet analysed, or carried by a piece)
         self._carried = 0  # rows carried by the ledgers
@@ -288,6 +295,19 @@ class StreamAnalyzer:
             reopened = self._pieced[tid] & syn_only
             for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
                 reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
+            self._answered_late(tid, cols)
+            foreign = self._foreign_syns(tid, cols, reopened)
+            if foreign.any():  # SYNs that fit no connection: as if they were not there
+                keep = ~foreign
+                self._parts.syn_jumps.add(cols["frame"][foreign])
+                for r in np.flatnonzero(foreign).tolist():
+                    self._left_out.setdefault(int(tid[r]), set()).add(int(cols["seq"][r]))
+                cols = {k: v[keep] for k, v in cols.items()}
+                tid, from_low, syn_only, reopened = (tid[keep], from_low[keep], syn_only[keep],
+                                                     reopened[keep])
+                ts, flags, n = ts[keep], flags[keep], int(keep.sum())
+                if not n:
+                    return
             if reopened.any():  # a SYN with a new ISN on a connection analysed in pieces
                 self._reopen_pieced(cols, tid, from_low, reopened)
                 return
@@ -336,6 +356,42 @@ class StreamAnalyzer:
             self._pieces(long)
         self._tick(int(ts.max()))
 
+    def _foreign_syns(self, tid: np.ndarray, cols: dict[str, np.ndarray],
+                      reopened: np.ndarray) -> np.ndarray:
+        """Of the SYNs with a new ISN on connections analysed in pieces (`reopened`; long,
+        so established), those that fit no connection (`nagleprobe.syns`): no FIN or RST
+        since the connection's SYN, the 4-tuple silent less than syns.REUSE_IDLE_S, and no
+        SYN-ACK answering it in this chunk (one in a later chunk comes too late: the SYN was
+        left out)."""
+        out = np.zeros(len(tid), dtype=bool)
+        ts, flags = cols["ts_ns"], cols["flags"]
+        synack = (flags & (SYN | ACK)) == (SYN | ACK)
+        for r in np.flatnonzero(reopened).tolist():  # (few)
+            t = int(tid[r])
+            earlier = (tid == t) & ((ts < ts[r]) | ((ts == ts[r]) & (np.arange(len(tid)) < r)))
+            closed = self._closed[t] != 0 or bool(((flags[earlier] & (FIN | RST)) != 0).any())
+            last = max(int(self._last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
+            answered = bool((synack & (tid == t) & ~earlier & (cols["ack"] == (
+                (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
+            quiet = int(ts[r]) - last >= syns.REUSE_IDLE_S * 1_000_000_000
+            out[r] = not (closed or answered or quiet)
+        return out
+
+    def _answered_late(self, tid: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+        """A SYN-ACK answering a SYN `feed` left out of a connection analysed in pieces:
+        the whole analysis, which sees the answer, starts a new connection at that SYN (its
+        connection's FIN or RST was not captured); here the connection may differ."""
+        if not self._left_out:
+            return
+        synack = np.flatnonzero((cols["flags"] & (SYN | ACK)) == (SYN | ACK))
+        for r in synack.tolist():  # (few)
+            seqs = self._left_out.get(int(tid[r]))
+            if seqs and (int(cols["ack"][r]) - 1) & 0xFFFFFFFF in seqs:
+                seqs.discard((int(cols["ack"][r]) - 1) & 0xFFFFFFFF)
+                why = ("where a new connection began (a SYN left out of it as not fitting was "
+                       "answered by a SYN-ACK in a later chunk)")
+                self.inexact[why] = self.inexact.get(why, 0) + 1
+
     def _reopen_pieced(self, cols: dict[str, np.ndarray], tid: np.ndarray,
                        from_low: np.ndarray, reopened: np.ndarray) -> None:
         """A SYN with a new initial sequence number arrived for connections analysed in
@@ -370,6 +426,8 @@ class StreamAnalyzer:
             one = _one_tuple(ends, j)
             mine = in_time_order(rows.pop(t))
             if led is None:
+                mine, jumps = syns.without_foreign(mine)
+                self._parts.syn_jumps.add(jumps)
                 mine, ended = last_connection(mine)
                 if ended is not None:  # connections before a new SYN: analysed whole now
                     self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
@@ -465,6 +523,7 @@ class StreamAnalyzer:
         self._closed = np.zeros(0, dtype=np.uint8)
         self._handed_on = self._pieced = np.zeros(0, dtype=bool)
         self._cut = np.zeros(0, dtype=np.int64)
+        self._left_out = {}
         if many:
             release_free_memory()
 
@@ -639,6 +698,7 @@ class StreamAnalyzer:
         p.first_frame.append(part.first_frame)
         p.tcp_packets += part.tcp_packets
         p.duplicates += part.duplicates
+        p.syn_jumps.add(part.syn_jumps)
         if len(part.first_ns) >= BATCH_FLOWS // 2:
             # a batch of many small connections (a scan): its working memory was about as
             # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
@@ -689,6 +749,7 @@ class StreamAnalyzer:
                             "they cannot be told apart and are analysed as one")
         if p.duplicates:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
+        skipped, warnings = p.syn_jumps.told(skipped, warnings)
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
         return _join(p, capture)
 
