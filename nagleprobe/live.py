@@ -42,7 +42,7 @@ import numpy as np
 
 from . import syns
 from .decode import ACK, FIN, RST, SYN, decode
-from .detect import detect
+from .detect import decide, evidence, params
 from .flows import build_flows
 from .handshake import handshake_ends, handshake_mask, moved, shift_to
 from .pipeline import DEFAULT_IDLE_S
@@ -114,6 +114,9 @@ class LiveAnalyzer:
     _touched: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     # (tuple id << 40 | S2 frame) of the stalls reported whose S2 is still held, sorted
     _reported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the same keys of the candidates judged no stall whose S2 is still held, sorted: once
+    # its tuple's tail is cut, such a candidate is never judged again (see `_stalls`)
+    _judged: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _flows: dict[int, _FlowTotals] = field(default_factory=dict)
     _period_end: int | None = None
     syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
@@ -243,12 +246,21 @@ class LiveAnalyzer:
         f = build_flows({k: w[k] for k in ANALYSED}, local)
         if len(f.syn_jumps):
             self._count_syn_jumps(w, f.syn_jumps)
-        st = detect(f).stalls
-        if not len(st["flow"]):
-            return []
+        p = params(f.flow)
+        ev = evidence(f, p.mss)
+        st = decide(ev, p, f.count).stalls
         by_frame = np.argsort(w["frame"])
         first_row = np.searchsorted(w["frame"], f.seg["frame"][f.starts], sorter=by_frame)
         flow_tid = w["tid"][by_frame[first_row]]
+        judged = self._judged
+        cand = ev.candidates
+        rejected = np.setdiff1d((flow_tid[cand["key"] >> 1] << 40)
+                                | cand["released_frame"].astype(np.int64),
+                                (flow_tid[st["flow"]] << 40)
+                                | st["released_frame"].astype(np.int64))
+        self._judged = np.union1d(judged, rejected)
+        if not len(st["flow"]):
+            return []
         order = np.lexsort((st["released_frame"], st["released_ns"]))
         flow = st["flow"][order]
         tid = flow_tid[flow]
@@ -256,6 +268,11 @@ class LiveAnalyzer:
         done = self._reported
         pos = np.minimum(np.searchsorted(done, key), max(len(done) - 1, 0))
         seen = done[pos] == key if len(done) else np.zeros(len(key), bool)
+        # judged no stall before, and the tail cut since: what ruled it out (the window it
+        # was sent into, the path's round trips) may no longer be held, and the whole
+        # connection's analysis keeps that "no"
+        pos = np.minimum(np.searchsorted(judged, key), max(len(judged) - 1, 0))
+        seen |= (judged[pos] == key if len(judged) else False) & self._trimmed[tid]
         new, tid, flow, key = order[~seen], tid[~seen], flow[~seen], key[~seen]
         fl = f.flow
         if len(new) and (self.ports or self.hosts or self.min_confidence):
@@ -322,13 +339,14 @@ class LiveAnalyzer:
             self._seen[gone] = 0  # a later packet starts over: its first rows are a handshake
             self._trimmed[gone] = False
             self._closed[gone] = 0
-            if len(self._reported):  # forget the S2 frames no longer held (in the tails)
+            if len(self._reported) or len(self._judged):  # forget S2 frames no longer held
                 oldest = np.full(len(self._seen), np.iinfo(np.int64).max)
                 tail = ~self._held["hs"]
                 np.minimum.at(oldest, self._held["tid"][tail],
                               self._held["frame"][tail].astype(np.int64))
-                r = self._reported
+                r, j = self._reported, self._judged
                 self._reported = r[(r & ((1 << 40) - 1)) >= oldest[r >> 40]]
+                self._judged = j[(j & ((1 << 40) - 1)) >= oldest[j >> 40]]
 
     @property
     def remembered_stalls(self) -> int:
