@@ -40,7 +40,8 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also a -o 
 MAIN_HELP = ("Exit status: 0 ok (analysed; check: within budget), 1 over the stall budget "
              "(check), 2 usage error, 3 unreadable capture, 4 internal error, 5 capture not "
              "possible (record, watch -i), 6 no TCP flow to check (check), 7 output not written "
-             "(disk full, I/O error), 127 command not found (record). Details: COMMAND --help.")
+             "(disk full, I/O error), 8 time stamps too coarse to show a stall (check), "
+             "127 command not found (record). Details: COMMAND --help.")
 
 
 def run() -> None:

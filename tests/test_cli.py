@@ -426,3 +426,14 @@ def test_output_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"nagleprobe: error: {target}: cannot write the report: No such file or directory"]
     assert proc.stdout == ""
+
+
+def test_the_main_help_names_every_exit_status():
+    """`nagleprobe --help` is where a CI author looks up a status: each one is there (130 is
+    the shell's own for Ctrl-C)."""
+    import re
+
+    from nagleprobe.cli import MAIN_HELP
+
+    named = {int(n) for n in re.findall(r"(\d+) [a-z]", MAIN_HELP)}
+    assert {int(s) for s in ExitStatus if s != ExitStatus.INTERRUPTED} <= named
