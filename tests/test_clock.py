@@ -347,3 +347,19 @@ def test_the_last_records_far_back_are_implausible_and_near_back_a_step(kind, la
     r = nagleprobe.analyze(write(tmp_path, f"near.{kind}", near))
     assert r.capture["skipped"] == {} and len(r.stalls) == STALLS
     assert r.capture["warnings"][0].startswith(f"clock stepped back 300 s (frame {n - last + 1} ")
+
+
+def test_steps_back_that_would_leave_the_clock_s_range_are_implausible_not_a_crash(tmp_path):
+    """Runs of 20 records alternating between 2026 and 2^62 ns later (a fuzzer's shape: each
+    return to 2026 is a step back of 146 years, and joining them overflowed 64 bits): no
+    error, every record read or counted implausible, and no time wraps around."""
+    far = T0 + (1 << 62)
+    runs = [T0, far, T0, far, T0, far]
+    pk = [(base + t, f) for k, base in enumerate(runs) for t, f in SPLIT[20 * k:20 * k + 20]]
+    path = write(tmp_path, "wrap.pcapng", pk)
+    ts = [t for b in CaptureReader(path) for t in b.ts_ns.tolist()]
+    r = nagleprobe.analyze(path)
+    assert r.capture["packets"] == len(pk)
+    assert len(ts) + r.capture["skipped"].get("implausible-time", 0) == len(pk)
+    assert r.capture["skipped"].get("implausible-time", 0) > 0
+    assert min(ts) >= T0  # nothing wrapped to a negative or early time

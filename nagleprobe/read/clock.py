@@ -42,6 +42,7 @@ OUTLIER_S = 86400  # a time this far from its neighbours is not a clock running 
 START_OUTLIER_S = 10 * 365 * 86400  # ... or this far from the records after the first ones
 OUTLIER_RUN = 8  # fewer records than this, far from both sides, are implausible, not a step
 STEP_S = 60  # a jump back this large, kept by the records after it, is a step of the clock
+_LAST_NS = np.iinfo(np.int64).max  # a time joined onto the clock beyond this is implausible
 UNRESOLVED_NS = 10_000_000  # time stamps this coarse cannot show a 40 ms delayed-ACK stall
 OBSERVE_MIN = 8  # records of an interface before its observed resolution counts
 OBSERVE_MAX = 1 << 20  # records of an interface enough to judge its resolution by
@@ -145,14 +146,27 @@ class Clock:
             if self.first_implausible is None:
                 j = int(np.argmax(drop))
                 self._first_implausible(int(t[j]), where(j))
+        if shifts is None and self.shift:
+            shifts = np.full(len(tt), min(self.shift, _LAST_NS), np.int64)
         if shifts is not None:
             if keep_idx is not None:
                 full = np.zeros(len(t), np.int64)
                 full[keep_idx] = shifts
                 shifts = full
+            # steps back joined so often that a time would leave the clock's range
+            beyond = ~drop & (shifts > _LAST_NS - np.maximum(t, 0))
+            beyond[hold:] = False
+            if beyond.any():
+                shifts = np.where(beyond, 0, shifts)
+                n = int(beyond.sum())
+                self.implausible += n
+                if self.first_implausible is None:
+                    j = int(np.argmax(beyond))
+                    self._first_implausible(int(t[j]), where(j))
+                drop |= beyond
             ts = t + shifts
         else:
-            ts = t + np.int64(self.shift) if self.shift else t
+            ts = t
         out = []
         lo = 0
         for (b, base), hi in zip(parts, ends.tolist()):
@@ -241,7 +255,7 @@ class Clock:
                         f"clock stepped back {duration(jump)} ({where(i)}): "
                         "the records from there on are analysed on their own time base, "
                         "joined to the one before (the interval across the step counts as 0)")
-            shifts[s:e] = self.shift
+            shifts[s:e] = min(self.shift, _LAST_NS)  # (beyond: implausible, see `_judge`)
             top = int(tt[s:e].max())
             self.top = top if self.top is None else max(self.top, top)
             self.last = int(tt[e - 1])
