@@ -166,8 +166,9 @@ def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
     for back in range(1, LOOK_BACK + 1):
         j = pos - back
         jj = np.maximum(j, 0)
-        hit = ((match[mine] < 0) & (j >= lo) & (t - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
-               & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
-               & (a_tags[jj] != s_tags[mine]).all(axis=1)
-               & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
+        hit = np.flatnonzero((match[mine] < 0) & (j >= lo)
+                             & (t - a_ts[jj] <= RELAY_WINDOW_MS * 1e6)
+                             & (a_flow[jj] != s_flow[mine]) & (a_side[jj] != sent_side[mine])
+                             & ((a_pay[jj] == whole[mine]) | (a_pay[jj] == s1[mine])))
+        hit = hit[(a_tags[jj[hit]] != s_tags[mine[hit]]).all(axis=1)]  # (the few left)
         match[mine[hit]] = order[jj[hit]]
