@@ -547,8 +547,9 @@ def _gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int | N
           url_timeout: float = URL_TIMEOUT_S) -> NoReturn:
     """`_run_gate`, then exit with its status; whatever goes wrong is one line and the
     status `_one_line_errors` gives it (a bug: 4, never 1, which CI reads as over budget)."""
-    named = captures[0] + (f" (+{len(captures) - 1} more)" if len(captures) > 1 else "")
-    with _one_line_errors(bool(opts["debug"]), "checking", named, {}):
+    from .fileset import set_name
+
+    with _one_line_errors(bool(opts["debug"]), "checking", set_name(captures), {}):
         status = _run_gate(captures, ports, opts, jobs, merge, dask, progress, url_timeout)
     sys.exit(status)
 

@@ -215,19 +215,25 @@ def test_tail_held_behind_a_lone_full_segment_is_a_classic_nagle_stall():
     assert client["nagle"] == "on"
 
 
-def test_tail_released_when_a_full_window_opens_is_window_limited_not_nagle():
-    # the issue-30 shape: each full segment fills the receiver's window (room left < the
-    # tail), the receiver's late ACK opens it, the tail leaves at once: the window held it
+def full_segment_then_tail(offered: int):
+    """Three times: the server offers a window of `offered` << 7 bytes, the client sends a
+    full segment, the server's late ACK, the client's 500-byte tail, the server's answer."""
     conv = Conversation(C, SV, mss=1460)
     t = conv.handshake(0.0)
     for _ in range(3):
-        conv.ack("s", t + 0.5, win=12)    # 12 << 7 = 1536 B offered: 76 B left after S1
+        conv.ack("s", t + 0.5, win=offered)
         conv.send("c", t + 1, 1460)
         conv.ack("s", t + 41)
         conv.send("c", t + 41.02, 500)
         conv.send("s", t + 41.1, 64)
         t += 100
-    r = run(conv)
+    return run(conv)
+
+
+def test_tail_released_when_a_full_window_opens_is_window_limited_not_nagle():
+    # the issue-30 shape: each full segment fills the receiver's window (room left < the
+    # tail), the receiver's late ACK opens it, the tail leaves at once: the window held it
+    r = full_segment_then_tail(offered=12)  # 12 << 7 = 1536 B offered: 76 B left after S1
     assert r.stall_count == 0
     fl = r.to_dict()["flows"][0]
     assert fl["why_not"] == {"window": 3}
@@ -237,16 +243,7 @@ def test_tail_released_when_a_full_window_opens_is_window_limited_not_nagle():
 
 def test_a_window_with_room_for_the_tail_leaves_a_classic_stall_standing():
     # the same, with room for S2 after S1 in the offered window: only Nagle held it
-    conv = Conversation(C, SV, mss=1460)
-    t = conv.handshake(0.0)
-    for _ in range(3):
-        conv.ack("s", t + 0.5, win=16)    # 2048 B offered: 588 B left, room for 500
-        conv.send("c", t + 1, 1460)
-        conv.ack("s", t + 41)
-        conv.send("c", t + 41.02, 500)
-        conv.send("s", t + 41.1, 64)
-        t += 100
-    r = run(conv)
+    r = full_segment_then_tail(offered=16)  # 2048 B offered: 588 B left, room for 500
     assert r.stall_count == 3
     assert r.to_dict()["flows"][0]["endpoints"]["client"]["nagle_flavour"] == "classic"
 
