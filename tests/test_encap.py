@@ -34,6 +34,7 @@ from scapy.layers.ppp import PPP, PPPoE  # noqa: E402
 from scapy.layers.vxlan import VXLAN  # noqa: E402
 from scapy.packet import Raw  # noqa: E402
 from scapy.utils import PcapReader, PcapWriter  # noqa: E402
+from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PLAIN = SAMPLES / "confirm_netns_client.pcap"  # real: 10.99.1.1:40010 <-> 10.99.1.2:8000
@@ -219,7 +220,7 @@ def test_the_same_inner_connection_in_two_tunnels_is_two_flows(tmp_path, plain_d
     assert [f["tunnel"]["layers"][0]["vni"] for f in doc["flows"]] == [7, 8]
     assert [f["stalls"] for f in doc["flows"]] == [plain_doc["summary"]["stalls"]] * 2
     assert doc["capture"]["skipped"] == {}  # not duplicates: different tunnels
-    streamed = nagleprobe.analyze(str(path), whole_file=True).to_dict()
+    streamed = analyze_whole(str(path)).to_dict()
     assert streamed["flows"] == doc["flows"]
 
 

@@ -19,6 +19,7 @@ from nagleprobe.cli import main
 from nagleprobe.errors import CaptureError, ExitStatus
 from nagleprobe.fileset import SetReader, expand_targets, is_capture_name
 from nagleprobe.read import CaptureReader
+from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SETS = SAMPLES / "sets"
@@ -107,7 +108,7 @@ def test_the_frame_named_is_the_one_wireshark_shows_in_that_file():
 
 def test_streamed_and_whole_file_analysis_of_a_set_agree():
     a = analyze(rotated_files())
-    b = analyze(rotated_files(), whole_file=True)
+    b = analyze_whole(rotated_files())
     np.testing.assert_array_equal(stall_times(a), stall_times(b))
     assert a.stalls["small_file"].tolist() == b.stalls["small_file"].tolist()
 

@@ -24,6 +24,7 @@ from nagleprobe.handshake import HANDSHAKE_ROWS
 from nagleprobe.live import MAX_UNANALYSED_ROWS, LiveAnalyzer
 from nagleprobe.read import CaptureReader
 from splitwrite import free_port
+from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
@@ -50,7 +51,7 @@ def fed_in_pieces(path: Path, piece: int, window: int, **selection
 
 def whole(path: Path) -> dict[int, dict]:
     """The whole-connection analysis' stalls by released (S2) frame."""
-    st = analyze(str(path), whole_file=True).stalls
+    st = analyze_whole(str(path)).stalls
     return {int(r["released_frame"]): r for r in st.to_dict("records")}
 
 

@@ -24,6 +24,7 @@ from nagleprobe.handshake import HANDSHAKE_ROWS
 from nagleprobe.pieces import EXTRA_ROWS, LOOKAHEAD_ROWS, OVERLAP_ROWS, Limits
 from nagleprobe.read import CaptureInfo, CaptureReader
 from nagleprobe.stream import StreamAnalyzer
+from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
@@ -45,7 +46,7 @@ def in_pieces(path: Path, piece_rows: int, rows: int = 1, limits: Limits | None 
               ) -> tuple[object, StreamAnalyzer]:
     """The streamed report of a capture fed `rows` packets at a time, a connection analysed
     as a piece whenever it holds `piece_rows` packets."""
-    whole = analyze(str(path), whole_file=True)
+    whole = analyze_whole(str(path))
     # a connection is handed on soon after it closes, as in test_stream (a later packet is late)
     window = max(0.05, 2 * np.nan_to_num(whole.flows["rtt_ms"].max()) / 1e3)
     reader = CaptureReader(str(path))
@@ -79,7 +80,7 @@ def test_every_sample_cut_into_pieces_of_16_packets_gives_the_whole_analysis(pat
     flavour, delayed-ACK timer, delayed and quick ACK counts, MSS, window scale; per stall
     every field: flow, sender, endpoint, delay, bytes, behind_full, peer ACK delay,
     reaction, frames S1/ACK/S2, times, confidence), and so are the notebook tables."""
-    whole = analyze(str(path), whole_file=True)
+    whole = analyze_whole(str(path))
     rep, st = in_pieces(path, TINY)
     assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
     for name in ("stalls", "endpoints"):
@@ -110,7 +111,7 @@ def test_any_piece_size_gives_the_whole_analysis(name, piece_rows, rows):
     transfer, a long path."""
     path = SAMPLES / name
     rep, _ = in_pieces(path, piece_rows, rows)
-    assert without_pieces(rep.to_dict()) == without_pieces(analyze(str(path), whole_file=True)
+    assert without_pieces(rep.to_dict()) == without_pieces(analyze_whole(str(path))
                                                            .to_dict())
 
 
@@ -120,7 +121,7 @@ def test_with_tiny_bounds_on_what_is_carried_a_difference_is_never_silent(path):
     known then), one unacknowledged packet carried per direction: where the result differs
     from the whole analysis, a warning names the connections and the field."""
     rep, st = in_pieces(path, 8, rows=5, limits=Limits(1, 1, 1))
-    whole = analyze(str(path), whole_file=True)
+    whole = analyze_whole(str(path))
     if without_pieces(rep.to_dict()) != without_pieces(whole.to_dict()):
         assert any(MAY_DIFFER in w for w in rep.capture["warnings"]), rep.capture["warnings"]
         assert st.inexact
@@ -136,7 +137,7 @@ def test_candidates_and_acks_judged_early_are_counted_as_the_whole_analysis_coun
     across a threshold, the result is the whole analysis', and no warning is given."""
     path = SAMPLES / name
     rep, st = in_pieces(path, 8, rows=3, limits=Limits(kept_candidates=1, kept_acks=1))
-    assert without_pieces(rep.to_dict()) == without_pieces(analyze(str(path), whole_file=True)
+    assert without_pieces(rep.to_dict()) == without_pieces(analyze_whole(str(path))
                                                            .to_dict())
     assert not st.inexact and not rep.capture["warnings"]
 
@@ -240,7 +241,7 @@ def test_copies_of_packets_far_behind_their_original_are_found_across_pieces(del
 
     path = tmp_path / "twice.pcap"
     path.write_bytes(seen_twice("neg_bulk_cwnd_netns.pcap", delay_us * 1000)[0])
-    whole = analyze(str(path), whole_file=True)
+    whole = analyze_whole(str(path))
     assert whole.capture["skipped"]["duplicate"] > 100
     rep, st = in_pieces(path, TINY, rows=7)
     assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
@@ -264,7 +265,7 @@ def test_interleaved_connections_out_of_time_order_in_worker_threads(tmp_path):
     cap.write_bytes(replicate(["echo_split_lo.pcap", "neg_bulk_cwnd_netns.pcap",
                                "server_split_lo.pcap"], copies=10, every_ns=100_000_000,
                               jitter_ns=3_000_000))
-    whole = analyze(str(cap), whole_file=True)
+    whole = analyze_whole(str(cap))
     reader = CaptureReader(str(cap), chunk_bytes=16 << 10)
     skipped: Counter = Counter()
     st = None
@@ -295,7 +296,7 @@ def test_a_4tuple_opened_again_while_analysed_in_pieces(isn_step, tmp_path):
     assert len(rep.flows) == (3 if isn_step else 1) and st.pieces > 10
     if isn_step:
         assert without_pieces(rep.to_dict()) == without_pieces(
-            analyze(str(cap), whole_file=True).to_dict())
+            analyze_whole(str(cap)).to_dict())
 
 
 EVENT = event_strategy(("burst", "twice"))

@@ -2,6 +2,7 @@
 segments table built only when asked for and checked packet by packet against an independent
 parse of the real capture, selections, and print(report) == the CLI's text."""
 
+import io
 import re
 import subprocess
 import sys
@@ -92,6 +93,16 @@ def test_segments_are_built_only_when_first_asked_for(monkeypatch):
     monkeypatch.undo()
     assert len(r.segments) == r.capture["tcp_packets"]
     assert r.segments is r.segments  # built once, then kept
+
+
+def test_a_stream_read_once_keeps_its_segments_when_asked_to():
+    path = SAMPLES / "echo_split_lo.pcap"
+    plain = nagleprobe.analyze(io.BytesIO(path.read_bytes()))
+    with pytest.raises(ValueError, match="keep_segments=True"):
+        plain.segments
+    kept = nagleprobe.analyze(io.BytesIO(path.read_bytes()), keep_segments=True)
+    assert kept.to_json() == plain.to_json()
+    pd.testing.assert_frame_equal(kept.segments, nagleprobe.analyze(str(path)).segments)
 
 
 def independent_parse(path: Path) -> dict[int, dict]:

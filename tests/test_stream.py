@@ -15,6 +15,7 @@ from nagleprobe.pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S, analyz
 from nagleprobe.read import CaptureReader
 from nagleprobe.stream import StreamAnalyzer
 from replicate import replicate, seen_twice
+from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
@@ -55,7 +56,7 @@ def chunk_of_frame(path: Path, chunk: int = TINY_CHUNK) -> dict[int, int]:
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_streamed_json_equals_whole_file_json_on_every_sample(path):
-    report = analyze(str(path), whole_file=True)
+    report = analyze_whole(str(path))
     whole = report.to_json()
     assert analyze(str(path)).to_json() == whole
     # tiny chunks, each connection handed on soon after it closed (50 ms, or twice the
@@ -83,7 +84,7 @@ MIX = ["echo_split_lo.pcap", "neg_bulk_cwnd_netns.pcap", "server_split_lo.pcap",
 def test_many_interleaved_connections_are_analysed_in_batches_with_the_same_result(tmp_path):
     cap = tmp_path / "mix.pcap"
     cap.write_bytes(replicate(MIX, copies=30, every_ns=100_000_000))  # 150 connections
-    whole = analyze(str(cap), whole_file=True)
+    whole = analyze_whole(str(cap))
     rep, st = stream(cap, chunk=64 << 10, reorder_window_s=0.2, batch_rows=2000)
     assert rep.to_json() == whole.to_json()
     for table in ("flows", "stalls", "endpoints"):  # the notebook tables too, dtypes and all
@@ -115,7 +116,7 @@ def test_an_error_in_a_worker_thread_is_raised_to_the_caller(monkeypatch):
 def test_records_out_of_time_order_within_the_grace_window_change_nothing(tmp_path):
     cap = tmp_path / "jitter.pcap"
     cap.write_bytes(replicate(MIX[:3], copies=10, every_ns=100_000_000, jitter_ns=3_000_000))
-    whole = analyze(str(cap), whole_file=True)
+    whole = analyze_whole(str(cap))
     rep, st = stream(cap, chunk=16 << 10, reorder_window_s=0.2, batch_rows=500)
     assert st.batches >= 3
     assert rep.to_json() == whole.to_json()
@@ -127,7 +128,7 @@ def test_a_4tuple_reused_after_hand_on_starts_a_new_connection(tmp_path):
     # the same ports three times, 2 s apart, each time with new ISNs
     cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=3, every_ns=2_000_000_000,
                               port_step=0, isn_step=1_000_000))
-    whole = analyze(str(cap), whole_file=True)
+    whole = analyze_whole(str(cap))
     rep, st = stream_rows(cap, rows=1, reorder_window_s=0.1, batch_rows=1)
     assert len(whole.flows) == 3 and whole.stall_count == 3 * 19
     assert st.batches == 3
@@ -137,7 +138,7 @@ def test_a_4tuple_reused_after_hand_on_starts_a_new_connection(tmp_path):
 def test_packets_after_the_grace_window_are_left_out_with_a_warning(tmp_path):
     cap = tmp_path / "late.pcap"
     cap.write_bytes(replicate(["echo_split_lo.pcap"], copies=1, every_ns=0))
-    whole = analyze(str(cap), whole_file=True)
+    whole = analyze_whole(str(cap))
     assert not whole.capture["warnings"]
     rep, st = stream_rows(cap, reorder_window_s=0.0, batch_rows=1)  # handed on at once: the last ACK is late
     assert rep.capture["warnings"] == ["1 TCP packets arrived more than 0 s (capture time) "
@@ -150,7 +151,7 @@ def test_empty_and_non_tcp_captures_give_the_empty_report(tmp_path):
     from capgen import pcap_bytes
     cap = tmp_path / "empty.pcap"
     cap.write_bytes(pcap_bytes([]))
-    assert analyze(str(cap)).to_json() == analyze(str(cap), whole_file=True).to_json()
+    assert analyze(str(cap)).to_json() == analyze_whole(str(cap)).to_json()
 
 
 def test_progress_is_called_after_each_chunk_with_the_frames_read():
@@ -190,8 +191,8 @@ def test_every_packet_seen_twice_gives_the_same_analysis_with_the_copies_counted
     data, frame_of = seen_twice(name)
     path = tmp_path / f"twice_{name}"
     path.write_bytes(data)
-    once = analyze(str(SAMPLES / name), whole_file=True)
-    whole = analyze(str(path), whole_file=True)
+    once = analyze_whole(str(SAMPLES / name))
+    whole = analyze_whole(str(path))
     n = once.capture["packets"]
     assert whole.capture["packets"] == 2 * n
     assert whole.capture["skipped"] == {**once.capture["skipped"], "duplicate": n}

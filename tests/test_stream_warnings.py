@@ -9,6 +9,7 @@ from test_damage import same_flows
 import nagleprobe
 from capgen import pcap_bytes
 from replicate import replicate, sample_packets, shift_ports
+from oracle import analyze_whole
 
 T0 = 1_700_000_000 * 10**9
 
@@ -52,7 +53,7 @@ def test_idle_connections_are_analysed_and_freed_and_counted(tmp_path):
     later = [(t + 20 * 10**9, shift_ports(f, 1)) for t, f in pk]
     p = tmp_path / "scan.pcap"
     p.write_bytes(pcap_bytes(sorted(half_open + pk + later, key=lambda x: x[0])))
-    whole = nagleprobe.analyze(str(p), whole_file=True).to_dict()
+    whole = analyze_whole(str(p)).to_dict()
     r = nagleprobe.analyze(str(p), chunk_bytes=4096, idle_s=5).to_dict()
     assert r["capture"]["warnings"] == [
         "50 connections were idle for more than 5 s (capture time) and were analysed before "

@@ -18,6 +18,7 @@ import nagleprobe
 from columns import A, F, S, Conversation
 from nagleprobe.flows import build_flows
 from nagleprobe.syns import REUSE_IDLE_S, SKIPPED_KIND
+from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ECHO = SAMPLES / "echo_split_lo.pcap"  # one connection, 19 stalls
@@ -75,7 +76,7 @@ def with_syn(tmp_path: Path, after_frame: int, seq_shift: int, dt_us: int = 1,
 def analyses(path: str) -> dict[str, object]:
     """The capture analysed whole, streamed (also a batch per connection), and fed a packet
     at a time with every connection analysed in pieces of TINY packets."""
-    return {"whole": nagleprobe.analyze(path, whole_file=True),
+    return {"whole": analyze_whole(path),
             "streamed": nagleprobe.analyze(path),
             "batches of 1 row": nagleprobe.analyze(path, batch_rows=1),
             "pieces of 4": nagleprobe.analyze(path, piece_rows=4),
@@ -83,7 +84,7 @@ def analyses(path: str) -> dict[str, object]:
 
 
 def assert_one_connection_with_every_stall(path: str, jump_frame: int) -> None:
-    clean = nagleprobe.analyze(str(ECHO), whole_file=True)
+    clean = analyze_whole(str(ECHO))
     reports = analyses(path)
     whole = reports["whole"]
     for how, r in reports.items():
@@ -127,7 +128,7 @@ def test_watch_reports_every_stall_and_counts_the_syn_once(tmp_path, after_frame
     SYN is left out of each, and counted once, in the final event."""
     path = with_syn(tmp_path, after_frame, 1 << 31)
     events, live = fed_in_pieces(Path(path), piece, window)
-    want = nagleprobe.analyze(path, whole_file=True).stalls["released_frame"]
+    want = analyze_whole(path).stalls["released_frame"]
     assert sorted(e["frames"][2] for e in events) == sorted(want.tolist())
     final = live.final({"packets": 108, "skipped": {}, "warnings": []})
     assert final["skipped"] == {SKIPPED_KIND: 1}

@@ -11,6 +11,7 @@ from test_annotate import SAMPLES, TSHARK, WIRESHARK_CHECKED, needs_tshark, stal
 
 import nagleprobe
 from nagleprobe import wireshark
+from oracle import analyze_whole
 
 
 def cli(*args):
@@ -44,7 +45,7 @@ def selected(path, display_filter):
 def test_every_printed_filter_selects_exactly_its_frames(name):
     path = SAMPLES / name
     report = nagleprobe.analyze(str(path))
-    segments = nagleprobe.analyze(str(path), whole_file=True).segments
+    segments = analyze_whole(str(path)).segments
     doc = json.loads(report.to_json())
     text = printed_filters(wireshark.render_filters(report))  # what the CLI prints
     stalled = [f["id"] for f in doc["flows"] if f["stalls"]]
@@ -104,7 +105,7 @@ def test_port_reuse_second_flow_gets_the_address_filter_and_the_tables_the_colum
     assert docs[0]["tcp_stream"] == 0 and docs[1]["tcp_stream"] is None
     assert docs[1]["wireshark"]["flow_filter"].endswith("frame.number >= 27 && "
                                                         "frame.number <= 52")
-    whole = nagleprobe.analyze(str(SAMPLES / "formats/port_reuse.pcap"), whole_file=True)
+    whole = analyze_whole(str(SAMPLES / "formats/port_reuse.pcap"))
     assert whole.to_dict() == r.to_dict()
 
 
