@@ -11,7 +11,7 @@ again and again on a sliding window of its packets:
   `window_rows` packets after it (the tail). Nothing
   else: what is held per connection is at most `window_rows + HANDSHAKE_ROWS` packets of
   `ANALYSED` columns (about 70 bytes each), whatever the connection's length;
-* each analysis runs the batch pipeline (`build_flows` -> `detect`) on the handshake and
+* each analysis runs the judge (`engine.judge_window`: `build_flows` -> `detect`) on the handshake and
   the tail of the connections that received packets. Once the tail no longer follows the
   handshake, the handshake's sequence and acknowledgement numbers are moved to just before
   the tail (`_rebased`, with `handshake.moved`), so the sequence space of a connection that sent gigabytes since its
@@ -42,8 +42,7 @@ import numpy as np
 
 from . import syns
 from .decode import ACK, FIN, RST, SYN, decode
-from .detect import decide, evidence, params
-from .flows import build_flows
+from .engine import judge_window
 from .handshake import handshake_ends, handshake_mask, moved, shift_to
 from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
@@ -243,12 +242,10 @@ class LiveAnalyzer:
         """Run flows and detection on the window; the stalls not reported yet, as (S2's
         time, event)."""
         _, local = np.unique(w["tid"], return_inverse=True)
-        f = build_flows({k: w[k] for k in ANALYSED}, local)
+        f, ev, _, det = judge_window({k: w[k] for k in ANALYSED}, local)
         if len(f.syn_jumps):
             self._count_syn_jumps(w, f.syn_jumps)
-        p = params(f.flow)
-        ev = evidence(f, p.mss)
-        st = decide(ev, p, f.count).stalls
+        st = det.stalls
         by_frame = np.argsort(w["frame"])
         first_row = np.searchsorted(w["frame"], f.seg["frame"][f.starts], sorter=by_frame)
         flow_tid = w["tid"][by_frame[first_row]]

@@ -1,55 +1,42 @@
 """Streamed analysis: decoded chunks in, one Report out, memory bounded by open connections.
 
-`build_flows` and `detect` judge every TCP connection from its own packets only (MSS,
-round trips, neighbours, medians: all per flow). So the stream holds the decoded rows of
-each 4-tuple while its connection is open, and hands the rows of finished connections to
-build_flows -> detect -> build_report in batches; the per-batch tables are joined at the end
-and the flows renumbered as the whole-file analysis numbers them (by first packet time, then
-frame number). Memory is the rows of connections still open, plus one batch, plus the result
-tables; it does not grow with the length of the capture.
+The judge (`engine`) reads each connection's own packets only (MSS, round trips, neighbours,
+medians: all per flow). So the stream holds the decoded rows of each 4-tuple while its
+connection is open, and hands the rows of finished connections to `engine.judge` in batches
+(in worker threads, `workers`); the batches' results are joined at the end (`results`).
+Memory is the rows of connections still open, plus the batches in flight, plus the result
+tables; it does not grow with the length of the capture. A connection that holds
+`piece_rows` packets is judged in pieces (`pieces.Ledger`), so what is held of one that never
+closes is bounded too.
 
-The batches are independent, so on a machine with several cores they are analysed in
-worker threads while the calling thread reads and decodes on (numpy lets go of the GIL for
-its array work, so the threads really run at once).
-
-A 4-tuple is finished once its connection closed (FIN seen from both ends, or a RST) and the
-capture clock (the latest timestamp read so far) has moved `reorder_window_s` past its last packet.
-That grace is also the reorder window: records need not be in time order (`tcpdump -i any`,
-merged files), since each connection's rows are sorted when it is analysed, but a packet that
-turns up for a connection already handed on (more than `reorder_window_s` after it closed, in capture
+A 4-tuple's life: open; closed (FIN seen from both ends, or a RST) or idle (`idle_s`
+without a packet); finished once the capture clock (the latest timestamp read so far) has
+moved `reorder_window_s` past its last packet; then handed on. That grace is also the
+reorder window: records need not be in time order (`tcpdump -i any`, merged files), since
+each connection's rows are sorted when it is judged, but a packet that turns up for a
+connection already handed on (more than `reorder_window_s` after it closed, in capture
 time) cannot join it. Such packets are left out, counted in a warning, and only then can the
-result differ from the whole-file analysis. A SYN with a new ISN on a finished 4-tuple starts
-a new connection, as in the whole-file analysis.
-
-Over 500 lines: a 4-tuple's life here (open, closed, past the reorder window, idle, reused
-with a new ISN), the batches handed to worker threads and the joining of their results in
-the whole-file analysis's order, and the hand-on of long connections' pieces, all read
-and write the same per-tuple arrays; split apart,
-each piece would need the others' state.
+result differ from the whole-capture analysis. A SYN with a new ISN on a finished 4-tuple
+starts a new connection, as in the whole-capture analysis.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import syns
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
-from .detect import Detection, detect
-from .flows import Flows, build_flows
-from .jsonrows import factorize
+from .engine import judge, judge_ledger
 from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
 from .read import CaptureInfo
-from .relay import MAX_ARRIVALS, arrivals, link, relay_warning
+from .relay import MAX_ARRIVALS
 from .report import Report
-from .tables import capture_doc, report_columns
+from .results import Results
+from .tables import capture_doc
 from .tuples import RowsOf, TupleEnds, TupleTable, place_rows, take_rows, tally
-from .wireshark import add_tcp_streams
+from .workers import TRIM_EVERY, TRIM_JOIN_ROWS, Workers, default_workers, release_free_memory
 
 # the decoded columns the analysis reads (SACK permission is not)
 ANALYSED = {k: t for k, t in TCP_COLUMNS.items() if k != "sack_ok"}
@@ -71,67 +58,6 @@ IDLE_BATCH_ROWS = 1 << 16
 BATCH_FLOWS = 1 << 14
 
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
-# text columns of the results with a handful of values, made a str per row: each row is made
-# to refer to one shared str (a million flows held "handshake" a million times, 60 bytes
-# each). The others (side, nagle, nagle_flavour, fix_side, ...) are made of shared str.
-_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis"})
-
-
-def _interned(col: np.ndarray) -> np.ndarray:
-    """An object column whose equal strings are one object."""
-    if col.dtype != object or len(col) < 2:
-        return col
-    codes, uniques = factorize(col)  # code -1 (None, NaN) picks the None after them
-    return np.array(uniques + [None], dtype=object)[codes].reshape(col.shape)
-
-
-def _libc_trim():
-    try:
-        return ctypes.CDLL(None).malloc_trim  # glibc
-    except (AttributeError, OSError, TypeError):  # other C libraries, Windows
-        return None
-
-
-_malloc_trim = _libc_trim()
-TRIM_EVERY = 16
-TRIM_ROWS = 1 << 20  # joined stall columns this long give their copies back at once
-# the flows' and endpoints' columns from this long on (a trim costs milliseconds; a
-# million flows' parts kept by the heap took 0.5 GB more at the peak)
-TRIM_JOIN_ROWS = 1 << 18
-
-
-def release_free_memory() -> None:
-    """Give the heap's free pages back to the system. glibc keeps the memory of freed numpy
-    arrays and tables in its heaps (one per thread), so without this the process's RSS
-    keeps the high-water mark of every batch: 760 MB instead of 480 MB after 50 M packets.
-    It costs the page faults of memory used again (after every hand-on: 3.5 s more per 50 M
-    packets), so the stream does it only every TRIM_EVERY hand-ons."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def default_workers() -> int:
-    """Threads to analyse batches in: one per core (up to 4), none on a single core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(cores or 1, 4) if (cores or 1) > 1 else 0
-
-
-@dataclass
-class _Part:
-    """One batch's result: its tables as `tables.report_columns` gives them."""
-
-    flows: dict[str, np.ndarray]
-    stalls: dict[str, np.ndarray]
-    endpoints: dict[str, np.ndarray]
-    first_ns: np.ndarray
-    first_frame: np.ndarray
-    tcp_packets: int
-    arrivals: dict[str, np.ndarray]
-    duplicates: int
-    # frames of the SYNs that fit no connection (`nagleprobe.syns`), left out
-    syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-
 def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
             ) -> dict[str, np.ndarray]:
     """One table of a batch's rows: row i is row rows[i] of chunk which[i] (in the order
@@ -168,59 +94,6 @@ class _Held:
         return _Held({c: v[keep] for c, v in self.cols.items()}, self.tid[keep])
 
 
-def _analyse(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: TupleEnds | None,
-             origin_ns: int, relays: bool = True) -> _Part:
-    """build_flows -> detect -> report columns for one batch of whole connections, and its
-    data arrivals for linking relays (unless `relays` is off: too many kept already)."""
-    flows = build_flows(cols, tuples, ends)
-    return _part(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
-                 len(flows.seg["flow"]),
-                 arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
-                 flows.duplicates, flows.syn_jumps)
-
-
-def _part(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
-          tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int,
-          syn_jumps: np.ndarray | None = None) -> _Part:
-    """The report columns of analysed flows as one batch's result."""
-    out = report_columns(flows, det, origin_ns)
-    for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
-        for k in _FEW_VALUES.intersection(table_):
-            table_[k] = _interned(table_[k])
-    return _Part(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                 first_frame, tcp_packets, arrived, duplicates,
-                 np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
-
-
-def _finished(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
-              origin_ns: int) -> _Part:
-    """The last piece of a connection analysed in pieces, and its result."""
-    ledger.add(rows if rows is not None else {k: v[:0] for k, v in ledger.hs.items()}, ends,
-               None)
-    flows, det = ledger.result()
-    arrived = ({k: np.concatenate([a[k] for a in ledger.arrivals]) for k in ledger.arrivals[0]}
-               if ledger.arrivals else {"flow": np.zeros(0, np.int64)})
-    ledger.arrivals = None
-    return _part(flows, det, origin_ns, np.array([ledger.start_frame]), ledger.packets,
-                 arrived, ledger.duplicates)
-
-
-@dataclass
-class _Parts:
-    """Per-batch result columns and, per flow, the key that orders flows globally."""
-
-    flows: list[dict[str, np.ndarray]] = field(default_factory=list)
-    stalls: list[dict[str, np.ndarray]] = field(default_factory=list)
-    endpoints: list[dict[str, np.ndarray]] = field(default_factory=list)
-    first_ns: list[np.ndarray] = field(default_factory=list)
-    first_frame: list[np.ndarray] = field(default_factory=list)
-    tcp_packets: int = 0
-    arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
-    arrival_count: int = 0
-    duplicates: int = 0  # copies of packets build_flows dropped
-    syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
-
-
 class StreamAnalyzer:
     """Feed decoded column chunks in file order (`feed`), then `finish` for the Report.
 
@@ -236,10 +109,7 @@ class StreamAnalyzer:
                  batch_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None,
                  piece_rows: int = PIECE_ROWS, piece_limits: Limits | None = None) -> None:
         self.origin_ns = origin_ns
-        workers = default_workers() if workers is None else workers
-        self._pool = ThreadPoolExecutor(workers, "nagleprobe-analyse") if workers > 0 else None
-        self._running: deque[Future] = deque()  # batches being analysed, oldest first
-        self._max_running = 2 * workers  # then wait: bounds the memory of batches in flight
+        self._workers: Workers = Workers(default_workers() if workers is None else workers)
         self.reorder_window_ns = int(reorder_window_s * 1e9)
         self.idle_ns = int(min(idle_s, 1e9) * 1e9)
         self.idle_flushed = 0  # connections analysed because they were idle, not closed
@@ -274,7 +144,7 @@ class StreamAnalyzer:
         self._cut = np.zeros(0, dtype=np.int64)  # rows older than this are late
         self._cuts = False  # whether any tuple has a cut (pieces make them)
         self._pending: list[_Held] = []
-        self._parts = _Parts()
+        self._parts = Results()
 
     # ------------------------------------------------------------------ input
     def feed(self, cols: dict[str, np.ndarray]) -> None:
@@ -430,7 +300,7 @@ class StreamAnalyzer:
                 self._parts.syn_jumps.add(jumps)
                 mine, ended = last_connection(mine)
                 if ended is not None:  # connections before a new SYN: analysed whole now
-                    self._add(_analyse(ended, np.zeros(len(ended["frame"]), np.int64), one,
+                    self._parts.add(judge(ended, np.zeros(len(ended["frame"]), np.int64), one,
                                        self.origin_ns, self._parts.arrivals is not None))
                     self._cut[t] = int(mine["ts_ns"][0])
                     self._cuts = True
@@ -506,7 +376,7 @@ class StreamAnalyzer:
                 & ((self._rows > 0) | self._pieced))
         ready = int(self._rows[done].sum())
         enough = min(self.batch_rows, max(int(self._rows.sum()) // 2, 1))
-        if self._pool is not None and all(job.done() for job in self._running):
+        if self._workers.waiting:
             enough = min(enough, IDLE_BATCH_ROWS)  # the analysis threads wait: feed them
         if ready and ready >= enough:
             self.idle_flushed += int((done & ~closed).sum())
@@ -605,7 +475,7 @@ class StreamAnalyzer:
             for j, t in enumerate(pieced.tolist()):
                 led = self._ledgers.pop(t)
                 self._carried -= led.held_rows
-                self._add(_finished(led, rows[t], _one_tuple(ends, j), self.origin_ns),
+                self._parts.add(judge_ledger(led, rows[t], _one_tuple(ends, j), self.origin_ns),
                           counted=led.arrivals is not None)
                 for why in led.inexact:
                     self.inexact[why] = self.inexact.get(why, 0) + 1
@@ -662,52 +532,19 @@ class StreamAnalyzer:
 
     def _analyse(self, chunks: list[dict[str, np.ndarray]], which: np.ndarray,
                  rows: np.ndarray, tuples: np.ndarray, ends: TupleEnds) -> None:
-        """Analyse one batch: the rows `rows` of chunks `which` (see `_gather`), of the
-        tuples `tuples` (numbered within the batch) whose endpoints are `ends` (gathered and
-        analysed in a worker thread when there are workers)."""
+        """Judge one batch: the rows `rows` of chunks `which` (see `_gather`), of the tuples
+        `tuples` (numbered within the batch) whose endpoints are `ends` (gathered and judged
+        in a worker thread when there are workers)."""
         self.batches += 1
         relays = self._parts.arrivals is not None
-        if self._pool is None:
-            self._add(_analyse(_gather(chunks, which, rows), tuples, ends, self.origin_ns,
-                               relays))
-            return
-        job = self._pool.submit(
-            lambda: _analyse(_gather(chunks, which, rows), tuples, ends, self.origin_ns, relays))
-        self._running.append(job)
-        self._take_results(wait=len(self._running) > self._max_running)
-
-    def _take_results(self, wait: bool = False, all: bool = False) -> None:
-        """Add the results of the analysed batches, in the order they were handed on (wait
-        for the oldest if `wait`, for every one if `all`)."""
-        while self._running and (wait or all or self._running[0].done()):
-            self._add(self._running.popleft().result())
-            wait = False
+        origin_ns = self.origin_ns
+        for part in self._workers.run(
+                lambda: judge(_gather(chunks, which, rows), tuples, ends, origin_ns, relays)):
+            self._parts.add(part)
 
     def close(self) -> None:
         """Stop the analysis threads (batches not yet begun are dropped)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def _add(self, part: _Part, counted: bool = False) -> None:
-        """Keep one batch's result (`counted`: its arrivals were counted already)."""
-        p = self._parts
-        p.flows.append(part.flows)
-        p.stalls.append(part.stalls)
-        p.endpoints.append(part.endpoints)
-        p.first_ns.append(part.first_ns)
-        p.first_frame.append(part.first_frame)
-        p.tcp_packets += part.tcp_packets
-        p.duplicates += part.duplicates
-        p.syn_jumps.add(part.syn_jumps)
-        if len(part.first_ns) >= BATCH_FLOWS // 2:
-            # a batch of many small connections (a scan): its working memory was about as
-            # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
-            release_free_memory()
-        if p.arrivals is not None:  # kept for relay linking while there are not too many
-            p.arrival_count += 0 if counted else len(part.arrivals["flow"])
-            p.arrivals.append(part.arrivals)
-            if p.arrival_count > MAX_ARRIVALS:
-                p.arrivals = None
+        self._workers.close()
 
     # ------------------------------------------------------------------ output
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
@@ -715,12 +552,13 @@ class StreamAnalyzer:
         if self._pending or self._ledgers:
             self._hand_on((self._rows > 0) | self._pieced)
         self._free_tuples()  # while the last batches are analysed
-        self._take_results(all=True)
+        for part in self._workers.results(all=True):
+            self._parts.add(part)
         self.close()
         p = self._parts
         if not p.flows:
             none = empty_columns()
-            self._add(_analyse({k: none[k] for k in ANALYSED}, None, None, self.origin_ns))
+            self._parts.add(judge({k: none[k] for k in ANALYSED}, None, None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "
@@ -751,7 +589,7 @@ class StreamAnalyzer:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
         skipped, warnings = p.syn_jumps.told(skipped, warnings)
         capture = capture_doc(info, skipped, p.tcp_packets, self.origin_ns, warnings)
-        return _join(p, capture)
+        return p.report(capture)
 
 
 def _one_tuple(ends: TupleEnds, j: int) -> TupleEnds:
@@ -759,71 +597,3 @@ def _one_tuple(ends: TupleEnds, j: int) -> TupleEnds:
     return TupleEnds(**{k: None if v is None else v[j:j + 1] for k, v in vars(ends).items()})
 
 
-def _join(p: _Parts, capture: dict) -> Report:
-    """One Report from the batches: flows numbered by (first packet time, frame)."""
-    first_ns, first_frame = np.concatenate(p.first_ns), np.concatenate(p.first_frame)
-    order = np.lexsort((first_frame, first_ns))  # old (concatenated) id of each new id
-    new_id = np.empty(len(order), dtype=np.int64)
-    new_id[order] = np.arange(len(order))
-    offsets = np.cumsum([0] + [len(f) for f in p.first_ns])
-
-    # a column at a time, each batch's copy let go of at once (a million flows of a port
-    # scan held twice took hundreds of MB)
-    flows = {k: _take([f.pop(k) for f in p.flows], order) for k in list(p.flows[0])}
-    flows["id"] = np.arange(len(order))
-    both_ends = np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)
-    endpoints = {k: _take([e.pop(k) for e in p.endpoints], both_ends)
-                 for k in list(p.endpoints[0])}
-    endpoints["flow"] = np.arange(len(order)).repeat(2)
-    p.flows, p.endpoints = [], []
-    flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
-    stalls = _join_stalls(p.stalls, order, offsets)
-    add_tcp_streams(flows, capture)
-    arr = None
-    if p.arrivals is None:
-        capture["warnings"].append(relay_warning())
-    else:
-        arr = {k: np.concatenate([a[k] for a in p.arrivals]) for k in p.arrivals[0]}
-        arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])
-        p.arrivals = []
-    flows.update(link(flows, stalls, arr))
-    return Report(capture, flows, stalls, endpoints)
-
-
-def _take(parts: list[np.ndarray], order: np.ndarray, trim_rows: int = TRIM_JOIN_ROWS
-          ) -> np.ndarray:
-    """The parts joined, rows in `order`; the parts let go of (and, for a column of
-    `trim_rows` or more, their memory given back at once: the heap otherwise keeps every
-    column's parts, 0.5 GB more at the peak for a million flows)."""
-    col = np.concatenate(parts)
-    parts.clear()
-    out = col[order]
-    del col
-    if len(out) >= trim_rows:
-        release_free_memory()
-    return out
-
-
-def _join_stalls(parts: list[dict[str, np.ndarray]], order: np.ndarray, offsets: np.ndarray
-                 ) -> dict[str, np.ndarray]:
-    """The batches' stall columns as one set of columns, flows renumbered (`order`: the old,
-    concatenated id of each new flow id; `offsets[j]`: batch j's first old id) and sorted by
-    (flow, released frame). Each batch's stalls come sorted so (`report_columns`) and a flow
-    is in one batch, so each new flow's stalls are one run of the concatenated columns: their
-    order is those runs in new-id order, no sort. Joined a column at a time, each batch's copy
-    of a column let go of as soon as it is joined, so the stalls are never held twice: with
-    millions of stalls a copy is hundreds of MB."""
-    names = list(parts[0])
-    counts = np.concatenate([np.bincount(st.pop("flow"), minlength=offsets[j + 1] - offsets[j])
-                             for j, st in enumerate(parts)])  # stalls per old flow id
-    first = np.cumsum(counts) - counts  # each old flow's first stall in the concatenation
-    n = counts[order]
-    rows = np.repeat(first[order] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-    columns = {}
-    for name in names:
-        if name == "flow":
-            columns[name] = np.repeat(np.arange(len(order)), n)
-            continue
-        columns[name] = _take([st.pop(name) for st in parts], rows, TRIM_ROWS)
-    parts.clear()
-    return columns

@@ -10,13 +10,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-
 from nagleprobe import syns
 from nagleprobe.detect import detect
 from nagleprobe.fileset import capture_paths
 from nagleprobe.pipeline import decoded, open_reader, reassembled, with_files
 from nagleprobe.report import Report, build_report
-
 
 
 def analyze_whole(path: str | os.PathLike[str] | list) -> Report:

@@ -108,7 +108,7 @@ def test_batches_analysed_in_worker_threads_give_the_same_report(tmp_path):
 def test_an_error_in_a_worker_thread_is_raised_to_the_caller(monkeypatch):
     def broken(cols, tuples=None, ends=None):
         raise ValueError("flows broke")
-    monkeypatch.setattr(nagleprobe.stream, "build_flows", broken)
+    monkeypatch.setattr(nagleprobe.engine, "build_flows", broken)
     with pytest.raises(ValueError, match="flows broke"):
         stream(SAMPLES / "echo_split_lo.pcap", workers=2)
 
@@ -169,14 +169,6 @@ def test_json_written_in_pieces_is_the_same_document(name):
     assert len(pieces) == 2 + -(-rep.stall_count // 7)
     assert "".join(pieces) == rep.to_json()
     assert json.loads("".join(pieces)) == rep.to_dict()
-
-
-def test_freed_memory_is_handed_back_to_the_system_on_glibc():
-    import platform
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("malloc_trim is glibc's")
-    assert nagleprobe.stream._malloc_trim is not None
-    nagleprobe.stream.release_free_memory()  # and calling it is harmless
 
 
 @pytest.mark.parametrize("name", ["echo_split_lo.pcap", "proxy_any.pcap",

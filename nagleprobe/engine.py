@@ -1,0 +1,103 @@
+"""The judge: connections' packets in, their report rows out (flows, stalls, endpoints).
+
+Every way of running nagleprobe (a file streamed, a set of files, a connection too long to
+hold whole, `watch`) hands a connection's packets to the same two steps: `flows.build_flows`
+(segments, sequence space, round trips, MSS) and `detect` (the evidence chain and the rule).
+`judge` runs them on a batch of whole connections; a connection too long to hold is judged
+in pieces by `pieces.Ledger` (the same steps, its facts carried from piece to piece, the rule
+applied once at its end), and `judge_ledger` gives its rows; `watch` judges the window it
+holds of each open connection with `judge_window`. The result of a batch is a `Judged`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .detect import Detection, Evidence, Params, decide, detect, evidence, params
+from .flows import Flows, build_flows
+from .jsonrows import factorize
+from .pieces import Ledger
+from .relay import arrivals
+from .tables import report_columns
+from .tuples import TupleEnds
+
+# text columns of the results with a handful of values, made a str per row: each row is made
+# to refer to one shared str (a million flows held "handshake" a million times, 60 bytes
+# each). The others (side, nagle, nagle_flavour, fix_side, ...) are made of shared str.
+_FEW_VALUES = frozenset({"roles", "mss_how", "mss_from", "vantage", "vantage_basis"})
+
+
+def _interned(col: np.ndarray) -> np.ndarray:
+    """An object column whose equal strings are one object."""
+    if col.dtype != object or len(col) < 2:
+        return col
+    codes, uniques = factorize(col)  # code -1 (None, NaN) picks the None after them
+    return np.array(uniques + [None], dtype=object)[codes].reshape(col.shape)
+
+
+@dataclass
+class Judged:
+    """One batch's result: its tables as `tables.report_columns` gives them, the data arrivals
+    kept for linking relays, and what was left out (copies of packets, SYNs that fit no
+    connection)."""
+
+    flows: dict[str, np.ndarray]
+    stalls: dict[str, np.ndarray]
+    endpoints: dict[str, np.ndarray]
+    first_ns: np.ndarray
+    first_frame: np.ndarray
+    tcp_packets: int
+    arrivals: dict[str, np.ndarray]
+    duplicates: int
+    # frames of the SYNs that fit no connection (`nagleprobe.syns`), left out
+    syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def judge(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: TupleEnds | None,
+          origin_ns: int, relays: bool = True) -> Judged:
+    """build_flows -> detect -> report columns for one batch of whole connections, and its
+    data arrivals for linking relays (unless `relays` is off: too many kept already)."""
+    flows = build_flows(cols, tuples, ends)
+    return _judged(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
+                   len(flows.seg["flow"]),
+                   arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
+                   flows.duplicates, flows.syn_jumps)
+
+
+def _judged(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
+            tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int,
+            syn_jumps: np.ndarray | None = None) -> Judged:
+    """The report columns of analysed flows as one batch's result."""
+    out = report_columns(flows, det, origin_ns)
+    for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
+        for k in _FEW_VALUES.intersection(table_):
+            table_[k] = _interned(table_[k])
+    return Judged(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
+                  first_frame, tcp_packets, arrived, duplicates,
+                  np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
+
+
+def judge_ledger(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
+                 origin_ns: int) -> Judged:
+    """Judge the last piece of a connection judged in pieces, then the whole connection."""
+    ledger.add(rows if rows is not None else {k: v[:0] for k, v in ledger.hs.items()}, ends,
+               None)
+    flows, det = ledger.result()
+    arrived = ({k: np.concatenate([a[k] for a in ledger.arrivals]) for k in ledger.arrivals[0]}
+               if ledger.arrivals else {"flow": np.zeros(0, np.int64)})
+    ledger.arrivals = None
+    return _judged(flows, det, origin_ns, np.array([ledger.start_frame]), ledger.packets,
+                   arrived, ledger.duplicates)
+
+
+def judge_window(cols: dict[str, np.ndarray], tuples: np.ndarray
+                 ) -> tuple[Flows, Evidence, Params, Detection]:
+    """build_flows -> detect on the packets held of open connections (`tuples`: each row's
+    connection, numbered 0..), with the evidence the rule was given (its candidates, those
+    judged no stall included)."""
+    f = build_flows(cols, tuples)
+    p = params(f.flow)
+    ev = evidence(f, p.mss)
+    return f, ev, p, decide(ev, p, f.count)
