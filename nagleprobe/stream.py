@@ -29,13 +29,14 @@ import numpy as np
 from . import syns
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
 from .engine import judge, judge_ledger
+from .lifecycle import TupleState
 from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS
 from .report import Report
 from .results import Results
 from .tables import capture_doc
-from .tuples import RowsOf, TupleEnds, TupleTable, place_rows, take_rows, tally
+from .tuples import RowsOf, TupleEnds, place_rows, take_rows, tally
 from .workers import TRIM_EVERY, TRIM_JOIN_ROWS, Workers, default_workers, release_free_memory
 
 # the decoded columns the analysis reads (SACK permission is not)
@@ -57,7 +58,6 @@ IDLE_BATCH_ROWS = 1 << 16
 # grow with its connections, and a SYN flood hands on a million one-packet ones at once
 BATCH_FLOWS = 1 << 14
 
-_LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
 def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
             ) -> dict[str, np.ndarray]:
     """One table of a batch's rows: row i is row rows[i] of chunk which[i] (in the order
@@ -133,15 +133,7 @@ class StreamAnalyzer:
         self._ledgers: dict[int, Ledger] = {}
         self.batches = 0  # analysed so far
         self._hand_ons = 0
-        # per 4-tuple state, indexed by tuple id (first appearance)
-        self._tuples = TupleTable()
-        self._last_ts = np.zeros(0, dtype=np.int64)
-        self._closed = np.zeros(0, dtype=np.uint8)  # _LOW_FIN | _HIGH_FIN | _RST seen
-        self._last_syn = np.zeros(0, dtype=np.int64)  # raw seq of its last SYN, -1 if none
-        self._handed_on = np.zeros(0, dtype=bool)
-        self._rows = np.zeros(0, dtype=np.int64)  # rows held
-        self._pieced = np.zeros(0, dtype=bool)  # analysed in pieces so far (has a Ledger)
-        self._cut = np.zeros(0, dtype=np.int64)  # rows older than this are late
+        self._t = TupleState()  # per 4-tuple state, indexed by tuple id
         self._cuts = False  # whether any tuple has a cut (pieces make them)
         self._pending: list[_Held] = []
         self._parts = Results()
@@ -152,9 +144,8 @@ class StreamAnalyzer:
         n = len(cols["frame"])
         if not n:
             return
-        tid, from_low = self._tuples.ids(cols)
-        if self._tuples.count > len(self._rows):
-            self._grow(self._tuples.count - len(self._rows))
+        tid, from_low = self._t.table.ids(cols)
+        self._t.grow()
         ts, flags = cols["ts_ns"], cols["flags"]
         # every row of this chunk comes at or after its earliest timestamp: connections
         # finished by then are handed on before the chunk's rows are taken
@@ -162,7 +153,7 @@ class StreamAnalyzer:
         syn_only = (flags & (SYN | ACK)) == SYN
 
         if self._ledgers:
-            reopened = self._pieced[tid] & syn_only
+            reopened = self._t.pieced[tid] & syn_only
             for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
                 reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
             self._answered_late(tid, cols)
@@ -181,11 +172,15 @@ class StreamAnalyzer:
             if reopened.any():  # a SYN with a new ISN on a connection analysed in pieces
                 self._reopen_pieced(cols, tid, from_low, reopened)
                 return
-        self._same_isn(tid, syn_only, flags, cols)
-        keep = self._reopen(tid, syn_only, cols["seq"], ts)
+        reused, frame = self._t.same_isn(tid, syn_only, flags, cols)
+        self.same_isn_reuse += reused
+        if self.first_reuse_frame is None:
+            self.first_reuse_frame = frame
+        keep, old_syns = self._t.reopen(tid, syn_only, cols["seq"], ts)
+        self.late_syns += old_syns
         self.late_packets += int(n - keep.sum())
         if self._cuts:
-            older = keep & (ts < self._cut[tid])  # than what a piece of the connection decided
+            older = keep & (ts < self._t.cut[tid])  # than what a piece of the connection decided
             if older.any():
                 self.late_in_pieces += int(older.sum())
                 keep &= ~older
@@ -199,29 +194,15 @@ class StreamAnalyzer:
             if not n:
                 return
 
-        # last SYN of each tuple in this chunk: its seq, and the closing flags after it
-        syn_rows = np.flatnonzero(syn_only)
-        last_syn_row = np.full(len(self._rows), -1, dtype=np.int64)
-        if len(syn_rows):
-            last_syn_row[tid[syn_rows]] = syn_rows  # later rows win
-            with_syn = np.flatnonzero(last_syn_row >= 0)
-            self._last_syn[with_syn] = cols["seq"][last_syn_row[with_syn]].astype(np.int64)
-            self._closed[with_syn] = 0
-        fin_rows = np.flatnonzero((flags & (FIN | RST)) != 0)
-        fin_rows = fin_rows[fin_rows > last_syn_row[tid[fin_rows]]]
-        if len(fin_rows):
-            f = flags[fin_rows]
-            bits = np.where((f & RST) != 0, _RST, 0) | np.where(
-                (f & FIN) != 0, np.where(from_low[fin_rows], _LOW_FIN, _HIGH_FIN), 0)
-            np.bitwise_or.at(self._closed, tid[fin_rows], bits.astype(np.uint8))
-        tally(tid, ts, self._rows, self._last_ts)
+        self._t.saw(tid, from_low, flags, cols["seq"], syn_only)
+        tally(tid, ts, self._t.rows, self._t.last_ts)
         self._pending.append(_Held({**{k: cols[k] for k in HELD if k != "from_low"},
                                     "from_low": from_low}, tid))
-        held = int(self._rows.sum())
+        held = int(self._t.rows.sum())
         self.peak_pending_rows = max(self.peak_pending_rows, held)
         self.peak_held_rows = max(self.peak_held_rows, held + self._carried)
         self.now = max(self.now, int(ts.max()))
-        long = np.flatnonzero(self._rows >= self.piece_rows)
+        long = np.flatnonzero(self._t.rows >= self.piece_rows)
         if len(long):
             self._pieces(long)
         self._tick(int(ts.max()))
@@ -239,8 +220,8 @@ class StreamAnalyzer:
         for r in np.flatnonzero(reopened).tolist():  # (few)
             t = int(tid[r])
             earlier = (tid == t) & ((ts < ts[r]) | ((ts == ts[r]) & (np.arange(len(tid)) < r)))
-            closed = self._closed[t] != 0 or bool(((flags[earlier] & (FIN | RST)) != 0).any())
-            last = max(int(self._last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
+            closed = self._t.closed[t] != 0 or bool(((flags[earlier] & (FIN | RST)) != 0).any())
+            last = max(int(self._t.last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
             answered = bool((synack & (tid == t) & ~earlier & (cols["ack"] == (
                 (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
             quiet = int(ts[r]) - last >= syns.REUSE_IDLE_S * 1_000_000_000
@@ -269,17 +250,17 @@ class StreamAnalyzer:
         SYN (its last piece is analysed now; packets older than the SYN that come later are
         late), and its rows from the SYN on start a new connection."""
         ts = cols["ts_ns"]
-        first = np.full(len(self._rows), np.iinfo(np.int64).max)
+        first = np.full(len(self._t.rows), np.iinfo(np.int64).max)
         np.minimum.at(first, tid[reopened], ts[reopened])
         before = ts < first[tid]
         self.feed({k: v[before] for k, v in cols.items()})
         ended = np.flatnonzero(first < np.iinfo(np.int64).max)
-        done = np.zeros(len(self._rows), dtype=bool)
+        done = np.zeros(len(self._t.rows), dtype=bool)
         done[ended] = True
-        self._hand_on(done & self._pieced, finished_only=True)
-        self._handed_on[ended] = False
-        self._closed[ended] = 0
-        self._cut[ended] = first[ended]
+        self._hand_on(done & self._t.pieced, finished_only=True)
+        self._t.handed_on[ended] = False
+        self._t.closed[ended] = 0
+        self._t.cut[ended] = first[ended]
         self._cuts = True
         self.feed({k: v[~before] for k, v in cols.items()})
 
@@ -290,7 +271,7 @@ class StreamAnalyzer:
         carried."""
         rows = self._take_rows(tids)
         safe = self.now - self.reorder_window_ns
-        ends = self._tuples.ends(tids)
+        ends = self._t.table.ends(tids)
         for j, t in enumerate(tids.tolist()):
             led = self._ledgers.get(t)
             one = _one_tuple(ends, j)
@@ -302,7 +283,7 @@ class StreamAnalyzer:
                 if ended is not None:  # connections before a new SYN: analysed whole now
                     self._parts.add(judge(ended, np.zeros(len(ended["frame"]), np.int64), one,
                                        self.origin_ns, self._parts.arrivals is not None))
-                    self._cut[t] = int(mine["ts_ns"][0])
+                    self._t.cut[t] = int(mine["ts_ns"][0])
                     self._cuts = True
             else:
                 self._carried -= led.held_rows
@@ -312,7 +293,7 @@ class StreamAnalyzer:
                 piece = {k: v[at:at + size] for k, v in mine.items()}
                 if led is None:
                     led = self._ledgers[t] = Ledger.first(piece, one, safe, self.piece_limits)
-                    self._pieced[t] = True
+                    self._t.pieced[t] = True
                     if self._parts.arrivals is None:
                         led.arrivals = None
                 else:
@@ -321,9 +302,9 @@ class StreamAnalyzer:
                 self._count_arrivals(led)
             del mine
             self._carried += led.held_rows
-            self._cut[t] = led.cut
+            self._t.cut[t] = led.cut
             self._cuts = True
-        self.peak_held_rows = max(self.peak_held_rows, int(self._rows.sum()) + self._carried)
+        self.peak_held_rows = max(self.peak_held_rows, int(self._t.rows.sum()) + self._carried)
         release_free_memory()  # (a piece's working memory is tens of MB)
 
     def _count_arrivals(self, led: Ledger) -> None:
@@ -340,7 +321,7 @@ class StreamAnalyzer:
 
     def _take_rows(self, tids: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
         """The rows held of the 4-tuples `tids` (each one's columns), no longer held."""
-        want = np.zeros(len(self._rows), dtype=bool)
+        want = np.zeros(len(self._t.rows), dtype=bool)
         want[tids] = True
         parts: dict[int, list] = {t: [] for t in tids.tolist()}
         pending = []
@@ -360,7 +341,7 @@ class StreamAnalyzer:
             if part is not None:
                 pending.append(part)
         self._pending = pending
-        self._rows[tids] = 0
+        self._t.rows[tids] = 0
         return {t: ({k: np.concatenate([x[k] for x in p]) for k in p[0]} if p else
                     {k: np.zeros(0, dt) for k, dt in HELD.items()})
                 for t, p in parts.items()}
@@ -370,12 +351,12 @@ class StreamAnalyzer:
         they fill a batch (or half of all rows held, so long connections' rows are not
         copied over and over)."""
         self.now = ts if self.now is None else max(self.now, ts)
-        closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
-        idle = self._last_ts + self.idle_ns <= self.now  # open, but silent that long
-        done = ((closed | idle) & (self._last_ts + self.reorder_window_ns <= self.now)
-                & ((self._rows > 0) | self._pieced))
-        ready = int(self._rows[done].sum())
-        enough = min(self.batch_rows, max(int(self._rows.sum()) // 2, 1))
+        closed = self._t.is_closed()
+        idle = self._t.last_ts + self.idle_ns <= self.now  # open, but silent that long
+        done = ((closed | idle) & (self._t.last_ts + self.reorder_window_ns <= self.now)
+                & ((self._t.rows > 0) | self._t.pieced))
+        ready = int(self._t.rows[done].sum())
+        enough = min(self.batch_rows, max(int(self._t.rows.sum()) // 2, 1))
         if self._workers.waiting:
             enough = min(enough, IDLE_BATCH_ROWS)  # the analysis threads wait: feed them
         if ready and ready >= enough:
@@ -383,95 +364,24 @@ class StreamAnalyzer:
             self._hand_on(done)
 
     def _free_tuples(self) -> None:
-        """Let go of the per-4-tuple state once everything is analysed (a SYN flood's million
+        """Let go of the per-4-tuple state once everything is judged (a SYN flood's million
         tuples hold 150 MB of it, which the joining of the results can use, as it can the
-        working memory of the last pieces of connections analysed in pieces). Else not worth
-        the trim: it runs while the last batches are analysed (3 % of a 10 M-packet run)."""
-        many = self._tuples.count >= TRIM_JOIN_ROWS or self.pieces > 0
-        self._tuples = TupleTable()
-        self._last_ts = self._last_syn = self._rows = np.zeros(0, dtype=np.int64)
-        self._closed = np.zeros(0, dtype=np.uint8)
-        self._handed_on = self._pieced = np.zeros(0, dtype=bool)
-        self._cut = np.zeros(0, dtype=np.int64)
+        working memory of the last pieces of connections judged in pieces)."""
+        many = self._t.table.count >= TRIM_JOIN_ROWS or self.pieces > 0
+        self._t = TupleState()
         self._left_out = {}
         if many:
             release_free_memory()
-
-    def _grow(self, k: int) -> None:
-        """State for `k` new tuples."""
-        self._last_ts = np.concatenate([self._last_ts, np.full(k, np.iinfo(np.int64).min)])
-        self._closed = np.concatenate([self._closed, np.zeros(k, np.uint8)])
-        self._last_syn = np.concatenate([self._last_syn, np.full(k, -1, np.int64)])
-        self._handed_on = np.concatenate([self._handed_on, np.zeros(k, bool)])
-        self._rows = np.concatenate([self._rows, np.zeros(k, np.int64)])
-        self._pieced = np.concatenate([self._pieced, np.zeros(k, bool)])
-        self._cut = np.concatenate([self._cut, np.full(k, np.iinfo(np.int64).min)])
-
-    def _same_isn(self, tid: np.ndarray, syn_only: np.ndarray, flags: np.ndarray,
-                  cols: dict[str, np.ndarray]) -> None:
-        """Count SYNs that open a 4-tuple again after its connection closed (FIN or RST)
-        with the same ISN as the SYN before (`tcpreplay --loop`): the two connections cannot
-        be told apart and are analysed as one. Only control rows are looked at."""
-        ctl = np.flatnonzero(syn_only | ((flags & (FIN | RST)) != 0))
-        if not len(ctl):
-            return
-        t = tid[ctl]
-        order = np.lexsort((ctl, t))  # control rows by tuple, in file order
-        ctl, t = ctl[order], t[order]
-        syn = syn_only[ctl]
-        fins = np.cumsum(~syn)  # FIN/RST rows up to and including each
-        pos = np.flatnonzero(syn)
-        if not len(pos):
-            return
-        seq = cols["seq"][ctl[pos]].astype(np.int64)
-        prev = np.r_[-1, pos[:-1]]
-        same_tuple = np.r_[False, t[pos[1:]] == t[pos[:-1]]]
-        start = np.searchsorted(t, t[pos])  # first control row of each SYN's tuple
-        before = np.where(start > 0, fins[np.maximum(start - 1, 0)], 0)
-        c0 = self._closed[t[pos]]
-        closed_at_start = ((c0 & _RST) != 0) | ((c0 & 3) == 3) | self._handed_on[t[pos]]
-        closed = np.where(same_tuple, fins[pos] - fins[np.maximum(prev, 0)] > 0,
-                          closed_at_start | (fins[pos] - before > 0))
-        prev_seq = np.where(same_tuple, np.r_[-1, seq[:-1]], self._last_syn[t[pos]])
-        # and newer than what came before it (a duplicated old SYN is not a new connection)
-        ts = cols["ts_ns"][ctl]
-        before_ts = np.where(pos > start, ts[np.maximum(pos - 1, 0)], self._last_ts[t[pos]])
-        reuse = closed & (prev_seq >= 0) & (seq == prev_seq) & (ts[pos] > before_ts)
-        if reuse.any():
-            self.same_isn_reuse += int(reuse.sum())
-            if self.first_reuse_frame is None:
-                self.first_reuse_frame = int(cols["frame"][ctl[pos[np.argmax(reuse)]]])
-
-    def _reopen(self, tid: np.ndarray, syn_only: np.ndarray, seq: np.ndarray,
-                ts: np.ndarray) -> np.ndarray:
-        """Rows to keep: a handed-on tuple takes rows again from a SYN with a new ISN on;
-        rows of a handed-on connection before that are late (left out), and so is a SYN
-        older than the last packet of the connection analysed (counted in late_syns)."""
-        late = self._handed_on[tid]
-        if not late.any():
-            return np.ones(len(tid), dtype=bool)
-        candidates = late & syn_only & (seq.astype(np.int64) != self._last_syn[tid])
-        old = candidates & (ts < self._last_ts[tid])
-        if old.any():
-            self.late_syns += int(old.sum())
-        opens = np.flatnonzero(candidates & ~old)
-        first_open = np.full(len(self._rows), len(tid), dtype=np.int64)
-        first_open[tid[opens[::-1]]] = opens[::-1]  # earliest opening row per tuple
-        keep = ~late | (np.arange(len(tid)) >= first_open[tid])
-        again = np.unique(tid[opens])
-        self._handed_on[again] = False
-        self._closed[again] = 0
-        return keep
 
     def _hand_on(self, done: np.ndarray, finished_only: bool = False) -> None:
         """Analyse the rows of the finished tuples `done` (bool per tuple) in batches of about
         batch_rows rows (whole tuples each), and let go of them. Connections analysed in
         pieces have their last piece analysed (alone, with `finished_only`)."""
-        pieced = np.flatnonzero(done & self._pieced)
+        pieced = np.flatnonzero(done & self._t.pieced)
         if len(pieced):
             done = done.copy()
             rows = self._take_rows(pieced)
-            ends = self._tuples.ends(pieced)
+            ends = self._t.table.ends(pieced)
             for j, t in enumerate(pieced.tolist()):
                 led = self._ledgers.pop(t)
                 self._carried -= led.held_rows
@@ -481,15 +391,15 @@ class StreamAnalyzer:
                     self.inexact[why] = self.inexact.get(why, 0) + 1
                 self.pieced += 1
                 self.pieces += 1
-            self._pieced[pieced] = False
-            self._cut[pieced] = np.iinfo(np.int64).min
-            self._handed_on[pieced] = True
+            self._t.pieced[pieced] = False
+            self._t.cut[pieced] = np.iinfo(np.int64).min
+            self._t.handed_on[pieced] = True
             done[pieced] = False
         if finished_only or not done.any():
             return
         # the rows of the finished tuples placed grouped by tuple (tuples in id order, each
         # one's rows in chunk and row order), cut into batches of whole tuples
-        sizes = np.where(done, self._rows, 0)
+        sizes = np.where(done, self._t.rows, 0)
         end = np.cumsum(sizes)
         start = end - sizes
         before = np.cumsum(done) - done  # finished tuples before each
@@ -512,8 +422,8 @@ class StreamAnalyzer:
         if not np.array_equal(cursor[ids], end[ids]):
             raise RuntimeError("rows held and rows counted differ")  # (a bug, not the input)
         self._pending = pending
-        self._handed_on |= done
-        self._rows[done] = 0
+        self._t.handed_on |= done
+        self._t.rows[done] = 0
         # each row's tuple numbered within its batch
         tuples = np.repeat(np.arange(len(ids)) - np.repeat(bounds[:-1], np.diff(bounds)),
                            sizes[ids])
@@ -521,7 +431,7 @@ class StreamAnalyzer:
             a, b = int(at[j]), int(at[j + 1])
             if b > a:  # (a tuple of more than two batches' rows leaves a label unused)
                 self._analyse(chunks, which[a:b], rows[a:b], tuples[a:b],
-                              self._tuples.ends(ids[bounds[j]:bounds[j + 1]]))
+                              self._t.table.ends(ids[bounds[j]:bounds[j + 1]]))
             # a chunk no later batch takes rows from is held by its batches alone: let go of
             # it here, and it is freed as they are analysed (a SYN flood's chunks otherwise
             # stay until its last batch is)
@@ -550,7 +460,7 @@ class StreamAnalyzer:
     def finish(self, info: CaptureInfo, skipped: dict[str, int]) -> Report:
         """Analyse everything still held (end of input) and join the batches into a Report."""
         if self._pending or self._ledgers:
-            self._hand_on((self._rows > 0) | self._pieced)
+            self._hand_on((self._t.rows > 0) | self._t.pieced)
         self._free_tuples()  # while the last batches are analysed
         for part in self._workers.results(all=True):
             self._parts.add(part)
