@@ -704,8 +704,8 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
     """
     import signal
 
-    from .live import LIVE_CHUNK_BYTES, LiveStream
-    from .live import watch as run_watch
+    from .watch import LIVE_CHUNK_BYTES, LiveStream
+    from .watch import watch as run_watch
     from .read import CaptureReader
     from .record import Capture, RecordError
 
@@ -772,6 +772,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
 
 def line_for_nothing(fmt: str) -> str:
     """The final report of a watch stopped before any packet."""
-    from .live import LiveAnalyzer, line
+    from .live import LiveAnalyzer
+    from .watch import line
 
     return line(LiveAnalyzer().final({"packets": 0, "skipped": {}, "warnings": []}), fmt)
