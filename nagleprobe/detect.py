@@ -27,7 +27,7 @@ import numpy as np
 
 from .decode import ACK, FIN, RST, SYN
 from .flows import Flows
-from .flows import grouped_median as _grouped_median
+from .roundtrips import grouped_median as _grouped_median
 
 try:
     from . import _detect as _compiled
@@ -99,7 +99,7 @@ class Params:
     """What the rule takes from the flow facts (`params`), per flow * 2 + dir: its sender's
     MSS, the round trip from the capture point to its sender (ns, 0 if unknown), what that
     path usually takes at most (ns) and whether the round trip is only an upper bound
-    (`flows.round_trips`); per flow, the confidence lost for how its round trips are known."""
+    (`roundtrips.round_trips`); per flow, the confidence lost for how its round trips are known."""
 
     mss: np.ndarray
     rtt_to: np.ndarray
@@ -361,7 +361,7 @@ def ack_classes(key: np.ndarray, gap: np.ndarray, p: Params) -> dict[str, np.nda
 def weighted_median(values: np.ndarray, groups: np.ndarray, weights: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The distinct `groups` and the median of each one's `values`, each value counted
-    `weights` times (> 0): what `flows.grouped_median` gives for the values repeated."""
+    `weights` times (> 0): what `roundtrips.grouped_median` gives for the values repeated."""
     order = np.lexsort((values, groups))
     v, g, w = values[order], groups[order], weights[order].astype(np.int64)
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
@@ -373,7 +373,7 @@ def weighted_median(values: np.ndarray, groups: np.ndarray, weights: np.ndarray
 
 
 def _median_ms(ns: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`flows.grouped_median` of int64 nanoseconds in ms (ns / 1e6), without the values'
+    """`roundtrips.grouped_median` of int64 nanoseconds in ms (ns / 1e6), without the values'
     groups: the distinct `groups` (ascending, >= 0), each one's median and count. Each value
     and its group sort as one int64 (one sort, where lexsort makes two and gathers)."""
     whole = ns.dtype.kind == "i"

@@ -67,16 +67,14 @@ from .detect import (
     params,
     small,
 )
-from .flows import (
-    DUPLICATE_LOOKBACK,
+from .copies import DUPLICATE_LOOKBACK, find_copies
+from .flows import Flows, build_flows, send_mss
+from .roundtrips import (
     NEARBY,
     TYPICAL_SAMPLES,
-    Flows,
-    build_flows,
     late_samples,
     round_trips,
     sample_stats,
-    send_mss,
     turn_samples,
 )
 from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
@@ -226,9 +224,13 @@ class Ledger:
         # copies of a packet are looked for as far back as the whole analysis looks once
         # it has found one near; found only that far (before any near one in this
         # connection), the whole analysis finds them only if the capture has near ones
-        f = build_flows(cols, np.zeros(len(rows["frame"]), np.int64), ends, far_copies=True)
-        self.near_copies |= f.near_copies > 0
-        if f.duplicates > f.near_copies and not self.near_copies:
+        one = np.zeros(len(rows["frame"]), np.int64)  # (one connection, in time order)
+        copies, near = find_copies(cols, None, one, cols["from_low"], far=True)
+        known = rows["known"]  # rows judged by a piece before: copy or not, as it found
+        copies = np.union1d(copies[known[copies] < 0], np.flatnonzero(known > 0))
+        f = build_flows(cols, one, ends, copies)
+        self.near_copies |= near > 0
+        if f.duplicates > near and not self.near_copies:
             self.inexact.add("the copies of packets seen twice (found only several packets "
                              "after the original)")
         if f.count != 1:  # the stream ends a connection before a SYN with a new ISN

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .flows import NEAR_MS, Flows
+from .flows import Flows
+from .roundtrips import NEAR_MS
 from .jsonrows import factorize
 
 RELAY_WINDOW_MS = 1.0  # a relay forwards what it read within this (loopback: microseconds)

@@ -10,7 +10,8 @@ import numpy as np
 
 from . import advice, encap
 from .detect import REASONS, Detection, weighted_median
-from .flows import Flows, vantage_basis
+from .flows import Flows
+from .roundtrips import vantage_basis
 from .read import CaptureInfo
 from .words import SIDES
 

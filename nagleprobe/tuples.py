@@ -225,6 +225,13 @@ def group_order(ids: np.ndarray) -> np.ndarray:
     return order
 
 
+def group_starts(group: np.ndarray) -> np.ndarray:
+    """Row index where each run of equal values in a sorted `group` begins."""
+    if len(group) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+
+
 def take_rows(sources: list[list[np.ndarray]], which: np.ndarray, rows: np.ndarray,
               outs: list[np.ndarray]) -> None:
     """outs[c][i] = sources[c][which[i]][rows[i]] for each column c: rows gathered from

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from nagleprobe import advice, detect, flows, relay, report, syns, vantage
+from nagleprobe import advice, copies, detect, flows, relay, report, roundtrips, syns, vantage
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "DETECTION.md").read_text()
-HOMES = (detect, flows, relay, advice, report, syns, vantage)
+HOMES = (detect, flows, copies, roundtrips, relay, advice, report, syns, vantage)
 
 
 def stated() -> dict[str, str]:

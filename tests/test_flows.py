@@ -3,7 +3,8 @@
 import numpy as np
 
 from columns import A, Conversation, S, packets
-from nagleprobe.flows import build_flows, grouped_cummax
+from nagleprobe.flows import build_flows
+from nagleprobe.segments import grouped_cummax
 
 C, SV = "10.0.0.1:40000", "10.0.0.2:8000"
 

@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nagleprobe.flows
+import nagleprobe.roundtrips
+import nagleprobe.segments
 import nagleprobe.tuples
 from nagleprobe.decode import TCP_COLUMNS, decode
 from nagleprobe.flows import build_flows
@@ -36,11 +38,13 @@ def both(cols: dict[str, np.ndarray]) -> tuple:
     compiled = build_flows(cols)
     compiled.neighbour_rows = neighbours(compiled)
     kept, nagleprobe.flows._compiled = nagleprobe.flows._compiled, None
+    nagleprobe.roundtrips._compiled = nagleprobe.segments._compiled = None
     try:
         reference = build_flows(cols)
         reference.neighbour_rows = neighbours(reference)
     finally:
-        nagleprobe.flows._compiled = kept
+        nagleprobe.flows._compiled = nagleprobe.roundtrips._compiled = kept
+        nagleprobe.segments._compiled = kept
     return compiled, reference
 
 
