@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .decode import TCP_COLUMNS, decode, empty_columns
+from .columns import Columns
+from .decode import TCP_COLUMNS, decode
 from .errors import CaptureError
 from .fileset import SetReader, capture_paths, merge_columns, set_name
 from .read import URL_TIMEOUT_S, CaptureReader
@@ -185,7 +186,7 @@ def _analyze_whole(reader: CaptureReader | SetReader, skipped: Counter) -> Repor
         if len(cols["frame"]):
             parts.append(cols)
     cols = ({k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS} if parts
-            else empty_columns())
+            else Columns.empty(TCP_COLUMNS))
     skipped.update(reader.info.skipped)
     flows = build_flows(cols)
     if flows.duplicates:

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import syns
-from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
+from .columns import Columns
+from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
 from .detect import Detection, detect
 from .flows import Flows, build_flows
 from .jsonrows import factorize
@@ -719,7 +720,7 @@ class StreamAnalyzer:
         self.close()
         p = self._parts
         if not p.flows:
-            none = empty_columns()
+            none = Columns.empty(TCP_COLUMNS)
             self._add(_analyse({k: none[k] for k in ANALYSED}, None, None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
