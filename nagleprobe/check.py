@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import advice
 from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # noqa: F401 (API)
-from .decode import take
+from .columns import take
 from .document import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)

@@ -18,6 +18,7 @@ import ipaddress
 import numpy as np
 
 from . import encap
+from .columns import Columns
 from .links import Drops, gather, link_layer
 from .read import RecordBatch
 
@@ -66,16 +67,6 @@ def format_address(ipver: int, hi: int, lo: int) -> str:
     if int(ipver) == 4:
         return str(ipaddress.IPv4Address(lo & 0xFFFFFFFF))
     return str(ipaddress.IPv6Address((hi << 64) | lo))
-
-
-def empty_columns() -> dict[str, np.ndarray]:
-    """No packets, in the decoded columns' dtypes: the one empty table every stage takes."""
-    return {k: np.zeros(0, dtype=t) for k, t in TCP_COLUMNS.items()}
-
-
-def take(columns: dict[str, np.ndarray], rows: np.ndarray | slice) -> dict[str, np.ndarray]:
-    """Some rows of a table's columns (decoded packets, a stage's rows, a result table)."""
-    return {k: v[rows] for k, v in columns.items()}
 
 
 # ---------------------------------------------------------------------- network layer
@@ -244,7 +235,7 @@ def _without_empty(batch: RecordBatch, skipped: collections.Counter) -> RecordBa
                        tunnels=batch.tunnels)
 
 
-def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+def decode(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     """Columnar TCP headers of the batch's TCP packets; everything else counted in `skipped`.
 
     Records in the usual shapes are decoded by the compiled loop (nagleprobe/_decode.c) when
@@ -263,12 +254,12 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
                             np.ascontiguousarray(batch.linktype, np.int32), slow,
                             *out.values())
     if k == n:  # every record decoded: no row selection needed
-        return {"frame": batch.frame, "ts_ns": batch.ts_ns, **out,
-                "tunnel": np.zeros(n, np.uint32)}
+        return Columns({"frame": batch.frame, "ts_ns": batch.ts_ns, **out,
+                        "tunnel": np.zeros(n, np.uint32)})
     slow = slow[:s]
     row = np.delete(np.arange(n), slow)  # the records decoded, in order
-    cols = {"frame": batch.frame[row], "ts_ns": batch.ts_ns[row],
-            **{c: v[:k] for c, v in out.items()}, "tunnel": np.zeros(k, np.uint32)}
+    cols = Columns({"frame": batch.frame[row], "ts_ns": batch.ts_ns[row],
+                    **{c: v[:k] for c, v in out.items()}, "tunnel": np.zeros(k, np.uint32)})
     if not s:
         return cols
     rest = _decode_rest(batch if s == n else _rows(batch, slow), skipped)
@@ -276,7 +267,7 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.nda
         return rest if not k else cols
     order = np.argsort(np.concatenate([row, np.searchsorted(batch.frame, rest["frame"])]),
                        kind="stable")
-    return {c: np.concatenate([cols[c], rest[c]])[order] for c in TCP_COLUMNS}
+    return Columns.concat([cols, rest]).take(order)
 
 
 def _rows(batch: RecordBatch, rows: np.ndarray) -> RecordBatch:
@@ -287,12 +278,12 @@ def _rows(batch: RecordBatch, rows: np.ndarray) -> RecordBatch:
 
 
 def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: bool = True
-                 ) -> dict[str, np.ndarray]:
+                 ) -> Columns:
     """The numpy decoder for records outside the compiled loop's shapes; those it cannot
     read are tried as tunnels (with the compiled peeler and decoder for the inner packets
     unless not `compiled`)."""
     if not len(batch.offset):
-        return empty_columns()
+        return Columns.empty(TCP_COLUMNS)
     if compiled:  # peel first: tunnels are never plain TCP, so the rest is decoded once
         undecoded = np.arange(len(batch.offset))
         status, inner, kind, key = encap.peel(batch.data, batch.offset, batch.caplen,
@@ -345,20 +336,20 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
     if not len(plain["frame"]):
         return cols
     order = np.argsort(np.concatenate([plain["frame"], cols["frame"]]), kind="stable")
-    return {c: np.concatenate([plain[c], cols[c]])[order] for c in TCP_COLUMNS}
+    return Columns.concat([plain, cols]).take(order)
 
 
-def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+def decode_numpy(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     """`decode` without compiled code: every record shape, and the reference for the
     compiled loops."""
     return _decode_rest(_without_empty(batch, skipped), skipped, compiled=False)
 
 
-def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> dict[str, np.ndarray]:
+def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     """The numpy decoder of records without tunnels."""
     n = len(batch.offset)
     if n == 0:
-        return empty_columns()
+        return Columns.empty(TCP_COLUMNS)
     drops = Drops(skipped)
     data = batch.data
     l3, ver = link_layer(batch, drops)
@@ -450,7 +441,7 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> dict[str,
             for col, vals in zip((mss, wscale, sack_ok, tsval, has_ts), got):
                 col[rest] = vals
 
-    return {
+    return Columns({
         "frame": batch.frame[rows],
         "ts_ns": batch.ts_ns[rows],
         "ipver": ipver,
@@ -472,4 +463,4 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> dict[str,
         "has_ts": has_ts,
         "ipid": ipid,
         "tunnel": np.zeros(len(rows), np.uint32),
-    }
+    })

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import relay, wireshark
 from .advice import FIX_FIELDS
-from .decode import take
+from .columns import take
 from .detect import REASONS
 from .jsonrows import Program, encode
 from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of

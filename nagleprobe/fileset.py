@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 import numpy as np
 
+from .columns import Columns
 from .errors import CaptureError, TargetError, printable
 from .findfiles import Finder
 from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
@@ -349,12 +350,11 @@ def _first_ns(path: str, strict: bool, url_timeout: float) -> int | None:
         reader.close()
 
 
-def merge_columns(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Decoded columns of one step's slices as one set of columns in time order (ties: by
-    file, then frame)."""
+def merge_columns(parts: list[Columns]) -> Columns:
+    """Decoded columns of one step's slices as one table in time order (ties: by file, then
+    frame)."""
     parts = [p for p in parts if len(p["frame"])] or parts[:1]
     if len(parts) == 1:
         return parts[0]
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    order = np.lexsort((cols["frame"], cols["ts_ns"]))
-    return {k: v[order] for k, v in cols.items()}
+    cols = Columns.concat(parts)
+    return cols.take(np.lexsort((cols["frame"], cols["ts_ns"])))

@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .decode import ACK, SYN, take
+from .columns import Columns, take
+from .decode import ACK, SYN
 from .detect import (
     ANSWER_PENDING,
     CANDIDATE_COLUMNS,
@@ -100,13 +101,7 @@ ACK_RULES = {"quick": False, "not_early": True, "not_long": False}
 _HS, _EXTRA = 1, 2  # kinds of carried rows (0: the contiguous ones)
 
 
-def _empty(like: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: v[:0] for k, v in like.items()}
-
-
-def _cat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    parts = [p for p in parts if p is not None]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+_empty, _cat = Columns.empty_like, Columns.concat
 
 
 @dataclass

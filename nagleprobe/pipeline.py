@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .decode import TCP_COLUMNS, decode, empty_columns
+from .columns import Columns
+from .decode import TCP_COLUMNS, decode
 from .errors import CaptureError
 from .fileset import SetReader, capture_paths, merge_columns, set_name
 from .read import URL_TIMEOUT_S, CaptureReader
@@ -197,7 +198,7 @@ def reassembled(parts: list[dict[str, np.ndarray]]) -> Flows:
     from .flows import build_flows
 
     return build_flows({k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS}
-                       if parts else empty_columns())
+                       if parts else Columns.empty(TCP_COLUMNS))
 
 
 def with_files(reader: CaptureReader | SetReader, report: Report) -> Report:

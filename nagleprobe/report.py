@@ -18,7 +18,7 @@ import numpy as np
 
 from . import advice, document, relay
 from . import selection as sel
-from .decode import take
+from .columns import take
 from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
 from .errors import utf8_safe
 from .flows import Flows

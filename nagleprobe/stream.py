@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import syns
-from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS, empty_columns
+from .columns import Columns
+from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
 from .engine import judge, judge_ledger
 from .lifecycle import TupleState
 from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
@@ -467,8 +468,8 @@ class StreamAnalyzer:
         self.close()
         p = self._parts
         if not p.flows:
-            none = empty_columns()
-            self._parts.add(judge({k: none[k] for k in ANALYSED}, None, None, self.origin_ns))
+            none = Columns.empty(ANALYSED)
+            self._parts.add(judge(none, None, None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
             warnings.append(f"{self.late_packets} TCP packets arrived more than "

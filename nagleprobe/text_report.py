@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .advice import HOLD_SHARE, HOLD_TEXT_MS, timer_words
-from .decode import take
+from .columns import take
 from .document import stall_docs
 from .errors import printable
 from .fileset import set_name

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .decode import take
+from .columns import take
 from .errors import printable
 from .tables import STALL_POINTS, rows_of
 
