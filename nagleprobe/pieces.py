@@ -23,29 +23,19 @@ no longer holds is carried in a `Ledger`:
   TYPICAL_SAMPLES in time order, for the handshake, undelayed and late ACKs); the Nagle
   proofs; the relays' data arrivals;
 * the rule's candidates (S1, the late ACK, S2) and the lone-segment ACKs, raw, judged once
-  the connection ends with its final round trips, MSS and proofs (`detect.decide`): the
-  stalls, the vetoes of a proven Nagle rule and the confidence (repeats across the whole
-  connection) then equal the whole-connection analysis'. Of candidates that are not
-  stalls only the last KEPT_CANDIDATES are kept one by one (and KEPT_ACKS ACKs); older
-  ones are judged with the facts known then and counted, with, per rule and direction,
-  the two kept closest to its threshold: if the final round trips would move one of
-  them across it, an older verdict may differ from the whole analysis', and the
-  connection is named in a warning (`Ledger.inexact`), as when an MSS that had to be
-  inferred changed after a piece judged a segment with it that the final MSS judges
-  otherwise, or data not yet acknowledged had to be let go of.
+  the connection ends with its final round trips, MSS and proofs (`verdicts.Verdicts`): the
+  stalls, the vetoes of a proven Nagle rule and the confidence then equal the
+  whole-connection analysis', or the connection is named in a warning (`Ledger.inexact`).
 
 What is held per connection is therefore bounded whatever its length: at most PIECE_ROWS
 packets not yet analysed (the stream checks after each chunk it reads, so add those of
 that chunk) and the rows carried: OVERLAP_ROWS + LOOKAHEAD_ROWS + 2 * (EXTRA_ROWS +
-OUTSTANDING_ROWS) + the handshake (at most HANDSHAKE_ROWS + 2) + the packets still inside
+verdicts.OUTSTANDING_ROWS) + the handshake (at most HANDSHAKE_ROWS + 2) + the packets still inside
 the reorder window; the candidates and ACKs kept one by one, up to LATE_GAPS delays per
 direction, without a SYN a bit per payload size for each of up to MSS_KEPT inferred MSS
-values (16 KB each), and a few hundred numbers. What grows is its result: its stalls (kept raw until
-it ends, then its rows of the stalls table) and, up to relay.MAX_ARRIVALS for the whole
-capture, its data segments for linking relays.
-
-Over 500 lines: what a piece carries, how the next piece takes it back and how the pieces'
-facts merge are one ledger; split, each half would have to know the other's rows.
+values (16 KB each), and a few hundred numbers. What grows is its result: its stalls (kept
+raw until it ends, then its rows of the stalls table) and, up to relay.MAX_ARRIVALS for the
+whole capture, its data segments for linking relays.
 """
 
 from __future__ import annotations
@@ -55,21 +45,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import Columns, take
-from .decode import ACK, SYN
-from .detect import (
-    ANSWER_PENDING,
-    CANDIDATE_COLUMNS,
-    Detection,
-    Evidence,
-    ack_classes,
-    classify,
-    decide,
-    evidence,
-    params,
-    small,
-)
 from .copies import DUPLICATE_LOOKBACK, find_copies
+from .decode import ACK, SYN
+from .detect import Detection, evidence, params
 from .flows import Flows, build_flows, send_mss
+from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
 from .roundtrips import (
     NEARBY,
     TYPICAL_SAMPLES,
@@ -78,8 +58,8 @@ from .roundtrips import (
     sample_stats,
     turn_samples,
 )
-from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
 from .tuples import TupleEnds
+from .verdicts import Limits, Verdicts
 
 PIECE_ROWS = 1 << 18  # a connection holding this many packets is analysed as a piece
 OVERLAP_ROWS = max(DUPLICATE_LOOKBACK, NEARBY)  # contiguous rows before a piece's own
@@ -88,20 +68,7 @@ LOOKAHEAD_ROWS = NEARBY  # ... and after them
 # last two packets and its last data, and for each the rows that set the highest sequence
 # number sent (up to it and before it) and the highest ACK sent up to it
 EXTRA_ROWS = 3 * 4
-KEPT_CANDIDATES = 4096  # candidates that are not stalls, kept one by one until the end
-KEPT_ACKS = 4096  # lone-segment ACKs kept one by one
-OUTSTANDING_ROWS = 4096  # data rows not yet acknowledged carried per direction
-LATE_GAPS = 1 << 14  # distinct delays of late ACKs counted exactly per direction
-MSS_KEPT = 8  # MSS values inferred (no SYN) whose judged payload sizes are kept
-# the rules whose outcome moves with the round trips (detect.classify): the value each
-# is monotonic in, and whether it holds for large values
-ROUND_TRIP_RULES = {"early": ("reaction", False), "slow": ("reaction", True),
-                    "short": ("gap", False), "long": ("gap", True)}
-ACK_RULES = {"quick": False, "not_early": True, "not_long": False}
 _HS, _EXTRA = 1, 2  # kinds of carried rows (0: the contiguous ones)
-
-
-_empty, _cat = Columns.empty_like, Columns.concat
 
 
 @dataclass
@@ -161,20 +128,7 @@ class Ledger:
     late: _Samples = field(default_factory=_Samples)
     off: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     not_classic: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
-    recent: dict[str, np.ndarray] | None = None  # candidates kept one by one (newest)
-    stalls: list[dict[str, np.ndarray]] = field(default_factory=list)  # ... that were stalls
-    groups: dict[tuple, list[int]] = field(default_factory=dict)  # older ones, counted
-    sentinels: dict[tuple, tuple] = field(default_factory=dict)  # (key, rule, side) -> record
-    acks: dict[str, np.ndarray] = field(  # lone-segment ACKs kept one by one
-        default_factory=lambda: {"key": np.zeros(0, np.int64), "gap": np.zeros(0, np.int64)})
-    ack_counts: np.ndarray = field(default_factory=lambda: np.zeros((2, 2), np.int64))
-    # per key: the distinct gaps (ns) of the late ACKs counted, ascending, and how many
-    late_gaps: list = field(default_factory=lambda: [(np.zeros(0, np.int64),) * 2] * 2)
-    ack_sentinels: dict[tuple, tuple] = field(default_factory=dict)
-    # per MSS used by a piece (client's, server's): per direction the distinct payload sizes
-    # it compared with it; and (direction, MSS) of the late round-trip samples taken
-    mss_used: dict = field(default_factory=dict)  # (2, 65536) bits each
-    late_mss: set = field(default_factory=set)
+    late_mss: set = field(default_factory=set)  # (direction, MSS) of late samples taken
     dropped_outstanding: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
     arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)
     inexact: set = field(default_factory=set)  # why a field may differ from the whole's
@@ -184,7 +138,11 @@ class Ledger:
     dropped: bool = False  # rows were let go of (the handshake is moved from then on)
     rtt_handshake: np.ndarray = field(default_factory=lambda: np.full(2, np.nan))
     limits: Limits = field(default_factory=lambda: Limits())
+    verdicts: Verdicts = field(init=False)  # its candidates and ACKs, judged at its end
     near_copies: bool = False  # a copy of a packet was found right after it
+
+    def __post_init__(self) -> None:
+        self.verdicts = Verdicts(self.limits, self.inexact)
 
     # ------------------------------------------------------------------ the pieces
     @classmethod
@@ -192,8 +150,8 @@ class Ledger:
               limits: Limits | None = None) -> Ledger:
         """The ledger of a connection after its first piece, `rows` all its rows so far
         (HELD columns of the stream, with from_low; any order)."""
-        led = cls(flow={}, client_low=True, hs=_empty(rows),
-                  rows=_empty({**rows, "known": np.zeros(0, np.int8),
+        led = cls(flow={}, client_low=True, hs=Columns.empty_like(rows),
+                  rows=Columns.empty_like({**rows, "known": np.zeros(0, np.int8),
                                           "kind": np.zeros(0, np.int8)}),
                   limits=limits or Limits())
         led.add(rows, ends, safe_ns)
@@ -209,7 +167,7 @@ class Ledger:
         n_new = len(new["frame"])
         hs = dict(self.hs)
         nh = len(hs["frame"])
-        rows = in_time_order(_cat([
+        rows = in_time_order(Columns.concat([
             {**hs, "known": np.zeros(nh, np.int8), "kind": np.full(nh, _HS, np.int8)},
             self.rows,
             {**new, "known": np.full(n_new, -1, np.int8), "kind": np.zeros(n_new, np.int8)}]))
@@ -271,7 +229,7 @@ class Ledger:
                 self._handshake(seg, src, rows, kind, lo, hi)
             self._own(f, src, cols, lo, hi, before, final, lim)
         if final:
-            self.rows = _empty(self.rows)
+            self.rows = Columns.empty_like(self.rows)
             return
         self._carry(f, src, rows, cols, kind, lo, hi, s0, before, cut, lim)
         self.cut = cut
@@ -314,7 +272,7 @@ class Ledger:
                 hs[syn[0]] = self.syn_held[k] = True
         rows_hs = src[pos[hs]]
         kind[rows_hs] = _HS
-        self.hs = _cat([self.hs, take({k: v for k, v in rows.items() if k != "known"},
+        self.hs = Columns.concat([self.hs, take({k: v for k, v in rows.items() if k != "known"},
                                        rows_hs)])
         self.hs_open = self.packets + (hi - lo) < HANDSHAKE_ROWS or not self.syn_held.all()
 
@@ -360,17 +318,13 @@ class Ledger:
 
         facts = self.facts()
         p = params(facts)
-        self._compared(p.mss, facts["mss_how"].reshape(-1), d, pay)
+        how = facts["mss_how"].reshape(-1)
+        self.verdicts.compared(p.mss, how, d, pay)
         ev = evidence(f, p.mss, owned=own, open_end=not final)
         self.off += ev.off
         self.not_classic += ev.not_classic
-        self._answers(seg, final)
-        c = ev.candidates
-        self.recent = c if self.recent is None else _cat([self.recent, c])
-        self._judge_candidates(p, lim.kept_candidates)
-        self.acks = {"key": np.r_[self.acks["key"], ev.lone_key],
-                     "gap": np.r_[self.acks["gap"], ev.lone_gap]}
-        self._judge_acks(p, lim.kept_acks)
+        self.verdicts.answers(seg, final)
+        self.verdicts.add(ev, p, how)
         if self.arrivals is not None:
             r = np.flatnonzero(seg["new_data"][own]) + lo
             self.arrivals.append({"flow": np.zeros(len(r), np.int64),
@@ -406,99 +360,6 @@ class Ledger:
         covers = np.flatnonzero((top - sa_end) % WRAP < 1 << 31)
         if len(covers):
             self.rtt_handshake[0] = (int(seg["ts_ns"][mine[covers[0]]]) - sa_ts) / 1e6
-
-    def _answers(self, seg: dict[str, np.ndarray], final: bool) -> None:
-        """The answers (the peer's next data after S2) of candidates kept that had none
-        yet: the first data segment after S2 in this piece, if it is the peer's."""
-        for batch in [self.recent]:  # (a candidate waiting for its answer stays there)
-            if batch is None:
-                continue
-            pending = np.flatnonzero(batch["answer_ns"] == ANSWER_PENDING)
-            if not len(pending):
-                continue
-            data = np.flatnonzero(seg["payload"] > 0)
-            dts, dfr = seg["ts_ns"][data], seg["frame"][data]
-            for j in pending.tolist():
-                t, fr = int(batch["released_ns"][j]), int(batch["released_frame"][j])
-                at = int(np.searchsorted(dts, t, side="left"))
-                while at < len(data) and dts[at] == t and dfr[at] <= fr:
-                    at += 1
-                if at < len(data):
-                    nxt = data[at]
-                    mine = int(seg["dir"][nxt]) == int(batch["key"][j]) & 1
-                    batch["answer_ns"][j] = -1 if mine else int(seg["ts_ns"][nxt])
-                elif final:
-                    batch["answer_ns"][j] = -1
-
-    def _judge_candidates(self, p, kept: int) -> None:
-        """Keep the stalls (by the facts known now) and the newest `kept` others one by
-        one; count the older others by verdict, keeping the ones nearest each round-trip
-        rule's threshold."""
-        c = self.recent
-        if len(c["key"]) <= kept:
-            return
-        k = classify(c, p)
-        waits = c["answer_ns"] == ANSWER_PENDING  # kept here until its answer is seen
-        would = (k["plain"] == -1) & ~waits
-        if would.any():
-            self.stalls.append(take(c, np.flatnonzero(would)))
-        others = np.flatnonzero(~would & ~waits)
-        old, keep = others[:max(len(others) - kept, 0)], others[max(len(others) - kept, 0):]
-        self.recent = take(c, np.sort(np.r_[keep, np.flatnonzero(waits)]))
-        if not len(old):
-            return
-        plain, s1_small, late_seen = k["plain"][old], k["s1_small"][old], k["late_seen"][old]
-        gap = c["released_ns"][old] - c["small_ns"][old]
-        key = c["key"][old]
-        # (S1 judged small or not with this MSS)
-        self._compared(p.mss, self.facts()["mss_how"].reshape(-1), key, c["small_bytes"][old])
-        for group in set(zip(key.tolist(), plain.tolist(), s1_small.tolist(),
-                             late_seen.tolist())):
-            m = ((key == group[0]) & (plain == group[1]) & (s1_small == group[2])
-                 & (late_seen == group[3]))
-            g = self.groups.setdefault(group, [0, 0])
-            g[0] += int(m.sum())
-            g[1] += int(gap[m].sum())
-        # the verdicts that the round trips can move (not resent data, not a shut window)
-        moves = c["new_data"][old] & ~c["shut"][old]
-        values = {"reaction": k["reaction"][old], "gap": c["ack_ns"][old] - c["small_ns"][old]}
-        for rule, (value, large) in ROUND_TRIP_RULES.items():
-            for side in (False, True):
-                m = moves & (k[rule][old] == side)
-                _sentinel(self.sentinels, key[m], values[value][m], (rule, side),
-                          side == large, lambda j, old=old, m=m: take(c, old[m][[j]]))
-
-    def _judge_acks(self, p, kept: int) -> None:
-        """Keep the newest `kept` lone-segment ACKs one by one; count the older ones (late,
-        quick; the late ones' delays exactly), keeping the ones nearest each threshold."""
-        a = self.acks
-        extra = len(a["key"]) - kept
-        if extra <= 0:
-            return
-        key, gap = a["key"][:extra], a["gap"][:extra]
-        self.acks = {k: v[extra:] for k, v in a.items()}
-        cls = ack_classes(key, gap, p)
-        late = cls["not_early"] & cls["not_long"]
-        self.ack_counts[:, 0] += np.bincount(key[late], minlength=2)
-        self.ack_counts[:, 1] += np.bincount(key[cls["quick"]], minlength=2)
-        for k in (0, 1):
-            had, many = self.late_gaps[k]
-            values = np.r_[had, gap[late & (key == k)]]
-            weights = np.r_[many, np.ones(len(values) - len(had), np.int64)]
-            while True:
-                values, at = np.unique(values, return_inverse=True)
-                weights = np.bincount(at.reshape(-1), weights=weights).astype(np.int64)
-                if len(values) <= LATE_GAPS:
-                    break
-                self.inexact.add("the delayed-ACK median (more distinct delays than "
-                                 f"{LATE_GAPS} were kept)")
-                values = values // 2 * 2  # coarser: neighbours merged
-            self.late_gaps[k] = (values, weights)
-        for rule, large in ACK_RULES.items():
-            for side in (False, True):
-                m = cls[rule] == side
-                _sentinel(self.ack_sentinels, key[m], gap[m], (rule, side), side == large,
-                          lambda j, m=m: (int(key[m][j]), int(gap[m][j])))
 
     def _carry(self, f: Flows, src: np.ndarray, rows: dict[str, np.ndarray],
                cols: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int, s0: int,
@@ -608,103 +469,15 @@ class Ledger:
         """The connection's flow facts and detection, judged with its final facts; the
         reasons why a field may differ from the whole-connection analysis in `inexact`."""
         facts = self.facts()
-        p = params(facts)
-        self._check_mss(p.mss)
-        cand = _cat([*self.stalls, self.recent]) if self.recent is not None else None
-        self.stalls, self.recent = [], None  # (held once: a million stalls are 90 MB)
-        if cand is None:
-            cand = {k: np.zeros(0, np.int64) for k in CANDIDATE_COLUMNS}
-            cand["new_data"] = cand["shut"] = np.zeros(0, bool)
-        cand["answer_ns"] = np.where(cand["answer_ns"] == ANSWER_PENDING, -1,
-                                     cand["answer_ns"])
-        self._check_sentinels(p)
-        groups = None
-        if self.groups:
-            g = np.array([(*k, *v) for k, v in self.groups.items()], dtype=np.int64)
-            groups = {"key": g[:, 0], "plain": g[:, 1], "s1_small": g[:, 2].astype(bool),
-                      "late_seen": g[:, 3].astype(bool), "count": g[:, 4], "stall_ns": g[:, 5]}
-        (v0, n0), (v1, n1) = self.late_gaps
-        lone_groups = {"late": self.ack_counts[:, 0], "quick": self.ack_counts[:, 1],
-                       "hist_key": np.r_[np.zeros(len(v0), np.int64), np.ones(len(v1), np.int64)],
-                       "hist_gap": np.r_[v0, v1], "hist_count": np.r_[n0, n1]}
-        ev = Evidence(cand, self.off.copy(), self.not_classic.copy(), self.acks["key"],
-                      self.acks["gap"])
-        det = decide(ev, p, 1, groups, lone_groups)
+        fallback = (self.undelayed.count == 0) & (self.late.count > 0)
+        det = self.verdicts.decide(params(facts), self.off.copy(), self.not_classic.copy(),
+                                   fallback, self.late_mss)
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
-
-    def _compared(self, mss: np.ndarray, how: np.ndarray, key: np.ndarray,
-                  payload: np.ndarray) -> None:
-        """Note the payload sizes (of directions `key`) judged with `mss` where it is not the
-        SYN's (inferred, it may change): a bit per size, per direction and MSS used (at most
-        MSS_KEPT of them; past that the MSS is named in a warning)."""
-        if (how == "syn").all():
-            return
-        used = tuple(mss.tolist())
-        if used not in self.mss_used and len(self.mss_used) >= MSS_KEPT:
-            self.inexact.add("the MSS (inferred from the largest segments, which grew "
-                             "after a piece had used it)")
-            return
-        packed = self.mss_used.setdefault(used, np.zeros((2, 1 << 13), dtype=np.uint8))
-        bits = np.unpackbits(packed, axis=1).astype(bool)
-        for k in (0, 1):
-            if how[k] != "syn":
-                bits[k, np.minimum(payload[(key == k) & (payload > 0)], (1 << 16) - 1)] = True
-        self.mss_used[used] = np.packbits(bits, axis=1)
-
-    def _check_mss(self, mss: np.ndarray) -> None:
-        """Whether a piece that used another MSS (inferred from the largest segments, no
-        SYN) judged a segment otherwise than the final MSS does: small or not, below it or
-        not; or took a late round-trip sample with it (two full segments) that counts."""
-        final = mss.tolist()
-        moved = False
-        for used, packed in self.mss_used.items():
-            for k in (0, 1):
-                old, new, v = used[k], final[k], np.flatnonzero(np.unpackbits(packed[k]))
-                if old != new:
-                    moved |= bool(((small(v, np.int64(old)) != small(v, np.int64(new)))
-                                   | ((v < old) != (v < new))
-                                   | ((v <= max(old, 1)) != (v <= max(new, 1)))).any())
-        fallback = (self.undelayed.count == 0) & (self.late.count > 0)
-        moved |= any(fallback[k] and m != final[k] for k, m in self.late_mss)
-        if moved:
-            self.inexact.add("the MSS (inferred from the largest segments, which grew "
-                             "after a piece had used it)")
-
-    def _check_sentinels(self, p) -> None:
-        """Whether the final round trips move a candidate or ACK judged before across a
-        threshold (then its verdict may differ from the whole analysis')."""
-        if self.sentinels:
-            recs = _cat([rec for rec, _ in self.sentinels.values()])
-            k = classify(recs, p)
-            for j, (_, rule, side) in enumerate(self.sentinels):
-                if bool(k[rule][j]) != side:
-                    self.inexact.add("verdicts of candidates judged before the final round "
-                                     "trips were known (more than "
-                                     f"{self.limits.kept_candidates} kept)")
-        if self.ack_sentinels:
-            items = list(self.ack_sentinels.items())
-            key = np.array([rec[0] for rec, _ in (v for _, v in items)], np.int64)
-            gap = np.array([rec[1] for rec, _ in (v for _, v in items)], np.int64)
-            cls = ack_classes(key, gap, p)
-            for j, ((_, rule, side), _) in enumerate(items):
-                if bool(cls[rule][j]) != side:
-                    self.inexact.add("the delayed and quick ACKs counted before the final "
-                                     f"round trips were known (more than {self.limits.kept_acks} "
-                                     "kept)")
 
     @property
     def held_rows(self) -> int:
         return len(self.rows["frame"]) + len(self.hs["frame"])
-
-
-@dataclass
-class Limits:
-    """The bounds of a connection's carried state (tests set them tiny)."""
-
-    kept_candidates: int = KEPT_CANDIDATES
-    kept_acks: int = KEPT_ACKS
-    outstanding_rows: int = OUTSTANDING_ROWS
 
 
 def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
@@ -720,21 +493,6 @@ def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
     if start == 0:
         return rows, None
     return take(rows, np.arange(start, len(rows["frame"]))), take(rows, np.arange(start))
-
-
-def _sentinel(store: dict, key: np.ndarray, value: np.ndarray, name: tuple, smallest: bool,
-              record) -> None:
-    """Keep in `store`, per key, the record whose `value` is nearest the rule's threshold
-    on this side of it: the smallest value if the rule holds for large ones, else the
-    largest."""
-    for k in np.unique(key).tolist():
-        m = np.flatnonzero(key == k)
-        j = m[np.argmin(value[m])] if smallest else m[np.argmax(value[m])]
-        v = int(value[j])
-        slot = (k, *name)
-        have = store.get(slot)
-        if have is None or (v < have[1] if smallest else v > have[1]):
-            store[slot] = (record(int(j)), v)
 
 
 def in_time_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

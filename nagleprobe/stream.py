@@ -31,13 +31,14 @@ from .columns import Columns
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
 from .engine import judge, judge_ledger
 from .lifecycle import TupleState
-from .pieces import PIECE_ROWS, Ledger, Limits, in_time_order, last_connection
+from .pieces import PIECE_ROWS, Ledger, in_time_order, last_connection
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS
 from .report import Report
 from .results import Results
 from .tables import capture_doc
 from .tuples import RowsOf, TupleEnds, place_rows, take_rows, tally
+from .verdicts import Limits
 from .workers import TRIM_EVERY, TRIM_JOIN_ROWS, Workers, default_workers, release_free_memory
 
 # the decoded columns the analysis reads (SACK permission is not)

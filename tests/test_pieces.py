@@ -15,16 +15,17 @@ import pandas as pd
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from oracle import analyze_whole
 from test_live import long_connection
 
 from columns import Conversation, event_strategy, play
 from nagleprobe import analyze
 from nagleprobe.decode import decode
 from nagleprobe.handshake import HANDSHAKE_ROWS
-from nagleprobe.pieces import EXTRA_ROWS, LOOKAHEAD_ROWS, OVERLAP_ROWS, Limits
+from nagleprobe.pieces import EXTRA_ROWS, LOOKAHEAD_ROWS, OVERLAP_ROWS
 from nagleprobe.read import CaptureInfo, CaptureReader
 from nagleprobe.stream import StreamAnalyzer
-from oracle import analyze_whole
+from nagleprobe.verdicts import Limits
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
