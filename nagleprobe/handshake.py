@@ -5,7 +5,7 @@ sequence space to just before the part analysed.
 The handshake rows carry what no later packet says again: the MSS and window scale of the
 SYNs, the roles (who sent the SYN; without one, the first packet's direction and ports), and
 the handshake's round trips. Once packets between the handshake and the part analysed were
-let go of, the handshake's sequence and acknowledgement numbers are moved (`moved`) so that
+let go of, the handshake's sequence and acknowledgement numbers are moved (`rebased`) so that
 the analysis (`flows.build_flows`) reads the part as following it: per direction, the
 handshake then ends where the sender had sent up to, and acknowledges what the sender had
 acknowledged, when the part begins. Sequence numbers wrap at 4 GiB; a connection that has
@@ -46,7 +46,7 @@ def _top(values: np.ndarray, key: np.ndarray, nkeys: int) -> np.ndarray:
     return out
 
 
-def handshake_ends(seq: np.ndarray, ack: np.ndarray, payload: np.ndarray, flags: np.ndarray,
+def _ends(seq: np.ndarray, ack: np.ndarray, payload: np.ndarray, flags: np.ndarray,
                    key: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
     """Of handshake rows sent by `key` (a connection and direction, 0..nkeys-1): per key,
     where its sequence space ends (the highest seq + payload + SYN + FIN, raw 32-bit) and
@@ -58,7 +58,7 @@ def handshake_ends(seq: np.ndarray, ack: np.ndarray, payload: np.ndarray, flags:
     return _top(end, key, nkeys), _top(ack[acked], key[acked], nkeys)
 
 
-def moved(seq: np.ndarray, ack: np.ndarray, flags: np.ndarray, key: np.ndarray,
+def _moved(seq: np.ndarray, ack: np.ndarray, flags: np.ndarray, key: np.ndarray,
           seq_shift: np.ndarray, ack_shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Handshake rows (sent by `key`) with their sequence numbers moved on by
     `seq_shift[key]` and their acknowledgements (where they carry ACK) by `ack_shift[key]`,
@@ -69,7 +69,27 @@ def moved(seq: np.ndarray, ack: np.ndarray, flags: np.ndarray, key: np.ndarray,
     return s.astype(seq.dtype), a.astype(ack.dtype)
 
 
-def shift_to(target: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _shift_to(target: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Per key, the shift modulo 2**32 that moves `at` to `target` (0 where either is -1:
     unknown)."""
     return np.where((target >= 0) & (at >= 0), (target - at) % WRAP, 0)
+
+
+def rebased(rows: dict[str, np.ndarray], hs: np.ndarray, key: np.ndarray, nkeys: int,
+            seq_target: np.ndarray, ack_target: np.ndarray | None = None,
+            also: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """`rows` with the handshake rows `hs` (positions; sent by `key`, a connection and
+    direction 0..nkeys-1, the peer of k being k ^ 1) moved in sequence space: each key's
+    handshake then ends at `seq_target[key]` and acknowledges up to `ack_target[key]`
+    (without it, its ACKs move as far as the peer's sequence numbers do); the rows `also`
+    (a SYN sent again) move with them. -1 in a target: that key is not moved."""
+    end, top = _ends(rows["seq"][hs], rows["ack"][hs], rows["payload"][hs],
+                              rows["flags"][hs], key[hs], nkeys)
+    seq_shift = _shift_to(seq_target, end)
+    ack_shift = (seq_shift.reshape(-1, 2)[:, ::-1].reshape(-1) if ack_target is None
+                 else _shift_to(ack_target, top))
+    h = hs if also is None else np.r_[hs, also]
+    out = {**rows, "seq": rows["seq"].copy(), "ack": rows["ack"].copy()}
+    out["seq"][h], out["ack"][h] = _moved(rows["seq"][h], rows["ack"][h], rows["flags"][h],
+                                         key[h], seq_shift, ack_shift)
+    return out

@@ -14,7 +14,7 @@ again and again on a sliding window of its packets:
 * each analysis runs the judge (`engine.judge_window`: `build_flows` -> `detect`) on the handshake and
   the tail of the connections that received packets. Once the tail no longer follows the
   handshake, the handshake's sequence and acknowledgement numbers are moved to just before
-  the tail (`_rebased`, with `handshake.moved`), so the sequence space of a connection that sent gigabytes since its
+  the tail (`_rebased`, with `handshake.rebased`), so the sequence space of a connection that sent gigabytes since its
   SYN is still read right;
 * a stall is reported once: the released segment's (S2's) frame number is remembered per
   connection while it is held, and a stall found again in a later window is not reported
@@ -37,7 +37,7 @@ import numpy as np
 from . import syns
 from .decode import ACK, FIN, RST, SYN
 from .engine import judge_window
-from .handshake import handshake_ends, handshake_mask, moved, shift_to
+from .handshake import handshake_mask, rebased
 from .pipeline import DEFAULT_IDLE_S
 from .selection import selected_stalls
 from .stream import ANALYSED
@@ -197,7 +197,7 @@ class LiveAnalyzer:
 
     def _rebased(self, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The window with the handshake of each connection whose tail was cut moved in
-        sequence space to just before the tail (`handshake.moved`): per direction, its
+        sequence space to just before the tail (`handshake.rebased`): per direction, its
         sequence numbers (and the peer's acknowledgements of them) shifted so the handshake
         ends where the tail's first packet of that direction starts."""
         tid, hs, fl = w["tid"], w["hs"], w["from_low"]
@@ -209,16 +209,7 @@ class LiveAnalyzer:
         tail = np.flatnonzero(cut & ~hs)
         first_tail = np.full(size, -1, np.int64)
         first_tail[k[tail[::-1]]] = w["seq"][tail[::-1]]  # the first tail row of each direction
-        h = np.flatnonzero(cut & hs)
-        hs_end, _ = handshake_ends(w["seq"][h], w["ack"][h], w["payload"][h], w["flags"][h],
-                                   k[h], size)
-        shift = shift_to(first_tail, hs_end)
-        peer_shift = shift.reshape(-1, 2)[:, ::-1].reshape(-1)  # acks move with the peer's seq
-        out = dict(w)
-        out["seq"], out["ack"] = w["seq"].copy(), w["ack"].copy()
-        out["seq"][h], out["ack"][h] = moved(w["seq"][h], w["ack"][h], w["flags"][h], k[h],
-                                             shift, peer_shift)
-        return out
+        return rebased(w, np.flatnonzero(cut & hs), k, size, first_tail)
 
     def _count_syn_jumps(self, w: dict[str, np.ndarray], frames: np.ndarray) -> None:
         """Count the SYNs a window left out that no earlier window counted: per 4-tuple,

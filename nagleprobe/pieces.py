@@ -15,7 +15,7 @@ no longer holds is carried in a `Ledger`:
   rows the rule looks back to however far they lie (the last two packets, the last data,
   the rows that set the highest sequence number and ACK sent so far, and the data not yet
   acknowledged, whose round trip is measured when its ACK comes). The handshake is moved
-  in sequence space (`handshake.moved`) so that it ends, and acknowledges, where the
+  in sequence space (`handshake.rebased`) so that it ends, and acknowledges, where the
   first row carried begins: sequence numbers, retransmissions and ACKs read exactly as in
   the whole connection, past 4 GiB too;
 * facts: packets, retransmissions, frames and times; the largest segments (the MSS when
@@ -49,7 +49,7 @@ from .copies import DUPLICATE_LOOKBACK, find_copies
 from .decode import ACK, SYN
 from .detect import Detection, evidence, params
 from .flows import Flows, build_flows, send_mss
-from .handshake import HANDSHAKE_ROWS, WRAP, handshake_ends, handshake_mask, moved, shift_to
+from .handshake import HANDSHAKE_ROWS, WRAP, handshake_mask, rebased
 from .roundtrips import (
     NEARBY,
     TYPICAL_SAMPLES,
@@ -235,24 +235,17 @@ class Ledger:
         self.cut = cut
 
     def _moved(self, rows: dict[str, np.ndarray], kind: np.ndarray) -> dict[str, np.ndarray]:
-        """`rows` with the handshake rows moved in sequence space (`handshake.moved`) so
+        """`rows` with the handshake rows moved in sequence space (`handshake.rebased`) so
         that each direction's ends, and acknowledges, where its first row carried begins; a
         SYN sent again with the same initial sequence number moves with them (one
         connection, as in the whole analysis)."""
         k = (rows["from_low"] != self.client_low).astype(np.int64)
         h = np.flatnonzero(kind == _HS)
-        end, top = handshake_ends(rows["seq"][h], rows["ack"][h], rows["payload"][h],
-                                  rows["flags"][h], k[h], 2)
-        seq_shift, ack_shift = shift_to(self.seq_target, end), shift_to(self.ack_target, top)
         syn = (rows["flags"] & (SYN | ACK)) == SYN
         isn = np.full(2, -1, np.int64)
         isn[k[h[syn[h]]]] = rows["seq"][h[syn[h]]]
         again = np.flatnonzero(syn & (kind != _HS) & (rows["seq"] == isn[k]))
-        h = np.r_[h, again]
-        out = {**rows, "seq": rows["seq"].copy(), "ack": rows["ack"].copy()}
-        out["seq"][h], out["ack"][h] = moved(rows["seq"][h], rows["ack"][h], rows["flags"][h],
-                                             k[h], seq_shift, ack_shift)
-        return out
+        return rebased(rows, h, k, 2, self.seq_target, self.ack_target, again)
 
     def syn_seq(self) -> int | None:
         """The initial sequence number of the connection's first SYN (None without)."""
