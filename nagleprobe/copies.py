@@ -49,8 +49,7 @@ def find_copies(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.n
 
 
 def distinct(a: np.ndarray) -> np.ndarray:
-    """np.unique(a) for integers (numpy's looks for a masked array first, importing numpy.ma
-    once: 10 ms of the first batch)."""
+    """np.unique(a) for integers (numpy's imports numpy.ma on first use)."""
     a = np.sort(a)
     return a[group_starts(a)]
 

@@ -339,11 +339,6 @@ class LiveAnalyzer:
         if self._period_end is None:
             self._period_end = ts_ns + int(self.summary_s * 1e9)
 
-    @property
-    def period_end(self) -> int | None:
-        """Capture time (ns) the current summary period ends at (None before any packet)."""
-        return self._period_end
-
     def summary(self, final: bool = False, at: int | None = None) -> list[dict]:
         """Once `summary_s` of capture time has passed since the last summary (the clock is
         at `at` if given, else the latest packet's time), or with `final`: one event per

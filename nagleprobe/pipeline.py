@@ -2,7 +2,7 @@
 
 Reading and decoding need numpy only, and so does the analysis (pandas is loaded only when a
 report's DataFrames are asked for, see `report`); `analyze` loads the analysis modules
-(some 40 ms) in a thread while it reads and decodes the first chunks of the capture.
+in a thread while it reads and decodes the first chunks of the capture.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def _near_a_stall(arr: dict[str, np.ndarray], sizes: np.ndarray, s1_ns: np.ndarr
     """The arrivals that can have fed some stall: of a size some stall's S1 or S1 + S2 has,
     and within the window before some stall's S1 (whatever the host: cheap, and most
     arrivals of a busy capture go)."""
-    sizes = np.sort(sizes)  # (np.isin would import numpy.ma for this: 10 ms)
+    sizes = np.sort(sizes)  # (np.isin would import numpy.ma for this)
     pay = arr["payload"]
     keep = sizes[np.minimum(np.searchsorted(sizes, pay), len(sizes) - 1)] == pay
     t = arr["ts_ns"][keep]

@@ -52,8 +52,8 @@ class Results:
         p.duplicates += part.duplicates
         p.syn_jumps.add(part.syn_jumps)
         if len(part.first_ns) >= MANY_FLOWS:
-            # a batch of many small connections (a scan): its working memory was about as
-            # large as its result, and the heaps keep it (0.3 GB at the peak of 1 M SYNs)
+            # a batch of many small connections (a scan): its working memory is about as
+            # large as its result, and the heaps would keep it
             release_free_memory()
         if p.arrivals is not None:  # kept for relay linking while there are not too many
             p.arrival_count += 0 if counted else len(part.arrivals["flow"])
@@ -75,8 +75,7 @@ def _join(p: Results, capture: dict) -> Report:
     new_id[order] = np.arange(len(order))
     offsets = np.cumsum([0] + [len(f) for f in p.first_ns])
 
-    # a column at a time, each batch's copy let go of at once (a million flows of a port
-    # scan held twice took hundreds of MB)
+    # a column at a time, each batch's copy let go of at once: never held twice
     flows = {k: _take([f.pop(k) for f in p.flows], order) for k in list(p.flows[0])}
     flows["id"] = np.arange(len(order))
     both_ends = np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)
@@ -102,7 +101,7 @@ def _take(parts: list[np.ndarray], order: np.ndarray, trim_rows: int = TRIM_JOIN
           ) -> np.ndarray:
     """The parts joined, rows in `order`; the parts let go of (and, for a column of
     `trim_rows` or more, their memory given back at once: the heap otherwise keeps every
-    column's parts, 0.5 GB more at the peak for a million flows)."""
+    column's parts)."""
     col = np.concatenate(parts)
     parts.clear()
     out = col[order]
@@ -119,8 +118,7 @@ def _join_stalls(parts: list[dict[str, np.ndarray]], order: np.ndarray, offsets:
     (flow, released frame). Each batch's stalls come sorted so (`report_columns`) and a flow
     is in one batch, so each new flow's stalls are one run of the concatenated columns: their
     order is those runs in new-id order, no sort. Joined a column at a time, each batch's copy
-    of a column let go of as soon as it is joined, so the stalls are never held twice: with
-    millions of stalls a copy is hundreds of MB."""
+    of a column let go of as soon as it is joined, so the stalls are never held twice."""
     names = list(parts[0])
     counts = np.concatenate([np.bincount(st.pop("flow"), minlength=offsets[j + 1] - offsets[j])
                              for j, st in enumerate(parts)])  # stalls per old flow id

@@ -307,7 +307,7 @@ class StreamAnalyzer:
             self._t.cut[t] = led.cut
             self._cuts = True
         self.peak_held_rows = max(self.peak_held_rows, int(self._t.rows.sum()) + self._carried)
-        release_free_memory()  # (a piece's working memory is tens of MB)
+        release_free_memory()  # (a piece's working memory is large)
 
     def _count_arrivals(self, led: Ledger) -> None:
         """Count the data arrivals a piece kept for linking relays against MAX_ARRIVALS."""
@@ -367,8 +367,8 @@ class StreamAnalyzer:
 
     def _free_tuples(self) -> None:
         """Let go of the per-4-tuple state once everything is judged (a SYN flood's million
-        tuples hold 150 MB of it, which the joining of the results can use, as it can the
-        working memory of the last pieces of connections judged in pieces)."""
+        tuples hold a lot of it), so that the joining of the results can use its memory, as
+        it can the working memory of the last pieces of connections judged in pieces."""
         many = self._t.table.count >= TRIM_JOIN_ROWS or self.pieces > 0
         self._t = TupleState()
         self._left_out = {}

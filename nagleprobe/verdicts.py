@@ -180,7 +180,7 @@ class Verdicts:
         why a verdict may differ from the whole-connection analysis' in `inexact`."""
         self._check_mss(p.mss, fallback, late_mss)
         cand = Columns.concat([*self.stalls, self.recent]) if self.recent is not None else None
-        self.stalls, self.recent = [], None  # (held once: a million stalls are 90 MB)
+        self.stalls, self.recent = [], None  # (held once)
         if cand is None:
             cand = {k: np.zeros(0, np.int64) for k in CANDIDATE_COLUMNS}
             cand["new_data"] = cand["shut"] = np.zeros(0, bool)

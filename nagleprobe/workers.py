@@ -26,17 +26,16 @@ def _libc_trim():
 _malloc_trim = _libc_trim()
 TRIM_EVERY = 16
 TRIM_ROWS = 1 << 20  # joined stall columns this long give their copies back at once
-# the flows' and endpoints' columns from this long on (a trim costs milliseconds; a
-# million flows' parts kept by the heap took 0.5 GB more at the peak)
+# the flows' and endpoints' columns from this long on give their parts back at once (a trim
+# costs page faults; shorter columns are not worth it)
 TRIM_JOIN_ROWS = 1 << 18
 
 
 def release_free_memory() -> None:
     """Give the heap's free pages back to the system. glibc keeps the memory of freed numpy
     arrays and tables in its heaps (one per thread), so without this the process's RSS
-    keeps the high-water mark of every batch: 760 MB instead of 480 MB after 50 M packets.
-    It costs the page faults of memory used again (after every hand-on: 3.5 s more per 50 M
-    packets), so the stream does it only every TRIM_EVERY hand-ons."""
+    keeps the high-water mark of every batch. It costs the page faults of memory used
+    again, so the stream does it only every TRIM_EVERY hand-ons (benchmarks/RESULTS.md)."""
     if _malloc_trim is not None:
         _malloc_trim(0)
 
