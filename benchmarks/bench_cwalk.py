@@ -13,6 +13,9 @@ text (goal 1.3), of the medians and within each round; the summary is appended t
 benchmarks/RESULTS.md with the date and commit (`--results`). The capture is
 bench_scaling's, cached in benchmarks/out/.
 
+`--workload stall-dense` builds the capture of stalled conversations only (issue 35): the
+per-stall work then dominates, where the mix measures the per-packet work.
+
 With several `--tree`s, every round runs each build's text and JSON report too (all
 commands in a rotating order), and the ratios are given per build: this machine's ratio
 itself drifts by 10 % from one quarter of an hour to the next (the C walk and the
@@ -32,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_results  # noqa: E402
 from bench_ab import command, compiled, print_table  # noqa: E402
-from bench_scaling import capture, run  # noqa: E402
+from bench_scaling import WORKLOADS, capture, run  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,11 +52,15 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=10_000_000)
     ap.add_argument("--every-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="mix",
+                    help="mix: stalled, clean, bulk and TCP_NODELAY conversations; "
+                         "stall-dense: stalled conversations only (a sixth of the packets "
+                         "are stall events)")
     ap.add_argument("--tree", type=Path, action="append",
                     help="nagleprobe source tree (default: this one); repeat to compare builds")
     bench_results.add_argument(ap)
     args = ap.parse_args()
-    pcap = capture(args.size, args.every_ms)
+    pcap = capture(args.size, args.every_ms, args.workload)
     trees = [compiled(t.resolve()) for t in args.tree or [HERE.parent]]
     tag = (lambda i: "") if len(trees) == 1 else (lambda i: f"@{trees[i].name}#{i}")
     cmds = {"cwalk": [str(build_cwalk()), str(pcap)]}
@@ -71,7 +78,8 @@ def main() -> None:
             print(json.dumps(res), flush=True)
             runs[name].append(res)
     with bench_results.recorded("bench_cwalk.py", args.results, trees):
-        print(f"\n{args.size} packets, {args.rounds} rounds, order rotated each round")
+        print(f"\n{args.size} packets ({args.workload}), {args.rounds} rounds, order rotated "
+              "each round")
         print_table("command", runs)
         med = {n: statistics.median(x["seconds"] for x in rs) for n, rs in runs.items()}
         for i in range(len(trees)):
