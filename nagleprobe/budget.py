@@ -4,7 +4,6 @@ checked for sense before any capture is read."""
 
 from __future__ import annotations
 
-import ipaddress
 import tomllib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -81,9 +80,6 @@ class Budget:
         d["ports"], d["hosts"] = list(self.ports), list(self.hosts)
         d["effective_max_stalls"] = self.stall_limit
         return d
-
-    def host_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        return [ipaddress.ip_network(h, strict=False) for h in self.hosts]
 
 
 CONFIG_KEYS = {"max-stalls": "max_stalls", "max-stall-ms": "max_stall_ms",
