@@ -165,6 +165,15 @@ def load_budget(pyproject: Path | None = None, start: Path | None = None
     return budget_from_mapping(table, f"{path} [tool.nagleprobe.check]"), Path(path)
 
 
+def command_budget(config: Path | None, use_config: bool = True, **given: Any
+                   ) -> tuple[Budget, Path | None]:
+    """The budget a command checks with: `load_budget(config)` (with `use_config` false the
+    default budget) with the settings `given` on the command line over it (None: not given);
+    and the file it came from."""
+    budget, source = load_budget(config) if use_config else (Budget(), None)
+    return budget.merged(**given), source
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
