@@ -15,7 +15,14 @@ from ..output import open_output, refuse_report_file, to_stdout
 from ..pipeline import DEFAULT_IDLE_S, DEFAULT_REORDER_WINDOW_S
 from ..progress import ProgressBar
 from . import common
-from .common import URL_TIMEOUT_OPTION, capture_set, host_option, one_line_errors
+from .common import (
+    DEBUG_OPTION,
+    HOST_SELECTION,
+    PORT_SELECTION,
+    URL_TIMEOUT_OPTION,
+    capture_set,
+    one_line_errors,
+)
 
 if TYPE_CHECKING:
     from ..report import Report
@@ -40,11 +47,8 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also a -o 
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture instead of analysing "
                    "what can be read and warning.")
-@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
-              metavar="P", help="Report only flows with an endpoint on this port (repeatable).")
-@click.option("--host", "hosts", multiple=True, callback=host_option,
-              metavar="H", help="Report only flows with an endpoint at this address or in this "
-                                "network, e.g. 10.0.0.0/8 (repeatable).")
+@PORT_SELECTION
+@HOST_SELECTION
 @click.option("--flow", "flow_ids", multiple=True, type=click.IntRange(min=0), metavar="ID",
               help="Report only the flow with this id (repeatable).")
 @click.option("--top", type=click.IntRange(min=0), metavar="N",
@@ -63,7 +67,7 @@ EXIT_HELP = ("Exit status: 0 analysed (stalls or not), 2 usage error (also a -o 
               default="flow", show_default=True,
               help="Text report: the evidence's times in s since the flow's first packet, "
                    "since the capture's (Wireshark's default), or as UTC time of day.")
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@DEBUG_OPTION
 @click.option("--progress/--no-progress", default=None,
               help="Show packets, bytes and the ETA on standard error [default: on a terminal]; "
                    "shown from half a second on.")

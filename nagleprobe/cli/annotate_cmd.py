@@ -10,7 +10,7 @@ import click
 from ..errors import ExitStatus, printable
 from ..output import STDOUT, is_stdout, to_stdout
 from ..words import counted
-from .common import one_line_errors
+from .common import DEBUG_OPTION, one_line_errors
 
 ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input; OUTPUT is the capture "
                  "or cannot be created), 3 unreadable/corrupt/unsupported capture, 4 internal "
@@ -26,7 +26,7 @@ ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input; OUTPUT 
                    "as a stream, a file replaced when complete).")
 @click.option("--strict", is_flag=True,
               help="Fail (exit 3) on a truncated or partly corrupt capture.")
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@DEBUG_OPTION
 def annotate(capture: str, more: tuple[str, ...], output: str, strict: bool, debug: bool
              ) -> None:
     """Write CAPTURE as pcapng with a comment on every stall's frames, for Wireshark.

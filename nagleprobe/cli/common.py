@@ -21,6 +21,9 @@ URL_TIMEOUT_OPTION = click.option(
          "capture; then that capture is unreadable (exit 3).")
 
 
+DEBUG_OPTION = click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+
+
 def host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
                 ) -> tuple[str, ...]:
     """The --host values as networks; a bad one is click's usage error."""
@@ -33,6 +36,15 @@ def host_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
         return tuple(parse_host(v) for v in value)
     except BudgetError as e:
         raise click.BadParameter(str(e)) from None
+
+
+PORT_SELECTION = click.option(
+    "--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535), metavar="P",
+    help="Report only flows with an endpoint on this port (repeatable).")
+HOST_SELECTION = click.option(
+    "--host", "hosts", multiple=True, callback=host_option, metavar="H",
+    help="Report only flows with an endpoint at this address or in this network, e.g. "
+         "10.0.0.0/8 (repeatable).")
 
 
 def capture_set(args: tuple[str, ...]) -> list[str]:

@@ -14,7 +14,7 @@ from ..errors import ExitStatus, printable
 from ..output import discard_stdout, refuse_report_file, to_stdout, write_output
 from ..read import URL_TIMEOUT_S
 from . import common
-from .common import URL_TIMEOUT_OPTION, host_option, one_line_errors, print_notes
+from .common import DEBUG_OPTION, URL_TIMEOUT_OPTION, host_option, one_line_errors, print_notes
 
 GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
              "error (options, pyproject settings, a --junit path that is a capture), 3 a "
@@ -61,7 +61,7 @@ _GATE_OPTIONS = [
                  show_default=True, help="Verdicts for people, or the JSON document: "
                  '{"budget", "passed", "exit_status", "captures": [analyze document + '
                  '"check"]}.'),
-    click.option("--debug", is_flag=True, help="Show a traceback on errors."),
+    DEBUG_OPTION,
 ]
 
 

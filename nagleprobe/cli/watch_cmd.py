@@ -12,7 +12,7 @@ import click
 from ..errors import CaptureError, ExitStatus, printable
 from ..output import to_stdout
 from . import common
-from .common import host_option, one_line_errors
+from .common import DEBUG_OPTION, HOST_SELECTION, PORT_SELECTION, one_line_errors
 
 WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after the final "
               "report; also while waiting for a FIFO's writer or the capture's header), "
@@ -40,15 +40,12 @@ WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after
 @click.option("--window", "window_rows", type=click.IntRange(min=16), default=4096,
               show_default=True, metavar="PACKETS",
               help="Packets of each open connection held and analysed (the memory bound).")
-@click.option("--port", "-p", "ports", multiple=True, type=click.IntRange(1, 65535),
-              metavar="P", help="Report only flows with an endpoint on this port (repeatable).")
-@click.option("--host", "hosts", multiple=True, callback=host_option,
-              metavar="H", help="Report only flows with an endpoint at this address or in this "
-                                "network, e.g. 10.0.0.0/8 (repeatable).")
+@PORT_SELECTION
+@HOST_SELECTION
 @click.option("--min-confidence", type=click.FloatRange(0, 1), metavar="C",
               help="Ignore stalls with a confidence below C (a first stall is 0.6; held back "
                    "until its repeats raise it).")
-@click.option("--debug", is_flag=True, help="Show a traceback on errors.")
+@DEBUG_OPTION
 def watch(capture: str | None, follow: str | None, interface: str | None, bpf: str | None,
           snaplen: int, fmt: str, summary_every: float, window_rows: int,
           ports: tuple[int, ...], hosts: tuple[str, ...], min_confidence: float | None,
