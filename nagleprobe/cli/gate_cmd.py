@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -15,6 +15,9 @@ from ..output import discard_stdout, refuse_report_file, to_stdout, write_output
 from ..read import URL_TIMEOUT_S
 from . import common
 from .common import DEBUG_OPTION, URL_TIMEOUT_OPTION, host_option, one_line_errors, print_notes
+
+if TYPE_CHECKING:
+    from ..check import CheckRun
 
 GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
              "error (options, pyproject settings, a --junit path that is a capture), 3 a "
@@ -181,7 +184,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     every requested output; the exit status. `progress`: show it (None: on a terminal)."""
     from ..budget import command_budget
     from ..check import BudgetError, expand_targets, run_check
-    from ..check_output import render_github, render_junit, render_text
+    from ..check_output import render_junit
 
     try:
         budget, source = command_budget(
@@ -227,13 +230,23 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     if opts["junit"]:
         write_output(opts["junit"], render_junit(run), "the JUnit report",
                      [t.path for t in targets])
+    _print_run(run, opts)
+    return run.status
+
+
+def _print_run(run: CheckRun, opts: dict) -> None:
+    """The verdicts on standard output: text (wrapped to a person's terminal; a pipe keeps
+    each verdict on one line) or JSON; --github's annotations before them (on standard
+    error with JSON)."""
+    from ..check_output import render_github, render_text
+
     try:
         with to_stdout():
             if opts["github"]:
                 click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
             if opts["fmt"] == "json":
                 click.echo(run.to_json())
-            elif common.stdout_is_terminal():  # a person's terminal: wrap to it (pipes keep lines)
+            elif common.stdout_is_terminal():
                 from ..text_report import fit_lines
 
                 click.echo("\n".join(fit_lines(render_text(run).splitlines(),
@@ -242,4 +255,3 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
                 click.echo(render_text(run), nl=False)
     except BrokenPipeError:  # its reader took what it wanted (`| head`): the verdict stands
         discard_stdout()
-    return run.status

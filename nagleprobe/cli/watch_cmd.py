@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
@@ -13,6 +15,10 @@ from ..errors import CaptureError, ExitStatus, printable
 from ..output import to_stdout
 from . import common
 from .common import DEBUG_OPTION, HOST_SELECTION, PORT_SELECTION, one_line_errors
+
+if TYPE_CHECKING:
+    from ..live import LiveStream
+    from ..read import CaptureReader
 
 WATCH_HELP = ("Exit status: 0 at the end of input or on Ctrl-C or SIGTERM (after the final "
               "report; also while waiting for a FIFO's writer or the capture's header), "
@@ -66,35 +72,17 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
     """
     import signal
 
-    from ..live import LIVE_CHUNK_BYTES, LiveStream
     from ..live import watch as run_watch
-    from ..read import CaptureReader
     from ..record import Capture, RecordError
 
-    given = [x for x in (capture, follow, interface) if x is not None]
-    if len(given) != 1:
-        click.echo("nagleprobe: error: give one input: CAPTURE (- for stdin), --follow FILE "
-                   "or -i IFACE", err=True)
-        sys.exit(ExitStatus.USAGE)
-    if bpf is not None and interface is None:
-        click.echo("nagleprobe: error: --filter needs -i IFACE", err=True)
-        sys.exit(ExitStatus.USAGE)
-
-    from ..text_report import fit_lines
-
-    width = common.text_width() if fmt == "text" and common.stdout_is_terminal() else None
-
-    def emit(text: str) -> None:
-        if width is not None:  # a terminal: within its width (a pipe keeps one line each)
-            text = "\n".join(fit_lines(text.split("\n"), width))
-        with to_stdout():  # flushed: a pipe to jq or a log shipper sees each line at once
-            sys.stdout.write(text + "\n")
+    _one_input(capture, follow, interface, bpf)
+    emit = _emitter(fmt)
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)  # a service manager's stop: the final report too
-    cap = None
+    cap, raw = None, None
     name = capture or follow or f"interface {interface}"
     with one_line_errors(debug, "watching", name, {}):
         try:
@@ -104,15 +92,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
                 click.echo(f"nagleprobe: watching {printable(interface)} "
                            f"({printable(cap.filter)}); Ctrl-C for the final report", err=True)
             try:  # stopped before the capture's header came: the report of nothing
-                if capture == "-":
-                    raw = sys.stdin.buffer
-                elif cap is None:
-                    try:  # a FIFO blocks here until something opens it for writing
-                        raw = open(follow or capture, "rb")
-                    except OSError as e:
-                        raise CaptureError(name, e.strerror or str(e)) from None
-                stream = LiveStream(raw, follow=follow is not None, name=name)
-                reader = CaptureReader(name, chunk_bytes=LIVE_CHUNK_BYTES, stream=stream)
+                reader, stream = _open_reader(capture, follow, raw, name)
             except KeyboardInterrupt:
                 emit(line_for_nothing(fmt))
                 return
@@ -130,6 +110,54 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
         finally:
             if cap is not None:
                 cap.stop(0)
+
+
+def _one_input(capture: str | None, follow: str | None, interface: str | None,
+               bpf: str | None) -> None:
+    """A usage error (exit 2) unless exactly one input is given, and --filter only with -i."""
+    if len([x for x in (capture, follow, interface) if x is not None]) != 1:
+        click.echo("nagleprobe: error: give one input: CAPTURE (- for stdin), --follow FILE "
+                   "or -i IFACE", err=True)
+        sys.exit(ExitStatus.USAGE)
+    if bpf is not None and interface is None:
+        click.echo("nagleprobe: error: --filter needs -i IFACE", err=True)
+        sys.exit(ExitStatus.USAGE)
+
+
+def _emitter(fmt: str) -> Callable[[str], None]:
+    """Writes an event's lines to standard output, flushed (a pipe to jq or a log shipper
+    sees each line at once); on a terminal, text within its width (a pipe keeps one line
+    each)."""
+    from ..text_report import fit_lines
+
+    width = common.text_width() if fmt == "text" and common.stdout_is_terminal() else None
+
+    def emit(text: str) -> None:
+        if width is not None:
+            text = "\n".join(fit_lines(text.split("\n"), width))
+        with to_stdout():
+            sys.stdout.write(text + "\n")
+
+    return emit
+
+
+def _open_reader(capture: str | None, follow: str | None, raw: BinaryIO | None, name: str
+                 ) -> tuple[CaptureReader, LiveStream]:
+    """The reader of the watched capture: tcpdump's pipe `raw`, standard input (`-`) or a
+    file (a FIFO blocks here until something opens it for writing); it returns once the
+    capture's header has come."""
+    from ..live import LIVE_CHUNK_BYTES, LiveStream
+    from ..read import CaptureReader
+
+    if capture == "-":
+        raw = sys.stdin.buffer
+    elif raw is None:
+        try:
+            raw = open(follow or capture, "rb")  # type: ignore[arg-type]
+        except OSError as e:
+            raise CaptureError(name, e.strerror or str(e)) from None
+    stream = LiveStream(raw, follow=follow is not None, name=name)
+    return CaptureReader(name, chunk_bytes=LIVE_CHUNK_BYTES, stream=stream), stream
 
 
 def line_for_nothing(fmt: str) -> str:
