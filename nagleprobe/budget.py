@@ -4,7 +4,6 @@ checked for sense before any capture is read."""
 
 from __future__ import annotations
 
-import ipaddress
 import tomllib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -81,9 +80,6 @@ class Budget:
         d["ports"], d["hosts"] = list(self.ports), list(self.hosts)
         d["effective_max_stalls"] = self.stall_limit
         return d
-
-    def host_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        return [ipaddress.ip_network(h, strict=False) for h in self.hosts]
 
 
 CONFIG_KEYS = {"max-stalls": "max_stalls", "max-stall-ms": "max_stall_ms",
@@ -167,6 +163,15 @@ def load_budget(pyproject: Path | None = None, start: Path | None = None
     if not isinstance(table, dict):
         raise BudgetError(f"{path}: [tool.nagleprobe.check] must be a table")
     return budget_from_mapping(table, f"{path} [tool.nagleprobe.check]"), Path(path)
+
+
+def command_budget(config: Path | None, use_config: bool = True, **given: Any
+                   ) -> tuple[Budget, Path | None]:
+    """The budget a command checks with: `load_budget(config)` (with `use_config` false the
+    default budget) with the settings `given` on the command line over it (None: not given);
+    and the file it came from."""
+    budget, source = load_budget(config) if use_config else (Budget(), None)
+    return budget.merged(**given), source
 
 
 def _is_int(x: Any) -> bool:

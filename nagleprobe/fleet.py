@@ -43,7 +43,7 @@ def connect(address: str, timeout: float = DASK_TIMEOUT_S) -> Any:
                              "'nagleprobe[dask]'") from None
     try:
         # asked first on a connection of our own: a Client that fails to start leaves a
-        # 20-second close and a traceback at exit behind it
+        # slow close and a traceback at exit behind it
         with ThreadPoolExecutor(1) as one:  # its own event loop, also under a notebook's
             kind = one.submit(asyncio.run, _identity(address, timeout)).result()
         if kind != "Scheduler":

@@ -82,6 +82,15 @@ def refuse_inputs(path: str, inputs: Iterable[str], what: str = "") -> None:
                                 f"{what or 'the output'} over it")
 
 
+def refuse_report_file(path: str, option: str, what: str, inputs: Iterable[str]) -> None:
+    """OutputRefused, before any analysis, for a file option's `path` that is one of the
+    inputs, or `-`: standard output carries the command's own report."""
+    if path == "-":
+        raise OutputRefused(f"{option} -: standard output carries the report; give a file "
+                            "name for " + what)
+    refuse_inputs(path, inputs, what)
+
+
 @contextmanager
 def open_output(path: str, what: str = "", inputs: Iterable[str] = ()) -> Iterator[Output]:
     """`path` open for writing as the rules above say; `what` names the output in messages

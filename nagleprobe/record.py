@@ -56,11 +56,21 @@ class CaptureStats:
 
 @dataclass
 class RecordResult:
-    """The command's exit status and where its traffic was written."""
+    """The command's exit status, the interface its traffic was captured on and the file
+    it was written to."""
 
     returncode: int
     path: str
     stats: CaptureStats = field(default_factory=CaptureStats)
+    interface: str = "lo"
+
+    def summary(self) -> str:
+        """What was recorded, in one line for people."""
+        s = self.stats
+        return (f"recorded {s.captured if s.captured is not None else '?'} packets on "
+                f"{self.interface} to {self.path}"
+                + (f" ({s.dropped} dropped by the kernel)" if s.dropped else "")
+                + f"; command exited with {self.returncode}")
 
 
 def find_tcpdump(explicit: str | None = None) -> str:
@@ -294,7 +304,7 @@ def record(command: Sequence[str], output: str | os.PathLike[str], interface: st
     except BaseException:
         cap.stop(0)
         raise
-    return RecordResult(code, str(output), cap.stop(linger))
+    return RecordResult(code, str(output), cap.stop(linger), interface)
 
 
 def _die_with_parent() -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from . import advice, document, relay
 from . import selection as sel
 from .columns import take
-from .detect import REASONS, Detection, timer_name  # noqa: F401 (timer_name: the old home)
+from .detect import Detection
 from .errors import utf8_safe
 from .flows import Flows
 from .read import CaptureInfo
@@ -28,7 +28,7 @@ from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
 from .text_report import TEXT_WIDTH, render_text
 from .wireshark import add_tcp_streams
-from .words import LONG_MS, SIDES, counted, human_count, human_ms  # noqa: F401 (re-exported)
+from .words import SIDES, counted, human_count, human_ms
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -176,6 +176,20 @@ def test_config_keys_accept_underscores_and_an_explicit_file(tmp_path):
     assert gate("--config", str(cfg), SPLIT)[0] == ExitStatus.OK
 
 
+def test_a_command_s_budget_is_the_file_s_with_its_own_settings_over_it(tmp_path):
+    from nagleprobe.budget import command_budget
+
+    cfg = write_pyproject(tmp_path, "max-stalls = 3\nports = [8000]")
+    assert command_budget(cfg, max_stalls=None, ports=()) == (
+        Budget(max_stalls=3, ports=(8000,)), cfg)  # not given: the file's stands
+    assert command_budget(cfg, max_stalls=1, ports=[9000], allow_empty=True) == (
+        Budget(max_stalls=1, ports=(9000,), allow_empty=True), cfg)
+    assert command_budget(cfg, use_config=False, max_stall_ms=5.0) == (
+        Budget(max_stall_ms=5.0), None)  # --no-config: the file is not read at all
+    with pytest.raises(BudgetError, match="max-stalls must be a whole number >= 0"):
+        command_budget(cfg, max_stalls=-1)
+
+
 def test_pyproject_without_the_table_gives_the_default_budget(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     assert load_budget(start=tmp_path) == (Budget(), None)

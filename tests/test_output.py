@@ -17,7 +17,7 @@ import pytest
 from nagleprobe.annotate import annotate
 from nagleprobe.errors import OutputRefused, WriteFailed
 from nagleprobe.html_report import write_html
-from nagleprobe.output import open_output, refuse_inputs, write_output
+from nagleprobe.output import open_output, refuse_inputs, refuse_report_file, write_output
 from nagleprobe.read import CaptureReader
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -62,6 +62,21 @@ def test_other_files_new_paths_stdin_and_urls_are_not_inputs(capture, tmp_path):
     other.write_bytes(b"x")
     for out in (other, tmp_path / "new.html"):
         refuse_inputs(str(out), [str(path), "-", "s3://bucket/e.pcap", str(tmp_path / "gone")])
+
+
+def test_a_report_file_option_refuses_standard_output_and_an_input_before_analysis(capture,
+                                                                                   tmp_path):
+    """`-` is refused for a file option (standard output carries the command's report), an
+    input as everywhere; another path is left to be written."""
+    path, original = capture
+    with pytest.raises(OutputRefused, match=r"^--junit -: standard output carries the "
+                                            r"report; give a file name for the JUnit report$"):
+        refuse_report_file("-", "--junit", "the JUnit report", [str(path)])
+    with pytest.raises(OutputRefused, match=f"^{re.escape(str(path))}: is an input: refusing "
+                                            "to write the HTML report over it$"):
+        refuse_report_file(str(path), "--html", "the HTML report", [str(path)])
+    refuse_report_file(str(tmp_path / "new.html"), "--html", "the HTML report", [str(path)])
+    assert path.read_bytes() == original and not (tmp_path / "new.html").exists()
 
 
 def test_the_library_refuses_to_write_over_the_capture_it_read(capture):

@@ -22,7 +22,7 @@ def name(requirement: str) -> str:
 def imported_modules() -> set[str]:
     """Top-level names of every module the package's code imports (anywhere in a file)."""
     found = set()
-    for path in (ROOT / "nagleprobe").glob("*.py"):
+    for path in (ROOT / "nagleprobe").rglob("*.py"):  # subpackages (cli/, read/) too
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 found |= {a.name.split(".")[0] for a in node.names}

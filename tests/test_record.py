@@ -15,7 +15,7 @@ import pytest
 import nagleprobe
 from capture_env import require_capture
 from nagleprobe.errors import ExitStatus
-from nagleprobe.record import bpf_filter, record
+from nagleprobe.record import CaptureStats, RecordResult, bpf_filter, record
 from splitwrite import free_port
 
 SPLITWRITE = str(Path(__file__).resolve().parent / "splitwrite.py")
@@ -45,6 +45,14 @@ def record_splitwrite(tmp_path: Path, *app_args: str) -> tuple[subprocess.Comple
 def test_bpf_filter_selects_tcp_and_the_ports():
     assert bpf_filter() == "tcp"
     assert bpf_filter([8000, 8443]) == "tcp and (port 8000 or port 8443)"
+
+
+def test_the_summary_says_what_was_recorded_where_and_how_the_command_ended():
+    said = RecordResult(3, "run.pcap", CaptureStats(captured=42, dropped=2), "eth0").summary()
+    assert said == ("recorded 42 packets on eth0 to run.pcap (2 dropped by the kernel); "
+                    "command exited with 3")
+    unsaid = RecordResult(0, "run.pcap", CaptureStats()).summary()  # tcpdump said nothing
+    assert unsaid == "recorded ? packets on lo to run.pcap; command exited with 0"
 
 
 def test_split_writes_are_recorded_and_fail_the_gate(tmp_path):

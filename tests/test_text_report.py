@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import nagleprobe
-from nagleprobe import cli as cli_module
+from nagleprobe.cli import common as cli_module
 from nagleprobe.cli import main
 from nagleprobe.text_report import TEXT_WIDTH, fit_lines
 
@@ -25,7 +25,7 @@ needs_field = pytest.mark.skipif(not COAP.exists(), reason=f"{FIELD} (field capt
 
 def analyze_cli(*args, width=None, monkeypatch=None):
     if width is not None:
-        monkeypatch.setattr(cli_module, "_text_width", lambda: width)
+        monkeypatch.setattr(cli_module, "text_width", lambda: width)
     r = CliRunner().invoke(main, ["analyze", "-q", *map(str, args)])
     assert r.exit_code == 0, r.output
     return r.output
@@ -179,8 +179,8 @@ def test_watch_lines_fit_a_terminal_and_stay_whole_in_a_pipe(monkeypatch):
     piped = CliRunner().invoke(main, ["watch", sample]).output.splitlines()
     stalls = [x for x in piped if " stall flow " in x]
     assert len(stalls) == 19  # a pipe: a line per stall, whatever its length
-    monkeypatch.setattr(cli_module, "_stdout_is_terminal", lambda: True)
-    monkeypatch.setattr(cli_module, "_text_width", lambda: 80)
+    monkeypatch.setattr(cli_module, "stdout_is_terminal", lambda: True)
+    monkeypatch.setattr(cli_module, "text_width", lambda: 80)
     shown = CliRunner().invoke(main, ["watch", sample]).output
     assert max(map(len, shown.splitlines())) <= 80
     assert shown.split() == "\n".join(piped).split()

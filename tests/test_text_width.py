@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import nagleprobe
-from nagleprobe import cli as cli_module
+from nagleprobe.cli import common as cli_module
 from nagleprobe.cli import main
 from nagleprobe.text_report import _Pre, fit_lines
 
@@ -67,7 +67,7 @@ def test_cli_uses_80_columns_off_a_terminal_and_the_terminal_s_width_on_one(monk
     out = CliRunner().invoke(main, ["analyze", sample]).output
     assert max(map(len, out.splitlines())) <= 80 and "FIX for the client" in out
     assert out == nagleprobe.analyze(sample).to_text(80)
-    monkeypatch.setattr(cli_module, "_text_width", lambda: 120)
+    monkeypatch.setattr(cli_module, "text_width", lambda: 120)
     out = CliRunner().invoke(main, ["analyze", sample]).output
     assert 80 < max(map(len, out.splitlines())) <= 120 and "  late pure ACK  " in out
 
@@ -77,8 +77,8 @@ def test_check_text_is_wrapped_on_a_terminal_only(monkeypatch):
     sample = "samples/echo_split_lo.pcap"
     whole = CliRunner().invoke(main, ["check", sample]).output
     assert max(map(len, whole.splitlines())) > 100  # a CI log keeps a verdict on one line
-    monkeypatch.setattr(cli_module, "_stdout_is_terminal", lambda: True)
-    monkeypatch.setattr(cli_module, "_text_width", lambda: 80)
+    monkeypatch.setattr(cli_module, "stdout_is_terminal", lambda: True)
+    monkeypatch.setattr(cli_module, "text_width", lambda: 80)
     wrapped = CliRunner().invoke(main, ["check", sample]).output
     assert max(map(len, wrapped.splitlines())) <= 80
     assert wrapped.split() == whole.split()
