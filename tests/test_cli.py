@@ -147,7 +147,8 @@ def test_html_file_that_cannot_be_written_is_a_one_line_usage_error(tmp_path):
 def test_help_lists_each_command_with_a_whole_short_summary():
     out = run(["--help"]).output
     commands = out.split("Commands:", 1)[1].split("\n\n", 1)[0].strip().splitlines()
-    assert [c.split()[0] for c in commands] == ["analyze", "annotate", "check", "record", "watch"]
+    assert [c.split()[0] for c in commands] == ["analyze", "annotate", "check", "compare", "record",
+                                               "watch"]
     for line in commands:
         assert not line.endswith("...") and line.endswith("."), line
 

@@ -2,7 +2,7 @@
 
 One module per command group, each command's body a few lines over the library:
 `analyze_cmd` (analyze), `gate_cmd` (check, and record, which can run the gate),
-`watch_cmd` (watch), `annotate_cmd` (annotate); `common` holds the options and the exit
+`watch_cmd` (watch), `annotate_cmd` (annotate), `compare_cmd` (compare); `common` holds the options and the exit
 handling they share. This module is the group and the console entry point.
 """
 
@@ -19,6 +19,7 @@ from ..errors import ExitStatus, WriteFailed
 from ..output import STDOUT, discard_stdout
 from .analyze_cmd import analyze
 from .annotate_cmd import annotate
+from .compare_cmd import compare
 from .common import output_failed
 from .gate_cmd import check, record
 from .watch_cmd import watch
@@ -36,7 +37,7 @@ def main() -> None:
     """Find Nagle / delayed-ACK stalls in tcpdump and Wireshark captures."""
 
 
-for _command in (analyze, annotate, check, record, watch):
+for _command in (analyze, annotate, check, compare, record, watch):
     main.add_command(_command)
 
 

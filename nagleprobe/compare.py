@@ -1,0 +1,201 @@
+"""Did the fix work: two reports of the same service compared, connection group by group.
+
+Ports change from one run to the next (the client's is ephemeral), so connections are
+matched by their server endpoint and their client's host: a *group* is every flow from one
+client host to one server endpoint. Each report is read as its JSON document (`Report.to_dict`
+or a file saved with `analyze --format json`), so a capture analysed now and a report saved
+earlier compare alike. Per group and side: how many flows, packets and stalls, the time
+lost, the longest and median stall, the endpoints' Nagle state and delayed-ACK timers; and
+whether the second report is worse than the first (`regressions`, the check gate's
+`--baseline`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+
+from .errors import CaptureError
+from .words import human_count, human_ms
+
+SIDES = ("client", "server")
+
+
+@dataclass
+class Group:
+    """The flows of one (client host, server endpoint) in one report, summed up."""
+
+    flows: int = 0
+    packets: int = 0
+    stalls: int = 0
+    stall_ms: float = 0.0
+    delays_ms: list[float] = field(default_factory=list)  # of each stall
+    nagle: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SIDES})
+    timers_ms: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SIDES})
+    endpoints: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SIDES})
+
+    def facts(self) -> dict:
+        """The group as JSON: counts, the stall delays' median and maximum, and per side
+        its endpoints, Nagle state and median delayed-ACK timer."""
+        d = self.delays_ms
+        return {"flows": self.flows, "packets": self.packets, "stalls": self.stalls,
+                "stall_ms": round(self.stall_ms, 3),
+                "median_stall_ms": round(statistics.median(d), 3) if d else None,
+                "max_stall_ms": round(max(d), 3) if d else None,
+                "sides": {s: {"endpoints": sorted(self.endpoints[s]),
+                              "nagle": nagle_state(self.nagle[s]),
+                              "delayed_ack_ms": (round(statistics.median(self.timers_ms[s]), 1)
+                                                 if self.timers_ms[s] else None)}
+                          for s in SIDES}}
+
+
+def nagle_state(seen: set[str]) -> str:
+    """One side's Nagle state over its flows: on or off where the flows agree (flows that
+    cannot tell, "unknown", do not count), "mixed" where they differ."""
+    known = seen - {"unknown"}
+    return "unknown" if not known else known.pop() if len(known) == 1 else "mixed"
+
+
+def host_of(endpoint: str) -> str:
+    """The address of "addr:port" or "[v6]:port"."""
+    host = endpoint.rsplit(":", 1)[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
+def groups(doc: dict) -> dict[tuple[str, str], Group]:
+    """The report's flows grouped by (client host, server endpoint)."""
+    out: dict[tuple[str, str], Group] = {}
+    by_id = {}
+    for f in doc["flows"]:
+        g = out.setdefault((host_of(f["client"]), f["server"]), Group())
+        by_id[f["id"]] = g
+        g.flows += 1
+        g.packets += f["packets"]
+        g.stalls += f["stalls"]
+        g.stall_ms += f["stall_ms"]
+        for side in SIDES:
+            e = f["endpoints"][side]
+            g.endpoints[side].add(host_of(e["endpoint"]) if side == "client" else e["endpoint"])
+            g.nagle[side].add(e["nagle"])
+            if e["delayed_ack_ms"] is not None:
+                g.timers_ms[side].append(e["delayed_ack_ms"])
+    for s in doc.get("stalls", []):
+        if s["flow"] in by_id:
+            by_id[s["flow"]].delays_ms.append(s["delay_ms"])
+    return out
+
+
+def compare(before: dict, after: dict) -> dict:
+    """The two documents' groups side by side (JSON: schema/compare.schema.json): matched groups
+    first, by time lost before, then those seen in one report only."""
+    a, b = groups(before), groups(after)
+    keys = sorted(a.keys() | b.keys(), key=lambda k: (k not in a or k not in b,
+                                                      -(a[k].stall_ms if k in a else 0), k))
+    return {"before": _source(before), "after": _source(after),
+            "groups": [{"client_host": k[0], "server": k[1],
+                        "before": a[k].facts() if k in a else None,
+                        "after": b[k].facts() if k in b else None} for k in keys],
+            "totals": {"before": _totals(before), "after": _totals(after)}}
+
+
+def _source(doc: dict) -> dict:
+    return {"path": doc["capture"]["path"], "warnings": len(doc["capture"]["warnings"]),
+            "selection": doc.get("selection")}
+
+
+REPORT_KEYS = ("schema_version", "capture", "summary", "flows", "stalls")
+
+
+def load_report(path: str, **analyze_options) -> dict:
+    """The JSON document of `path`: a report saved with `analyze --format json` (a .json
+    file), else the capture analysed now (`analyze_options`: `nagleprobe.analyze`'s).
+    Raises CaptureError for a JSON file that is not a nagleprobe report."""
+    if not os.fspath(path).endswith(".json"):
+        from .pipeline import analyze
+
+        return analyze(path, **analyze_options).to_dict()
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise CaptureError(path, e.strerror or str(e)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CaptureError(path, f"not a JSON report ({e})") from None
+    if not isinstance(doc, dict) or any(k not in doc for k in REPORT_KEYS):
+        raise CaptureError(path, "not a nagleprobe JSON report (save one with "
+                                 "nagleprobe analyze --format json -o FILE)")
+    return doc
+
+
+def _totals(doc: dict) -> dict:
+    s = doc["summary"]
+    return {"flows": s["flows"], "stalls": s["stalls"], "stall_ms": s["stall_ms"]}
+
+
+def regressions(comparison: dict, tolerance: float = 0.1, slack_ms: float = 1.0) -> list[str]:
+    """Why the second report is worse than the first, one sentence each (empty: it is not):
+    a group with more stalls, or with more time lost than the first's by more than
+    `tolerance` (a share) and `slack_ms`; a new group with stalls."""
+    out = []
+    for g in comparison["groups"]:
+        was, now = g["before"], g["after"]
+        name = f"{g['client_host']} -> {g['server']}"
+        if now is None or not now["stalls"]:
+            continue
+        if was is None:
+            out.append(f"{name}: {human_count(now['stalls'])} stalls "
+                       f"({human_ms(now['stall_ms'])} lost), a connection group the "
+                       "baseline does not have")
+            continue
+        if now["stalls"] > was["stalls"]:
+            out.append(f"{name}: {human_count(was['stalls'])} -> "
+                       f"{human_count(now['stalls'])} stalls")
+        elif now["stall_ms"] > was["stall_ms"] * (1 + tolerance) + slack_ms:
+            out.append(f"{name}: time lost {human_ms(was['stall_ms'])} -> "
+                       f"{human_ms(now['stall_ms'])}")
+    return out
+
+
+def render_text(comparison: dict) -> str:
+    """The comparison for people: per group what changed (stalls, time lost, the longest
+    stall, each side's Nagle state and delayed-ACK timer), in 80 columns or less."""
+    t = comparison["totals"]
+    lines = [f"{which}: {src['path']}" + (" (a selection of its flows)" if src["selection"] else "")
+             for which, src in (("before", comparison["before"]), ("after ", comparison["after"]))]
+    lines += [
+              f"stalls {_arrow(t['before']['stalls'], t['after']['stalls'], human_count)}; "
+              f"time lost {_arrow(t['before']['stall_ms'], t['after']['stall_ms'], human_ms)}"]
+    for g in comparison["groups"]:
+        was, now = g["before"], g["after"]
+        lines.append("")
+        lines.append(f"{g['client_host']} -> {g['server']}: "
+                     + ("only before" if now is None else "only after" if was is None else
+                        f"flows {_arrow(was['flows'], now['flows'], human_count)}"))
+        if was is None or now is None:
+            one = was or now
+            lines.append(f"  {human_count(one['stalls'])} stalls, "
+                         f"{human_ms(one['stall_ms'])} lost")
+            continue
+        lines.append(f"  stalls {_arrow(was['stalls'], now['stalls'], human_count)}; time lost "
+                     f"{_arrow(was['stall_ms'], now['stall_ms'], human_ms)}")
+        if was["max_stall_ms"] is not None or now["max_stall_ms"] is not None:
+            lines.append(f"  longest stall {_arrow(was['max_stall_ms'], now['max_stall_ms'], _ms)}")
+        for side in SIDES:
+            w, n = was["sides"][side], now["sides"][side]
+            name = g["client_host"] if side == "client" else g["server"]
+            said = [f"Nagle {_arrow(w['nagle'], n['nagle'], str)}"]
+            if w["delayed_ack_ms"] is not None or n["delayed_ack_ms"] is not None:
+                said.append(f"delayed ACK {_arrow(w['delayed_ack_ms'], n['delayed_ack_ms'], _ms)}")
+            lines.append(f"  {side} {name}: " + "; ".join(said))
+    return "\n".join(lines) + "\n"
+
+
+def _ms(v: float | None) -> str:
+    return "none" if v is None else human_ms(v)
+
+
+def _arrow(was, now, fmt) -> str:
+    """ "a -> b", or "a (same)" when nothing changed."""
+    return f"{fmt(was)} (same)" if was == now else f"{fmt(was)} -> {fmt(now)}"
