@@ -164,9 +164,8 @@ def render_text(comparison: dict) -> str:
     t = comparison["totals"]
     lines = [f"{which}: {src['path']}" + (" (a selection of its flows)" if src["selection"] else "")
              for which, src in (("before", comparison["before"]), ("after ", comparison["after"]))]
-    lines += [
-              f"stalls {_arrow(t['before']['stalls'], t['after']['stalls'], human_count)}; "
-              f"time lost {_arrow(t['before']['stall_ms'], t['after']['stall_ms'], human_ms)}"]
+    lines.append(f"stalls {_arrow(t['before']['stalls'], t['after']['stalls'], human_count)}; "
+                 f"time lost {_arrow(t['before']['stall_ms'], t['after']['stall_ms'], human_ms)}")
     for g in comparison["groups"]:
         was, now = g["before"], g["after"]
         lines.append("")
