@@ -25,12 +25,13 @@ from .detect import REASONS
 from .errors import utf8_safe
 from .jsonrows import Program, encode
 from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of
+from .weirds import fact
 
 if TYPE_CHECKING:
     from .tables import Result
 
 FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (a flow is ten times a stall)
-SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
+SCHEMA_VERSION = 2  # of the JSON document (nagleprobe/schema/report.schema.json)
 
 Columns = dict[str, np.ndarray]  # a table's numpy columns (see `tables`)
 
@@ -183,6 +184,7 @@ def _json_parts(report: Result, rows_per_piece: int
 
 
 def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
-    """The capture object as written out: a non-UTF-8 file name with \\xNN escapes."""
-    path = utf8_safe(capture["path"])
-    return capture if path == capture["path"] else dict(capture, path=path)
+    """The capture object as written out: a non-UTF-8 file name with \\xNN escapes, each
+    warning a {"code", "count", "text"} object."""
+    return dict(capture, path=utf8_safe(capture["path"]),
+                warnings=[fact(w) for w in capture["warnings"]])

@@ -108,6 +108,14 @@ class Report:
         return table(self.vantage_doc)
 
     @property
+    def warnings(self) -> pd.DataFrame:
+        """One row per capture warning (columns code, count, text; the codes are described
+        in `nagleprobe.weirds.WEIRDS` and docs/json.md): `capture["warnings"]` as a table."""
+        from .frames import warning_table
+
+        return warning_table(self.capture["warnings"])
+
+    @property
     def stall_count(self) -> int:
         return len(self.columns("stalls")["flow"])
 

@@ -19,6 +19,8 @@ from .words import SIDES
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .weirds import Weird
+
 _NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
 
 
@@ -120,8 +122,9 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
 
 def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, origin_ns: int,
-                warnings: list[str] | None = None) -> dict[str, Any]:
-    """The JSON document's `capture` object: how the file was read."""
+                warnings: list[Weird] | None = None) -> dict[str, Any]:
+    """The `capture` object: how the file was read (its warnings `weirds.Weird`s, which
+    the JSON document writes as objects)."""
     return {"path": info.path, "format": info.format, "compressed": info.compressed,
             "link_types": list(info.link_types), "packets": info.packets,
             "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),

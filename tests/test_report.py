@@ -238,7 +238,9 @@ def test_text_report_prints_at_most_20_warnings_then_a_count_and_json_keeps_all(
     assert shown == warnings[:text_report.TEXT_WARNINGS] == warnings[:20]
     after = lines.index(f"warning: {warnings[19]}") + 1
     assert lines[after] == "... 1 more warning (--format json lists them all)"
-    assert rep.to_dict()["capture"]["warnings"] == warnings
+    written = rep.to_dict()["capture"]["warnings"]
+    assert [w["text"] for w in written] == warnings
+    assert written[-1] == {"code": "more-warnings", "count": 5, "text": warnings[-1]}
 
 
 def test_text_report_prints_every_warning_up_to_20(tmp_path):
