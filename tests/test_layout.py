@@ -93,6 +93,7 @@ def test_the_report_imports_none_of_its_renderers():
     for r in sorted(renderers):
         assert "report" not in graph[r], r
     assert not renderers & (graph["tables"] | graph["frames"])
+    assert "document" not in graph["text_report"]  # the text is written from the columns
 
 
 def test_the_cycle_finder_finds_a_circle():
