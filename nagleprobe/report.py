@@ -36,12 +36,13 @@ TABLES = ("flows", "stalls", "endpoints")
 class Report:
     """Everything nagleprobe found in one capture.
 
-    `capture`: how the file was read (a dict). `flows`, `stalls`, `endpoints`: pandas
-    DataFrames, one row per flow, per stall and per flow endpoint, made on first use from
-    their numpy columns (`columns(name)`); `segments` one row per TCP segment, built on
-    first use from `source` (columns of all four in docs/notebook.md).
-    `to_dict()` is the JSON document. `flow(i)`, `worst(n)` and `select(...)` give a
-    Report restricted to some flows.
+    `capture`: how the file was read (a dict; its warnings are `weirds.Weird`s, and
+    `warnings` a DataFrame of them). `flows`, `stalls`, `endpoints`: pandas DataFrames, one
+    row per flow, per stall and per flow endpoint, made on first use from their numpy
+    columns (`columns(name)`); `segments` one row per TCP segment, built on first use from
+    `source` (columns of all in docs/notebook.md). `to_dict()` is the JSON document,
+    `to_text()` the text report. `flow(i)`, `worst(n)` and `select(...)` give a Report
+    restricted to some flows.
     """
 
     def __init__(self, capture: dict[str, Any], flows: dict[str, np.ndarray] | pd.DataFrame,
