@@ -90,7 +90,7 @@ class CaptureVerdict:
     ignored_stalls: int = 0  # below min_confidence, in selected flows
     seconds: float = 0.0
     document: dict[str, Any] | None = None  # the analyze JSON document, when asked for
-    warnings: list[str] = field(default_factory=list)  # the capture's damage, as read
+    warnings: list[str] = field(default_factory=list)  # the capture's warnings' texts
     fixes: list[dict[str, Any]] = field(default_factory=list)  # of the failing flows, one
     # per endpoint to change (advice.fix_groups of the counted stalls)
     packets: int = 0  # packets read (for the progress display's rate)
@@ -179,7 +179,7 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
         v.status = ExitStatus.UNRESOLVED
         v.reasons.append(f"time stamps in steps of {duration(step)}: a 40 ms delayed-ACK "
                          "stall cannot be resolved")
-    v.warnings = list(report.capture.get("warnings", []))
+    v.warnings = [str(w) for w in report.capture.get("warnings", [])]
     return v
 
 
@@ -194,8 +194,8 @@ def _selection(budget: Budget) -> str:
 
 def _evidence(stalls: Any, limit: int) -> dict[int, list[dict[str, Any]]]:
     """Per flow, its first `limit` stalls in the JSON shape of `analyze`'s stalls (sender,
-    delay, frames, times, confidence). All flows in one pass: per flow, pandas' row access
-    cost 0.5-4 ms, most of a fleet's time on captures with many flows with stalls."""
+    delay, frames, times, confidence), all flows in one pass (no pandas row access per
+    flow)."""
     from .frames import columns_of
 
     rows = columns_of(stalls.groupby("flow", sort=False).head(limit))

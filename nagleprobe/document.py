@@ -1,16 +1,19 @@
-"""The shapes of a flow and of a stall in the JSON document, written down once.
+"""The JSON document of a report (docs/json.md), written from the report's numpy columns.
 
-Each is a `jsonrows.Program` over the numpy columns of the report's tables (`Report.columns`,
-no pandas): the flat columns in table order, then the nested objects (a flow's why_not,
-relay, endpoints, fix and Wireshark filters; a stall's frames, times, files of a file set,
-and confidence last). `analyze --format json`
-renders them to text directly; `Report.flow_docs`, `Report.stall_docs` and `check`'s
-evidence parse that text, so every output has the one shape.
+The shapes of a flow and of a stall are written down once, each a `jsonrows.Program` over
+the tables' columns (no pandas, no Python object per row): the flat columns in table order,
+then the nested objects (a flow's why_not, relay, endpoints, fix and Wireshark filters; a
+stall's frames, times, files of a file set, and confidence last). `json_pieces` writes the
+whole document a slice of rows at a time; `flow_docs`/`stall_docs` give rows as Python
+objects for the documents that embed them (`check`).
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,11 +22,16 @@ from . import relay, wireshark
 from .advice import FIX_FIELDS
 from .columns import take
 from .detect import REASONS
+from .errors import utf8_safe
 from .jsonrows import Program, encode
 from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of
+from .weirds import fact
 
 if TYPE_CHECKING:
-    from .report import Report
+    from .tables import Result
+
+FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (a flow is ten times a stall)
+SCHEMA_VERSION = 2  # of the JSON document (nagleprobe/schema/report.schema.json)
 
 Columns = dict[str, np.ndarray]  # a table's numpy columns (see `tables`)
 
@@ -37,7 +45,7 @@ def _column(cols: Columns, name: str):
     return lambda p: p.value(col, col < 0 if name in NULLABLE else None)
 
 
-def flow_program(report: Report, ids: np.ndarray | None = None) -> Program:
+def flow_program(report: Result, ids: np.ndarray | None = None) -> Program:
     """One flow per row (all, or the given ids in that order), as the document's "flows"."""
     every = report.columns("flows")
     rows = np.arange(len(every["id"])) if ids is None else rows_of(every, ids)
@@ -72,7 +80,7 @@ def flow_program(report: Report, ids: np.ndarray | None = None) -> Program:
     return p.obj(items)
 
 
-def _filters(p: Program, report: Report, fl: Columns) -> None:
+def _filters(p: Program, report: Result, fl: Columns) -> None:
     """{"flow_filter", "stall_frames_filter"} (a file set: per file, see wireshark)."""
     if "small_file" in report.columns("stalls"):
         p.raw([encode(d) for d in wireshark.filter_docs(report, fl["id"])])
@@ -104,7 +112,7 @@ def parsed(p: Program, rows: int) -> list[dict[str, Any]]:
     return json.loads("[" + p.render(0, rows) + "]")
 
 
-def flow_docs(report: Report, ids: list[int] | np.ndarray | None = None) -> list[dict[str, Any]]:
+def flow_docs(report: Result, ids: list[int] | np.ndarray | None = None) -> list[dict[str, Any]]:
     """Flows as the document's JSON objects (all, or the given ids)."""
     n = len(report.columns("flows")["id"]) if ids is None else len(ids)
     return parsed(flow_program(report, None if ids is None else np.asarray(ids, dtype=np.int64)), n)
@@ -114,3 +122,69 @@ def stall_docs(st: Columns, fields: tuple[str, ...] | None = None) -> list[dict[
     """Stall rows (a stalls table's columns) as the document's stall objects (all columns,
     or only `fields`)."""
     return parsed(stall_program(st, fields), len(st["flow"]))
+
+
+def document_head() -> dict[str, Any]:
+    """The JSON document's first fields: its schema version and the tool that wrote it."""
+    from . import __version__
+
+    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "nagleprobe",
+                                                       "version": __version__}}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the document (shipped as nagleprobe/schema/report.schema.json)."""
+    from importlib.resources import files
+
+    return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
+
+
+def json_pieces(report: Result, rows_per_piece: int = 20_000) -> Iterator[str]:
+    """The document's compact text in pieces (flows and stalls a slice at a time), to write
+    a large document without holding all its text at once. A thread renders each piece's
+    rows while the next piece's program is built (the compiled writer lets go of the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="nagleprobe-json") as pool:
+        waiting: deque = deque()  # (text, the rendering of the rows after it)
+        text = ""
+        for more, program, rows in _json_parts(report, rows_per_piece):
+            text += more
+            if program is not None:
+                waiting.append((text, pool.submit(program.render, 0, rows)))
+                text = ""
+            if len(waiting) > 1:
+                before, rendered = waiting.popleft()
+                yield before + rendered.result()
+        for before, rendered in waiting:
+            yield before + rendered.result()
+        yield text
+
+
+def _json_parts(report: Result, rows_per_piece: int
+                ) -> Iterator[tuple[str, Program | None, int]]:
+    """The document as (text, program, rows): each text followed by the program's rows."""
+    doc = {**document_head(), "capture": _capture_doc(report.capture),
+           "selection": report.selection, "summary": report.summary()}
+    if report.vantage_doc is not None:
+        doc["vantages"] = report.vantage_doc
+    head = json.dumps({**doc, "flows": []},
+                      separators=(",", ":"), allow_nan=False)
+    assert head.endswith('"flows":[]}')
+    # a slice at a time: a program holds a column per key for its rows
+    ids, per = report.columns("flows")["id"], min(rows_per_piece, FLOWS_PER_PIECE)
+    yield head[:-2], None, 0
+    for a in range(0, len(ids), per):
+        part = ids[a:a + per]
+        yield "," if a else "", flow_program(report, part), len(part)
+    yield '],"stalls":[', None, 0
+    st = report.columns("stalls")
+    for a in range(0, len(st["flow"]), rows_per_piece):
+        part = take(st, slice(a, a + rows_per_piece))
+        yield "," if a else "", stall_program(part), len(part["flow"])
+    yield "]}", None, 0
+
+
+def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
+    """The capture object as written out: a non-UTF-8 file name with \\xNN escapes, each
+    warning a {"code", "count", "text"} object."""
+    return dict(capture, path=utf8_safe(capture["path"]),
+                warnings=[fact(w) for w in capture["warnings"]])

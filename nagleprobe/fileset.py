@@ -26,6 +26,7 @@ from .columns import Columns
 from .errors import CaptureError, TargetError, printable
 from .findfiles import Finder
 from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
+from .weirds import Weird
 from .words import counted
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
@@ -293,7 +294,7 @@ class SetReader:
                 formats.append(fmt)
             types += [t for t in m.info.link_types if t not in types]
             info.packets += m.info.packets
-            info.warnings += [f"{printable(m.path)}: {w}" for w in m.info.warnings]
+            info.warnings += [w.retold(f"{printable(m.path)}: {w}") for w in m.info.warnings]
             for k, v in m.info.skipped.items():
                 info.skipped[k] = info.skipped.get(k, 0) + v
             if m.info.time_step_ns is not None:  # the set's: its coarsest file's
@@ -303,7 +304,8 @@ class SetReader:
         info.compressed = any(m.info is not None and m.info.compressed for m in self._members)
         info.link_types = types
         for path, e in self._errors:
-            info.warnings.append(f"{printable(str(e))}: file left out, the rest analysed")
+            info.warnings.append(Weird("file-left-out",
+                                       f"{printable(str(e))}: file left out, the rest analysed"))
 
     @property
     def files(self) -> list[dict]:

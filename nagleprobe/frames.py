@@ -1,5 +1,6 @@
 """The result tables as pandas DataFrames, for notebooks: flows, stalls and endpoints made
-from their numpy columns (`tables`), and one row per TCP segment of the reassembled flows."""
+from their numpy columns (`tables`), the capture's warnings, and one row per TCP segment of
+the reassembled flows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pandas as pd
 from .decode import SYN, TCP_FLAG_NAMES
 from .flows import Flows
 from .tables import NULLABLE, TABLE_ONLY
+from .weirds import Weird
 from .words import SIDES
 
 # the dtype pandas gives text (str from pandas 3, object before): every text column has it,
@@ -27,8 +29,8 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
             known = col >= 0
             col = pd.array(col, dtype="Int64")
             col[~known] = pd.NA
-        elif col.dtype == object:  # text (None: missing), made TEXT_DTYPE at once (not
-            col = pd.array(col, dtype=TEXT_DTYPE)  # inferred first: twice the time)
+        elif col.dtype == object:  # text (None: missing), made TEXT_DTYPE at once (never
+            col = pd.array(col, dtype=TEXT_DTYPE)  # inferred first)
         out[name] = col
     return settle_dtypes(pd.DataFrame(out, copy=False))
 
@@ -51,8 +53,8 @@ def columns_of(df: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
-    """Epoch nanoseconds as UTC pandas datetimes (the same numbers seen as datetimes: twenty
-    times quicker than pd.to_datetime's conversion of 263 k stalls' times)."""
+    """Epoch nanoseconds as UTC pandas datetimes (the same numbers seen as datetimes, not
+    converted one by one)."""
     return pd.DatetimeIndex(np.asarray(ns, dtype=np.int64).view("M8[ns]")).tz_localize("UTC")
 
 
@@ -63,6 +65,14 @@ def settle_dtypes(df: pd.DataFrame) -> pd.DataFrame:
         if dtype == object:
             df[name] = df[name].astype(TEXT_DTYPE)
     return df
+
+
+def warning_table(warnings: list[Weird]) -> pd.DataFrame:
+    """One row per capture warning: its code (`weirds.WEIRDS`), count and text."""
+    return settle_dtypes(pd.DataFrame({
+        "code": np.array([w.code for w in warnings], dtype=object),
+        "count": np.array([w.count for w in warnings], dtype=np.int64),
+        "text": np.array([str(w) for w in warnings], dtype=object)}))
 
 
 def segment_table(f: Flows, origin_ns: int, ids: np.ndarray | None = None) -> pd.DataFrame:

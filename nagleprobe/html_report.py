@@ -32,7 +32,7 @@ from .words import SIDES, human_ms
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .report import Report  # the report renders itself through this module (to_html)
+    from .tables import Result
 
 HTML_DETAILED_FLOWS = 10  # stalled flows given their own section, worst first
 HTML_PICTURED_FLOWS = 5  # ...of which this many get time-sequence graphs
@@ -173,7 +173,7 @@ def filters_html(docs: dict[str, Any], inline_style: bool = False) -> str:
     return "".join(out)
 
 
-def summary_html(report: Report) -> str:
+def summary_html(report: Result) -> str:
     """What a Report shows in Jupyter: the verdict, the flows (stalled rows highlighted,
     worst first, then the others), and the fix for each stalled flow."""
     fl = report.flows
@@ -224,7 +224,7 @@ def _figure(draw: Callable[[Any], Any], size: tuple[float, float], caption: str,
             f"<figcaption>{_text(caption)}</figcaption></figure>")
 
 
-def _capture_section(report: Report) -> str:
+def _capture_section(report: Result) -> str:
     c = report.capture
     skipped = ", ".join(f"{v} {k}" for k, v in c["skipped"].items()) or "none"
     origin = pd.Timestamp(c["time_origin_ns"], unit="ns", tz="UTC").isoformat()
@@ -246,7 +246,7 @@ def _capture_section(report: Report) -> str:
     return "".join(out)
 
 
-def _endpoint_table(report: Report, fid: int) -> str:
+def _endpoint_table(report: Result, fid: int) -> str:
     ep = report.endpoints[report.endpoints["flow"] == fid].copy()
     ep["timer"] = [timer_words(v) if pd.notna(v) else "not seen"
                    for v in ep["delayed_ack_ms"]]
@@ -279,7 +279,7 @@ def _lost(f: dict[str, Any]) -> str:
     return f"{_stalls(f['stalls'])}, {f['stall_ms']:.1f} ms lost"
 
 
-def _flow_section(report: Report, f: dict[str, Any], pictures: bool, is_open: bool) -> str:
+def _flow_section(report: Result, f: dict[str, Any], pictures: bool, is_open: bool) -> str:
     fid = f["id"]
     # the id inside the section's content: following a link to it opens the section
     out = [f'<details class="flow"{" open" if is_open else ""}><summary>'
@@ -375,7 +375,7 @@ def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
     return "".join(out)
 
 
-def render_html(report: Report, plots: bool = True, command: str | None = None,
+def render_html(report: Result, plots: bool = True, command: str | None = None,
                 made: datetime | None = None) -> str:
     """The whole report as one HTML document. Pictures need matplotlib (the `plot` extra):
     without it the document says they are left out. The footer says when (`made`, default
@@ -446,7 +446,7 @@ VANTAGE_COLUMNS = {"client": "client", "server": "server", "vantage": "vantage",
                    "path_ms": "path ms", "stack_ms": "sender's stack ms"}
 
 
-def _vantage_section(report: Report) -> str:
+def _vantage_section(report: Result) -> str:
     """The files were several vantages of the same connections: the clocks between them and
     each connection's verdict at every vantage with its time split (docs/DETECTION.md)."""
     out = ['<section id="vantages"><h2>Vantages</h2><p>These files saw the same connections '
@@ -462,7 +462,7 @@ def _vantage_section(report: Report) -> str:
     return "".join(out)
 
 
-def write_html(report: Report, path: str | Path, plots: bool = True,
+def write_html(report: Result, path: str | Path, plots: bool = True,
                command: str | None = None) -> None:
     """Write `render_html(report)` to `path` (UTF-8) through `nagleprobe.output`: never over
     the capture the report was read from, a FIFO or device written as a stream."""

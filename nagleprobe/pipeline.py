@@ -21,6 +21,7 @@ from .decode import TCP_COLUMNS, decode
 from .errors import CaptureError
 from .fileset import SetReader, capture_paths, merge_columns, set_name
 from .read import URL_TIMEOUT_S, CaptureReader
+from .weirds import Weird
 
 if TYPE_CHECKING:
     from .flows import Flows
@@ -221,10 +222,10 @@ def _joined(reports: list[Report], groups: list[list[str]]) -> Report:
     report = reports[0]
     report.vantage_doc = join(reports, groups)
     files = sum(len(g) for g in groups)
-    report.capture["warnings"].insert(0, (
-        f"the {files} files are captures of the same connections from {len(groups)} places "
-        f"(vantages): each analysed on its own; this report is of vantage 1 "
-        f"({set_name(groups[0])}), the vantages section joins them"))
+    report.capture["warnings"].insert(0, Weird(
+        "vantages-joined", f"the {files} files are captures of the same connections from "
+        f"{len(groups)} places (vantages): each analysed on its own; this report is of "
+        f"vantage 1 ({set_name(groups[0])}), the vantages section joins them"))
     return report
 
 

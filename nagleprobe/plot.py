@@ -34,7 +34,7 @@ from .selection import worst_first
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from .report import Report
+    from .tables import Result
 
 SIDE_COLOR = {"client": "tab:blue", "server": "tab:orange"}
 STALL_COLOR = "tab:red"
@@ -58,7 +58,7 @@ def _seconds_axis(ax: Axes) -> None:
     ax.ticklabel_format(axis="x", style="plain", useOffset=False)
 
 
-def _pick_flow(report: Report, flow: int | None) -> int:
+def _pick_flow(report: Result, flow: int | None) -> int:
     """The given flow id, or the flow that lost the most time (the first flow if none did)."""
     if flow is not None:
         if flow not in report.flows.index:
@@ -70,7 +70,7 @@ def _pick_flow(report: Report, flow: int | None) -> int:
     return int(worst["id"].iloc[0])
 
 
-def _flow_title(report: Report, fid: int) -> str:
+def _flow_title(report: Result, fid: int) -> str:
     f = report.flows.loc[fid]
     text = f"Flow {fid}: client {f['client']} \N{RIGHTWARDS ARROW} server {f['server']}"
     if f["stalls"]:
@@ -82,7 +82,7 @@ def _flow_title(report: Report, fid: int) -> str:
     return text
 
 
-def stall_points(report: Report, flow: int) -> pd.DataFrame:
+def stall_points(report: Result, flow: int) -> pd.DataFrame:
     """Where each stall of `flow` sits on the time-sequence graph: for S1, the late pure
     ACK and S2, the time (s since the first packet), the frame and the sequence number drawn
     (S1's and S2's end, the ACK's acknowledgement number)."""
@@ -103,7 +103,7 @@ def stall_points(report: Report, flow: int) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def time_sequence(report: Report, flow: int | None = None, *, stall: int | None = None,
+def time_sequence(report: Result, flow: int | None = None, *, stall: int | None = None,
                   ax: Axes | None = None, legend: bool = True, max_labels: int = 25) -> Axes:
     """The time-sequence (Stevens) graph of one flow: each data segment as a bar from its
     relative sequence number to its end, for both directions, and the peer's ACK line over
@@ -215,7 +215,7 @@ def _zoom(ax: Axes, seg: pd.DataFrame, p, tx) -> None:
                  f"(#{f1} \N{RIGHTWARDS ARROW} #{fa} \N{RIGHTWARDS ARROW} #{f2})", fontsize=9)
 
 
-def stall_grid(report: Report, flow: int | None = None, n: int = 6, *,
+def stall_grid(report: Result, flow: int | None = None, n: int = 6, *,
                axes: Sequence[Axes] | None = None, ncols: int = 3) -> list[Axes]:
     """Small multiples: the first `n` stalls of a flow, each zoomed (see `time_sequence`),
     so a long flow's stalls can be read one by one. Returns the axes drawn on."""
@@ -239,7 +239,7 @@ def stall_grid(report: Report, flow: int | None = None, n: int = 6, *,
     return list(axes[:count])
 
 
-def delay_distribution(report: Report, ax: Axes | None = None) -> Axes:
+def delay_distribution(report: Result, ax: Axes | None = None) -> Axes:
     """Histogram of stall lengths (S1 to S2) and, as a marker on a stem per bin drawn over
     the bars, of the peers' ACK delays (capture path removed), log-scaled, with the usual
     delayed-ACK timers marked: a stack's timer shows as a peak at its mark."""
@@ -284,7 +284,7 @@ def delay_distribution(report: Report, ax: Axes | None = None) -> Axes:
     return ax
 
 
-def _shown_flows(report: Report, max_flows: int) -> tuple[pd.DataFrame, str]:
+def _shown_flows(report: Result, max_flows: int) -> tuple[pd.DataFrame, str]:
     """Flows to list (by start time); past `max_flows`, the ones that lost the most."""
     fl = report.flows
     note = ""
@@ -298,7 +298,7 @@ def _flow_label(f: pd.Series) -> str:
     return f"#{f['id']} {f['client']} \N{RIGHTWARDS ARROW} {f['server']}"
 
 
-def overview(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axes:
+def overview(report: Result, ax: Axes | None = None, max_flows: int = 25) -> Axes:
     """The capture's flows on one timeline: each flow's lifetime as a grey bar with its
     stalls in red, and the time it lost beside its name."""
     fl, note = _shown_flows(report, max_flows)
@@ -328,7 +328,7 @@ def overview(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axe
     return ax
 
 
-def time_lost(report: Report, ax: Axes | None = None, max_flows: int = 25) -> Axes:
+def time_lost(report: Result, ax: Axes | None = None, max_flows: int = 25) -> Axes:
     """Time each flow lost to stalls, worst first (flows without stalls are left out)."""
     fl = worst_first(report.flows[report.flows["stalls"] > 0])
     note = f" (worst {max_flows} of {len(fl)})" if len(fl) > max_flows else ""

@@ -25,6 +25,7 @@ import numpy as np
 from .flows import Flows
 from .roundtrips import NEAR_MS
 from .jsonrows import factorize
+from .weirds import Weird
 
 RELAY_WINDOW_MS = 1.0  # a relay forwards what it read within this (loopback: microseconds)
 LOOK_BACK = 8  # arrivals at the host examined before each S1, latest first
@@ -41,10 +42,11 @@ def arrivals(f: Flows) -> dict[str, np.ndarray]:
             "ts_ns": s["ts_ns"][r], "payload": s["payload"][r].astype(np.int32)}
 
 
-def relay_warning() -> str:
+def relay_warning() -> Weird:
     """The capture warning when there were too many data segments to link relays."""
-    return (f"relays were not linked: more than {MAX_ARRIVALS} data segments, the most kept "
-            "for it (analyse an excerpt of the capture to link them)")
+    return Weird("relays-not-linked", f"relays were not linked: more than {MAX_ARRIVALS} data "
+                 "segments, the most kept for it (analyse an excerpt of the capture to link "
+                 "them)")
 
 
 def no_relays(nflows: int) -> dict[str, np.ndarray]:

@@ -1,57 +1,34 @@
-"""The analysis result: pandas tables for notebooks, a JSON document, and the text report.
+"""`Report`: the result of analysing one capture, as notebooks and the CLI hold it.
 
-The tables are held as numpy columns (`tables`), from which the text and JSON reports are
-written; a DataFrame is made the first time it is asked for (`frames`), so a plain
-`nagleprobe analyze` never loads pandas (0.2-0.3 s of every run). Selections (`select`,
-`flow`, `worst`: `--port/--host/--flow/--top/--min-confidence`) and `check` still work on
-the DataFrames.
+It holds the tables as numpy columns (`tables`), makes a DataFrame the first time one is
+asked for (`frames`), so a plain `nagleprobe analyze` never loads pandas, and gives
+selections (`select`, `flow`, `worst`: `--port/--host/--flow/--top/--min-confidence`).
+The renderers (`document` for JSON, `text_report`, `html_report`, `plot`, `wireshark`) read
+it as a `tables.Result` and never import this module; its `to_json`, `to_text` and
+`to_html` reach them from here.
 """
 
 from __future__ import annotations
 
 import json
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from . import advice, document, relay
+from . import advice, relay
 from . import selection as sel
 from .columns import take
 from .detect import Detection
-from .errors import utf8_safe
 from .flows import Flows
 from .read import CaptureInfo
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
-from .text_report import TEXT_WIDTH, render_text
 from .wireshark import add_tcp_streams
 from .words import SIDES, counted, human_count, human_ms
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from .jsonrows import Program
-
-FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (a flow is ten times a stall)
-SCHEMA_VERSION = 1  # of the JSON document (nagleprobe/schema/report.schema.json)
-
-
-def document_head() -> dict[str, Any]:
-    """The JSON document's first fields: its schema version and the tool that wrote it."""
-    from . import __version__
-
-    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "nagleprobe",
-                                                       "version": __version__}}
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the document (shipped as nagleprobe/schema/report.schema.json)."""
-    from importlib.resources import files
-
-    return json.loads(files("nagleprobe").joinpath("schema/report.schema.json").read_text())
 
 TABLES = ("flows", "stalls", "endpoints")
 
@@ -59,12 +36,13 @@ TABLES = ("flows", "stalls", "endpoints")
 class Report:
     """Everything nagleprobe found in one capture.
 
-    `capture`: how the file was read (a dict). `flows`, `stalls`, `endpoints`: pandas
-    DataFrames, one row per flow, per stall and per flow endpoint, made on first use from
-    their numpy columns (`columns(name)`); `segments` one row per TCP segment, built on
-    first use from `source` (columns of all four in docs/notebook.md).
-    `to_dict()` is the JSON document. `flow(i)`, `worst(n)` and `select(...)` give a
-    Report restricted to some flows.
+    `capture`: how the file was read (a dict; its warnings are `weirds.Weird`s, and
+    `warnings` a DataFrame of them). `flows`, `stalls`, `endpoints`: pandas DataFrames, one
+    row per flow, per stall and per flow endpoint, made on first use from their numpy
+    columns (`columns(name)`); `segments` one row per TCP segment, built on first use from
+    `source` (columns of all in docs/notebook.md). `to_dict()` is the JSON document,
+    `to_text()` the text report. `flow(i)`, `worst(n)` and `select(...)` give a Report
+    restricted to some flows.
     """
 
     def __init__(self, capture: dict[str, Any], flows: dict[str, np.ndarray] | pd.DataFrame,
@@ -131,6 +109,14 @@ class Report:
         return table(self.vantage_doc)
 
     @property
+    def warnings(self) -> pd.DataFrame:
+        """One row per capture warning (columns code, count, text; the codes are described
+        in `nagleprobe.weirds.WEIRDS` and docs/json.md): `capture["warnings"]` as a table."""
+        from .frames import warning_table
+
+        return warning_table(self.capture["warnings"])
+
+    @property
     def stall_count(self) -> int:
         return len(self.columns("stalls")["flow"])
 
@@ -156,12 +142,16 @@ class Report:
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
-        return document.flow_docs(self, ids)
+        from .document import flow_docs
+
+        return flow_docs(self, ids)
 
     def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
         """Stalls as JSON objects (all, or one flow's), frames and times nested."""
+        from .document import stall_docs
+
         st = self.columns("stalls")
-        return document.stall_docs(st if flow is None else take(st, st["flow"] == flow))
+        return stall_docs(st if flow is None else take(st, st["flow"] == flow))
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON document (see docs/json.md)."""
@@ -174,53 +164,22 @@ class Report:
 
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (flows and stalls a slice at a time), to write a large
-        document without holding all its text at once. A thread renders each piece's rows
-        while the next piece's program is built (the compiled writer lets go of the GIL)."""
-        with ThreadPoolExecutor(1, thread_name_prefix="nagleprobe-json") as pool:
-            waiting: deque = deque()  # (text, the rendering of the rows after it)
-            text = ""
-            for more, program, rows in self._json_parts(rows_per_piece):
-                text += more
-                if program is not None:
-                    waiting.append((text, pool.submit(program.render, 0, rows)))
-                    text = ""
-                if len(waiting) > 1:
-                    before, rendered = waiting.popleft()
-                    yield before + rendered.result()
-            for before, rendered in waiting:
-                yield before + rendered.result()
-            yield text
+        document without holding all its text at once (see `document.json_pieces`)."""
+        from .document import json_pieces
 
-    def _json_parts(self, rows_per_piece: int) -> Iterator[tuple[str, Program | None, int]]:
-        """The document as (text, program, rows): each text followed by the program's rows."""
-        doc = {**document_head(), "capture": _capture_doc(self.capture),
-               "selection": self.selection, "summary": self.summary()}
-        if self.vantage_doc is not None:
-            doc["vantages"] = self.vantage_doc
-        head = json.dumps({**doc, "flows": []},
-                          separators=(",", ":"), allow_nan=False)
-        assert head.endswith('"flows":[]}')
-        # a slice at a time: a program holds a column per key for its rows (a million
-        # flows of a port scan at once took 700 MB more)
-        ids, per = self.columns("flows")["id"], min(rows_per_piece, FLOWS_PER_PIECE)
-        yield head[:-2], None, 0
-        for a in range(0, len(ids), per):
-            part = ids[a:a + per]
-            yield "," if a else "", document.flow_program(self, part), len(part)
-        yield '],"stalls":[', None, 0
-        st = self.columns("stalls")
-        for a in range(0, self.stall_count, rows_per_piece):
-            part = take(st, slice(a, a + rows_per_piece))
-            yield "," if a else "", document.stall_program(part), len(part["flow"])
-        yield "]}", None, 0
+        return json_pieces(self, rows_per_piece)
 
-    def to_text(self, width: int = TEXT_WIDTH, *, verbose: bool = False,
+    def to_text(self, width: int | None = None, *, verbose: bool = False,
                 all_stalls: bool = False, times: str = "flow") -> str:
         """The text report, every line within `width` columns (the CLI passes the
-        terminal's): `verbose` gives the evidence of every flow with stalls (the first ten)
-        and lists the clean ones, `all_stalls` every stall; the evidence's `times` are
-        since the flow's first packet, the capture's ("capture") or UTC ("utc")."""
-        return render_text(self, width, verbose, all_stalls, times)
+        terminal's; None: `text_report.TEXT_WIDTH`): `verbose` gives the evidence of every
+        flow with stalls (the first ten) and lists the clean ones, `all_stalls` every
+        stall; the evidence's `times` are since the flow's first packet, the capture's
+        ("capture") or UTC ("utc")."""
+        from .text_report import TEXT_WIDTH, render_text
+
+        return render_text(self, TEXT_WIDTH if width is None else width, verbose,
+                           all_stalls, times)
 
     def fix_groups(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """One fix per endpoint to change, the flows that share it listed (all flows with
@@ -375,7 +334,8 @@ class Report:
         from .html_report import render_html
 
         return render_html(self, plots=plots)
-# flat stall columns -> the nested "frames" and "times" objects of the JSON contract
+
+
 def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Detection,
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
@@ -437,8 +397,3 @@ def name_files(r: Report, files: list[dict[str, Any]]) -> None:
     r._frames.pop("flows", None)
     r._frames.pop("stalls", None)
 
-
-def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:
-    """The capture object as written out: a non-UTF-8 file name with \\xNN escapes."""
-    path = utf8_safe(capture["path"])
-    return capture if path == capture["path"] else dict(capture, path=path)

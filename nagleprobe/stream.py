@@ -39,6 +39,7 @@ from .results import Results
 from .tables import capture_doc
 from .tuples import RowsOf, TupleEnds, place_rows, take_rows, tally
 from .verdicts import Limits
+from .weirds import Weird
 from .workers import TRIM_EVERY, TRIM_JOIN_ROWS, Workers, default_workers, release_free_memory
 
 # the decoded columns the analysis reads (SACK permission is not)
@@ -473,30 +474,35 @@ class StreamAnalyzer:
             self._parts.add(judge(none, None, None, self.origin_ns))
         warnings = list(info.warnings)
         if self.late_packets:
-            warnings.append(f"{self.late_packets} TCP packets arrived more than "
-                            f"{self.reorder_window_ns / 1e9:g} s (capture time) after their connection "
-                            "closed and were left out of it")
+            warnings.append(Weird("late-packet", f"{self.late_packets} TCP packets arrived more "
+                                  f"than {self.reorder_window_ns / 1e9:g} s (capture time) after "
+                                  "their connection closed and were left out of it",
+                                  self.late_packets))
         if self.late_syns:
-            warnings.append(f"{self.late_syns} of them SYNs older than the last packet of "
-                            "their analysed connection: the streamed result differs from "
-                            "the whole file's (raise --reorder-window)")
+            warnings.append(Weird("late-syn", f"{self.late_syns} of them SYNs older than the last "
+                                  "packet of their analysed connection: the streamed result "
+                                  "differs from the whole file's (raise --reorder-window)",
+                                  self.late_syns))
         if self.idle_flushed:
-            warnings.append(f"{self.idle_flushed} connections were idle for more than "
-                            f"{self.idle_ns / 1e9:g} s (capture time) and were analysed "
-                            "before they closed (raise --idle-timeout to wait longer)")
+            warnings.append(Weird("idle-flushed", f"{self.idle_flushed} connections were idle for "
+                                  f"more than {self.idle_ns / 1e9:g} s (capture time) and were "
+                                  "analysed before they closed (raise --idle-timeout to wait "
+                                  "longer)", self.idle_flushed))
         for why, n in sorted(self.inexact.items()):
-            warnings.append(f"{n} of the connections analysed in pieces may differ from the "
-                            f"whole-connection analysis in {why}")
+            warnings.append(Weird("inexact-pieces", f"{n} of the connections analysed in pieces "
+                                  f"may differ from the whole-connection analysis in {why}", n))
         if self.late_in_pieces:
-            warnings.append(f"{self.late_in_pieces} TCP packets arrived more than "
-                            f"{self.reorder_window_ns / 1e9:g} s (capture time) after later "
-                            "packets of their connection, which was being analysed in "
-                            "pieces, and were left out of it")
+            warnings.append(Weird("late-in-pieces", f"{self.late_in_pieces} TCP packets arrived "
+                                  f"more than {self.reorder_window_ns / 1e9:g} s (capture time) "
+                                  "after later packets of their connection, which was being "
+                                  "analysed in pieces, and were left out of it",
+                                  self.late_in_pieces))
         if self.same_isn_reuse:
-            warnings.append(f"{self.same_isn_reuse} connections reuse the 4-tuple and the "
-                            "initial sequence number of one that closed before them "
-                            f"(first: frame {self.first_reuse_frame}; a replayed capture?): "
-                            "they cannot be told apart and are analysed as one")
+            warnings.append(Weird("same-isn-reuse", f"{self.same_isn_reuse} connections reuse the "
+                                  "4-tuple and the initial sequence number of one that closed "
+                                  f"before them (first: frame {self.first_reuse_frame}; a "
+                                  "replayed capture?): they cannot be told apart and are "
+                                  "analysed as one", self.same_isn_reuse))
         if p.duplicates:
             skipped = {**skipped, "duplicate": skipped.get("duplicate", 0) + p.duplicates}
         skipped, warnings = p.syn_jumps.told(skipped, warnings)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode import ACK, FIN, RST, SYN
+from .weirds import Weird
 
 # A 4-tuple silent this long may be reused without a FIN or RST (TIME_WAIT is 60 s on Linux,
 # and state tables forget idle connections): a SYN after that is a new connection.
@@ -112,8 +113,8 @@ class Tally:
             low = int(frames.min())
             self.first = low if self.first < 0 else min(self.first, low)
 
-    def told(self, skipped: dict[str, int], warnings: list[str]
-             ) -> tuple[dict[str, int], list[str]]:
+    def told(self, skipped: dict[str, int], warnings: list[Weird]
+             ) -> tuple[dict[str, int], list[Weird]]:
         """`skipped` and `warnings` with the count and its warning added (new ones; the same
         without any)."""
         if not self.count:
@@ -122,14 +123,15 @@ class Tally:
                 [*warnings, warning(self.count, self.first)])
 
 
-def warning(count: int, first_frame: int) -> str:
+def warning(count: int, first_frame: int) -> Weird:
     """The warning naming the SYNs left out (`count`, the first by frame number)."""
     one = count == 1
-    return (f"{count} SYN{'' if one else 's'} with a new initial sequence number "
-            f"fit{'s' if one else ''} no connection on {'its' if one else 'their'} 4-tuple "
-            f"(first: frame {first_frame}; an established connection, no FIN or RST before, "
-            "or another SYN the SYN-ACK acknowledged): not a new connection, left out of "
-            f"the analysis ({SKIPPED_KIND})")
+    return Weird("syn-seq-jump",
+                 f"{count} SYN{'' if one else 's'} with a new initial sequence number "
+                 f"fit{'s' if one else ''} no connection on {'its' if one else 'their'} "
+                 f"4-tuple (first: frame {first_frame}; an established connection, no FIN or "
+                 "RST before, or another SYN the SYN-ACK acknowledged): not a new connection, "
+                 f"left out of the analysis ({SKIPPED_KIND})", count)
 
 
 def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -1,10 +1,12 @@
-"""The result tables (flows, stalls, endpoints) as numpy columns, built column-wise from the
-stages' arrays (no Python object per row), and the JSON's capture object. The text and JSON
-reports are written from these columns; `frames` makes pandas DataFrames of them."""
+"""The result of an analysis as data: the flows, stalls and endpoints tables as numpy columns,
+built column-wise from the stages' arrays (no Python object per row), the JSON's capture
+object, and `Result`, what every renderer (text, JSON, HTML, plots, Wireshark filters) may
+read of a report. `frames` makes pandas DataFrames of the columns; `report.Report` holds
+them all."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -14,6 +16,11 @@ from .flows import Flows
 from .roundtrips import vantage_basis
 from .read import CaptureInfo
 from .words import SIDES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .weirds import Weird
 
 _NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
 
@@ -116,8 +123,9 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[s
 
 
 def capture_doc(info: CaptureInfo, skipped: dict[str, int], tcp_packets: int, origin_ns: int,
-                warnings: list[str] | None = None) -> dict[str, Any]:
-    """The JSON document's `capture` object: how the file was read."""
+                warnings: list[Weird] | None = None) -> dict[str, Any]:
+    """The `capture` object: how the file was read (its warnings `weirds.Weird`s, which
+    the JSON document writes as objects)."""
     return {"path": info.path, "format": info.format, "compressed": info.compressed,
             "link_types": list(info.link_types), "packets": info.packets,
             "tcp_packets": int(tcp_packets), "skipped": dict(sorted(skipped.items())),
@@ -149,3 +157,45 @@ def rows_of(columns: dict[str, np.ndarray], ids: np.ndarray | list[int]) -> np.n
     if len(missing):
         raise KeyError(int(missing[0]))
     return rows
+
+
+class Result(Protocol):
+    """What a renderer reads of a report (`report.Report` is the one implementation): the
+    renderers import this module, never `report`, so that `Report` can offer them as its
+    methods without an import circle."""
+
+    capture: dict[str, Any]  # how the file was read (`capture_doc`)
+    selection: dict[str, Any] | None  # what `Report.select` chose; None: the whole capture
+    vantage_doc: dict[str, Any] | None  # several vantages joined (`vantage.join`), else None
+
+    def columns(self, name: str) -> dict[str, np.ndarray]:
+        """The numpy columns of the table `name` ("flows", "stalls" or "endpoints")."""
+
+    def summary(self) -> dict[str, Any]:
+        """Stalls, flows, flows with stalls and the time they cost."""
+
+    def verdict(self) -> str:
+        """One sentence: are stalls present, where, and what they cost."""
+
+    def fix_groups(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
+        """One fix per endpoint to change, worst first (see `advice.fix_groups`)."""
+
+    @property
+    def flows(self) -> pd.DataFrame:
+        """The flows table as a DataFrame, indexed by flow id."""
+
+    @property
+    def stalls(self) -> pd.DataFrame:
+        """The stalls table as a DataFrame."""
+
+    @property
+    def endpoints(self) -> pd.DataFrame:
+        """The endpoints table as a DataFrame, two rows per flow."""
+
+    @property
+    def segments(self) -> pd.DataFrame:
+        """One row per TCP segment of the report's flows."""
+
+    @property
+    def vantages(self) -> pd.DataFrame:
+        """One row per connection and vantage (no rows for one capture)."""

@@ -4,6 +4,7 @@ stalls, one fix per endpoint, then the evidence; clean flows in one line (all of
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 import time
@@ -13,15 +14,16 @@ import numpy as np
 
 from .advice import HOLD_SHARE, HOLD_TEXT_MS, timer_words
 from .columns import take
-from .document import stall_docs
+from .detect import REASONS
 from .errors import printable
 from .fileset import set_name
+from .relay import RELAY_COLUMNS
 from .selection import selection_line, worst_order
-from .tables import STALL_POINTS
+from .tables import NULLABLE, STALL_POINTS, rows_of
 from .words import SIDES, counted, flow_list, human_count, human_ms
 
 if TYPE_CHECKING:
-    from .report import Report  # which renders itself through this module (to_text)
+    from .tables import Result
 
 TEXT_EVIDENCE_ROWS = 12  # stalls listed per flow in the text report (all: all_stalls)
 TEXT_DETAILED_FLOWS = 10  # flows whose evidence is shown with `verbose`, worst first
@@ -46,7 +48,7 @@ def _flow_notes(f: dict[str, Any], options_cut: bool = False) -> list[str]:
     guessed = []
     if f["roles"] == "guessed":
         guessed.append("roles from the ports (no handshake)")
-    mss = {e["mss_from"] for e in f["endpoints"].values()}
+    mss = {e["mss_from"] for e in f["ends"].values()}
     if mss - {"syn"}:
         how = "guessed" if "guessed" in mss else "inferred from repeated full segments"
         why = "SYN options cut by the snap length" if options_cut else "no SYN option"
@@ -66,20 +68,21 @@ def _flow_notes(f: dict[str, Any], options_cut: bool = False) -> list[str]:
                  f"per message, saves them" if share >= HOLD_SHARE else "")
         out.append(f"Nagle holds without a delayed ACK: {human_count(f['nagle_holds'])} (one "
                    f"round trip each, up to {human_ms(ms)} in all{worth}; not stalls)")
-    up = f.get("relay")
-    if up:
+    up = {k.removeprefix("relay_"): f[k] for k in RELAY_COLUMNS}
+    if up["upstream_flow"] is not None:
         where = ("the message arrived whole and left split here: the relay must change"
                  if up["split"] == "at-relay" else
                  "the message arrived already split: look upstream")
         out.append(f"relay: {up['out']} forwards what flow {up['upstream_flow']} brings to "
                    f"{up['in']} ({counted(up['stalls_matched'], 'stall')} followed an "
                    f"arrival there); {where}")
-    if f["why_not"] and not f["stalls"]:
-        n = sum(f["why_not"].values())
+    why_not = {r: int(f[f"why_not_{r}"]) for r in REASONS if f[f"why_not_{r}"]}
+    if why_not and not f["stalls"]:
+        n = sum(why_not.values())
         out.append(f"why no stall: {counted(n, 'late ACK')} followed by the sender's next "
                    f"small segment, ruled out as: " + "; ".join(
                        f"{v} {k.replace('_', ' ')}"
-                       for k, v in sorted(f["why_not"].items(), key=lambda kv: -kv[1])))
+                       for k, v in sorted(why_not.items(), key=lambda kv: -kv[1])))
     return out
 
 
@@ -131,13 +134,13 @@ _WIDE = ("sender", "small seg (S1)", "late pure ACK", "released (S2)", "held", "
 
 def evidence_lines(ev: list[dict[str, Any]], width: int, times: dict[str, list[str]],
                    files: dict[str, int] | None = None) -> list[str]:
-    """The evidence table of a flow's stalls: the wide layout (frames and times of S1, the
-    late ACK and S2) when it fits `width`, else a narrow one (frames, S1's time). `times`:
-    each stall point's times as shown; `files` (a file set, see `file_numbers`): frames are
-    shown as fN#frame, N the file's number."""
+    """The evidence table of a flow's stalls (`ev`: a row of the stalls table each): the
+    wide layout (frames and times of S1, the late ACK and S2) when it fits `width`, else a
+    narrow one (frames, S1's time). `times`: each stall point's times as shown; `files` (a
+    file set, see `file_numbers`): frames are shown as fN#frame, N the file's number."""
     def at(s: dict[str, Any], k: str) -> str:
-        mark = f"#{s['frames'][k]}"
-        return f"f{files[s['files'][k]]}{mark}" if files and "files" in s else mark
+        mark = f"#{s[f'{k}_frame']}"
+        return f"f{files[s[f'{k}_file']]}{mark}" if files and f"{k}_file" in s else mark
 
     tw = max([10] + [len(x) for v in times.values() for x in v])
     wide = (f"    {'sender':<6}  {'small seg (S1)':<{tw + 9}}  {'late pure ACK':<{tw + 9}}  "
@@ -189,10 +192,35 @@ def legend(base: str, dates: list[str] = ()) -> str:  # type: ignore[assignment]
             f"the peer delayed its ACK; conf: confidence.")
 
 
+def _rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """A table's rows as dicts of Python values, a missing value (NaN; -1 in a NULLABLE
+    column) None, as the JSON document has it null."""
+    def missing(name: str, v: Any) -> bool:
+        return (isinstance(v, float) and math.isnan(v)) or (name in NULLABLE and v < 0)
+
+    names = list(cols)
+    values = [[None if missing(name, v) else v for v in cols[name].tolist()]
+              if cols[name].dtype.kind in "fi" else cols[name].tolist() for name in names]
+    return [dict(zip(names, row)) for row in zip(*values)]
+
+
+def flow_rows(r: Result, ids: list[int]) -> list[dict[str, Any]]:
+    """The given flows' rows (see `_rows`), each with its endpoints' rows under "ends"
+    ({"client": ..., "server": ...})."""
+    fl = r.columns("flows")
+    at = rows_of(fl, ids)
+    out = _rows(take(fl, at))
+    ends = r.columns("endpoints")  # two rows per flow, client then server
+    for j, side in enumerate(SIDES):
+        for f, e in zip(out, _rows(take(ends, 2 * at + j))):
+            f.setdefault("ends", {})[side] = e
+    return out
+
+
 def _seen(f: dict[str, Any]) -> str:
     """What a flow without stalls showed: the delayed and quick ACKs of each side, the
     Nagle state where known, and that no sender was held."""
-    eps = f["endpoints"]
+    eps = f["ends"]
     delayed = [f"{e['delayed_acks']} of the {side}'s, ~{e['delayed_ack_ms']:.0f} ms"
                for side, e in eps.items() if e["delayed_acks"] and e["delayed_ack_ms"] is not None]
     quick = [f"{e['quick_acks']} of the {side}'s" for side, e in eps.items() if e["quick_acks"]]
@@ -229,7 +257,7 @@ def _stalled_table(fl: dict[str, np.ndarray], width: int) -> list[str]:
     return lines
 
 
-def render_text(r: Report, width: int = TEXT_WIDTH, verbose: bool = False,
+def render_text(r: Result, width: int = TEXT_WIDTH, verbose: bool = False,
                 all_stalls: bool = False, times: str = "flow") -> str:
     """The terminal report: the verdict, the flows with stalls, one fix per endpoint, then
     the evidence of the worst flow of each fix (`verbose`: of every flow with stalls, and
@@ -278,7 +306,7 @@ def render_text(r: Report, width: int = TEXT_WIDTH, verbose: bool = False,
     return "\n".join(fit_lines(lines, width)) + "\n"
 
 
-def _fixes_and_evidence(r: Report, worst: np.ndarray, width: int, verbose: bool,
+def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
                         all_stalls: bool, times: str, numbers: dict[str, int] | None
                         ) -> list[str]:
     """One fix per endpoint, then the evidence of the flows chosen (see `render_text`)."""
@@ -307,11 +335,12 @@ def _fixes_and_evidence(r: Report, worst: np.ndarray, width: int, verbose: bool,
                          times)
     dates = sorted({time.strftime("%Y-%m-%d", time.gmtime(x // 10**9))
                     for x in sub["small_time"].tolist()}) if times == "utc" else []
-    docs, listed, a = r.flow_docs(detailed), stall_docs(sub), 0
+    docs, listed, a = flow_rows(r, detailed), _rows(sub), 0
     if detailed:
         lines += ["", legend(times, dates)]
     for f, mine, n in zip(docs, rows, map(len, cut)):
-        lines += ["", *_flow_block(f, bool(r.capture["skipped"].get("options-cut")))]
+        lines += ["", *_flow_block(f, bool(r.capture["skipped"].get("options-cut")),
+                                   r.capture.get("tunnels", []))]
         lines += evidence_lines(listed[a:a + n], width,
                                 {k: v[a:a + n] for k, v in shown.items()}, numbers)
         a += n
@@ -325,27 +354,29 @@ def _fixes_and_evidence(r: Report, worst: np.ndarray, width: int, verbose: bool,
     return lines
 
 
-def _flow_block(f: dict[str, Any], options_cut: bool) -> list[str]:
+def _flow_block(f: dict[str, Any], options_cut: bool, tunnels: list[dict[str, Any]]
+                ) -> list[str]:
     """A flow's evidence above its stalls' table: what it lost, where it was captured, what
     was inferred, and each side's Nagle and delayed ACK."""
     lines = [f"Flow {f['id']}: client {f['client']} -> server {f['server']} "
              f"({counted(f['packets'], 'packet')})"]
     if f.get("tunnel"):
-        lines.append(f"  seen through tunnel {f['tunnel']['id']}: {f['tunnel']['text']}")
+        lines.append(f"  seen through tunnel {f['tunnel']}: "
+                     f"{tunnels[f['tunnel'] - 1]['text']}")
     lines.append(f"  {counted(f['stalls'], 'stall')}, {human_ms(f['stall_ms'])} lost = "
                  f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                  f"without them ~{f['duration_without_stalls_s']:.3f} s")
     lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
     lines += [f"  {x}" for x in _flow_notes(f, options_cut)]
     for side in SIDES:
-        e = f["endpoints"][side]
+        e = f["ends"][side]
         da = timer_words(e["delayed_ack_ms"]) if e["delayed_ack_ms"] is not None else "not seen"
         lines.append(f"  {side}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
                      f"{counted(e['quick_acks'], 'quick ACK')}")
     return lines
 
 
-def _clean_lines(r: Report, verbose: bool) -> list[str]:
+def _clean_lines(r: Result, verbose: bool) -> list[str]:
     """The flows without stalls: one summary line, or (`verbose`) one line each with what
     it showed."""
     fl = r.columns("flows")
@@ -363,7 +394,7 @@ def _clean_lines(r: Report, verbose: bool) -> list[str]:
                     f"showed){note}."]
     ids = fl["id"][clean]
     lines = ["", f"Flows without stalls ({human_count(n)}):"]
-    for f in r.flow_docs(ids[:TEXT_LISTED_FLOWS].tolist()):
+    for f in flow_rows(r, ids[:TEXT_LISTED_FLOWS].tolist()):
         lines.append(f"  {f['id']:>4}  {f['client']} -> {f['server']}  "
                      f"{counted(f['packets'], 'packet')}, {f['duration_s']:.3f} s, vantage "
                      f"{f['vantage']}; {_seen(f)}")

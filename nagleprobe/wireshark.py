@@ -20,7 +20,7 @@ from .errors import printable
 from .tables import STALL_POINTS, rows_of
 
 if TYPE_CHECKING:
-    from .report import Report
+    from .tables import Result
 
 
 # skipped packets that cannot start a TCP conversation Wireshark would count: second copies
@@ -49,8 +49,8 @@ def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
     client = np.asarray(client, dtype=object)[order]
     server = np.asarray(server, dtype=object)[order]
     # the 4-tuple, either way round, as a 64-bit hash of its endpoints' hashes (no string
-    # or table entry per endpoint: a port scan's million flows took 200 MB more with them);
-    # a reuse it finds is checked on the text, so a hash collision cannot end the numbering
+    # or table entry per endpoint); a reuse it finds is checked on the text, so a hash
+    # collision cannot end the numbering
     a = np.fromiter(map(hash, client), dtype=np.int64, count=n).view(np.uint64)
     b = np.fromiter(map(hash, server), dtype=np.int64, count=n).view(np.uint64)
     key = np.minimum(a, b) * np.uint64(0x9E3779B97F4A7C15) ^ np.maximum(a, b)
@@ -106,7 +106,7 @@ def _frames_in(frames: np.ndarray) -> str | None:
     return "frame.number in {" + ",".join(map(str, frames.tolist())) + "}"
 
 
-def stall_frames(report: Report, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stall_frames(report: Result, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The frames of the stalls (S1, late ACK, S2) of each flow of `ids`, sorted and each
     once per flow: (values, offsets), flow j's frames being values[offsets[j]:offsets[j+1]]."""
     st = report.columns("stalls")
@@ -142,7 +142,7 @@ def flow_filters(fl: dict[str, np.ndarray]) -> list[str]:
         fl["first_frame"].tolist(), fl["last_frame"].tolist())]
 
 
-def filter_docs(report: Report, ids: np.ndarray | list[int] | None = None
+def filter_docs(report: Result, ids: np.ndarray | list[int] | None = None
                 ) -> list[dict[str, Any]]:
     """Per flow (all, or the given ids, in that order): {"flow_filter", "stall_frames_filter"
     (None without stalls)}, as the JSON document, the HTML report and the notebook give
@@ -181,7 +181,7 @@ def endpoints_filter(client: str, server: str) -> str:
     return f"{fa}=={a} && tcp.port=={p} && {fb}=={b} && tcp.port=={q}"
 
 
-def render_filters(report: Report) -> str:
+def render_filters(report: Result) -> str:
     """`analyze --format wireshark`: per flow with stalls, a filter for the flow and one for
     its stall frames, ready to paste into Wireshark's display filter bar."""
     c = report.capture

@@ -213,7 +213,7 @@ def unresolved_everywhere(path: str, step: str, said: str) -> None:
     assert f"but none could be: the capture's time stamps move in steps of {step}." in " ".join(
         text.split())
     doc = json.loads(run.invoke(main, ["analyze", "--format", "json", path]).output)
-    assert doc["capture"]["warnings"][0] == warning
+    assert doc["capture"]["warnings"][0]["text"] == warning
     assert doc["capture"]["time_step_ns"] >= UNRESOLVED_NS
     reason = f"time stamps in steps of {step}: a 40 ms delayed-ACK stall cannot be resolved"
     r = run.invoke(main, ["check", path])

@@ -1,6 +1,7 @@
 """The house's layout: the stages import downwards only (read -> decode -> flows -> detect ->
-report -> html/plot -> CLI), lazy imports inside functions included, so any module can be
-read and changed knowing only what is below it; and no module grows past about 500 lines."""
+report -> renderers -> CLI), lazy imports inside functions and imports for annotations
+included, so any module can be read and changed knowing only what is below it; and no
+module grows past about 500 lines."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ def _type_checking_only(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def imports(path: Path, modules: set[str]) -> set[str]:
-    """The package's modules `path` imports anywhere (annotations-only imports excepted); a
-    subpackage's files (nagleprobe/read/) count as the one module they make."""
+def imports(path: Path, modules: set[str], annotations: bool = True) -> set[str]:
+    """The package's modules `path` imports anywhere (`annotations`: also those imported
+    only for type checkers, under `if TYPE_CHECKING:`); a subpackage's files
+    (nagleprobe/read/) count as the one module they make."""
     top = 2 if path.parent != PACKAGE else 1  # the level of `from ..x` / `from .x` at the top
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if _type_checking_only(child):
+            if not annotations and _type_checking_only(child):
                 continue
             if isinstance(child, ast.ImportFrom) and child.level == top:
                 names = [child.module] if child.module else [a.name for a in child.names]
@@ -44,11 +46,11 @@ def sources() -> list[Path]:
     return sorted(PACKAGE.glob("*.py")) + sorted(PACKAGE.glob("*/*.py"))
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(annotations: bool = True) -> dict[str, set[str]]:
     modules = {module_of(p) for p in sources()}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for p in sources():
-        graph[module_of(p)] |= imports(p, modules)
+        graph[module_of(p)] |= imports(p, modules, annotations)
     return graph
 
 
@@ -73,6 +75,26 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_imports_anything_that_imports_it_back():
     assert cycles(import_graph()) == []
+
+
+def test_imports_for_type_checkers_count_as_imports(tmp_path):
+    sub = tmp_path / "sub"  # a subpackage's file: its package's modules are `..x`
+    sub.mkdir()
+    (sub / "a.py").write_text("from typing import TYPE_CHECKING\n"
+                              "if TYPE_CHECKING:\n    from ..b import B\n")
+    assert imports(sub / "a.py", {"sub", "b"}) == {"b"}
+    assert imports(sub / "a.py", {"sub", "b"}, annotations=False) == set()
+
+
+def test_the_report_imports_none_of_its_renderers():
+    """The renderers read a report as `tables.Result`; `Report` reaches them, never the
+    other way round (so `Report.to_text` and the like may import them in their bodies)."""
+    graph = import_graph()
+    renderers = {"document", "text_report", "html_report", "plot", "wireshark"}
+    for r in sorted(renderers):
+        assert "report" not in graph[r], r
+    assert not renderers & (graph["tables"] | graph["frames"])
+    assert "document" not in graph["text_report"]  # the text is written from the columns
 
 
 def test_the_cycle_finder_finds_a_circle():

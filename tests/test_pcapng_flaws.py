@@ -130,7 +130,8 @@ def test_the_sample_as_pcapng_with_whole_second_times_analyses(tmp_path):
     p.write_bytes(data)
     d = nagleprobe.analyze(str(p)).to_dict()
     assert d["capture"]["packets"] == len(PACKETS)
-    assert d["capture"]["warnings"] == [COARSE.format(step="1 s", said="declared 1 s")]
+    assert [w["text"] for w in d["capture"]["warnings"]] == [
+        COARSE.format(step="1 s", said="declared 1 s")]
     assert d["capture"]["time_step_ns"] == 10**9
     assert d["capture"]["time_origin_ns"] == T0
 
@@ -177,7 +178,7 @@ def test_a_pcapng_without_any_interface_block_is_read_as_empty_with_the_warning(
     d = nagleprobe.analyze(str(p)).to_dict()
     assert (d["capture"]["packets"], d["capture"]["tcp_packets"]) == (len(PACKETS), 0)
     assert d["capture"]["skipped"] == {"unknown-interface": len(PACKETS)}
-    assert d["capture"]["warnings"][0].startswith(BEFORE_IDB)
+    assert d["capture"]["warnings"][0]["text"].startswith(BEFORE_IDB)
 
 
 def test_a_packet_block_cannot_name_an_interface_of_a_later_section(tmp_path):

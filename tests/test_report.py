@@ -28,11 +28,11 @@ def dtype_name(dtype) -> str:
     return "str" if dtype == frames.TEXT_DTYPE else str(dtype)
 
 
-def documented_schema() -> dict[str, list[tuple[str, str]]]:
+def documented_schema(names=TABLES) -> dict[str, list[tuple[str, str]]]:
     """docs/notebook.md's tables of columns: `### report.NAME` then `| column | dtype | meaning |`."""
     text = (ROOT / "docs" / "notebook.md").read_text()
     schema = {}
-    for name in TABLES:
+    for name in names:
         section = text.split(f"### `report.{name}`", 1)[1].split("\n#", 1)[0]
         rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, flags=re.M)
         schema[name] = rows
@@ -43,6 +43,25 @@ def documented_schema() -> dict[str, list[tuple[str, str]]]:
 def test_the_docs_document_every_column_and_dtype_of_every_table(echo_split, table):
     actual = [(c, dtype_name(t)) for c, t in getattr(echo_split, table).dtypes.items()]
     assert documented_schema()[table] == actual
+
+
+def test_the_docs_document_the_warnings_table_and_it_keeps_its_dtypes_empty(echo_split):
+    damaged = nagleprobe.analyze(str(ROOT / "tests" / "broken" / "pcap_garbage_inserted.pcap"))
+    table = damaged.warnings
+    assert len(table) == 1 and table["code"].tolist() == ["corrupt-record"]
+    actual = [(c, dtype_name(t)) for c, t in table.dtypes.items()]
+    assert documented_schema(("warnings",))["warnings"] == actual
+    assert echo_split.warnings.empty
+    assert echo_split.warnings.dtypes.to_dict() == table.dtypes.to_dict()
+
+
+def test_a_report_offers_all_that_a_renderer_reads(echo_split):
+    """Renderers read a report as `tables.Result` (they never import `report`)."""
+    from nagleprobe.tables import Result
+
+    wanted = set(Result.__annotations__) | {k for k in vars(Result) if not k.startswith("_")}
+    assert wanted >= {"capture", "columns", "verdict", "flows"}
+    assert [k for k in sorted(wanted) if not hasattr(echo_split, k)] == []
 
 
 @pytest.mark.parametrize("table", TABLES)
@@ -249,7 +268,9 @@ def test_text_report_prints_at_most_20_warnings_then_a_count_and_json_keeps_all(
     assert shown == warnings[:text_report.TEXT_WARNINGS] == warnings[:20]
     after = lines.index(f"warning: {warnings[19]}") + 1
     assert lines[after] == "... 1 more warning (--format json lists them all)"
-    assert rep.to_dict()["capture"]["warnings"] == warnings
+    written = rep.to_dict()["capture"]["warnings"]
+    assert [w["text"] for w in written] == warnings
+    assert written[-1] == {"code": "more-warnings", "count": 5, "text": warnings[-1]}
 
 
 def test_text_report_prints_every_warning_up_to_20(tmp_path):

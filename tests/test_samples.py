@@ -188,7 +188,7 @@ def test_port_reuse_splits_into_two_flows_on_one_four_tuple():
 def test_truncated_capture_is_analysed_up_to_the_cut_with_a_warning():
     doc = nagleprobe.analyze(str(BROKEN / "truncated_record.pcap")).to_dict()
     assert doc["summary"]["stalls"] == 7
-    assert any("truncated" in w for w in doc["capture"]["warnings"])
+    assert any("truncated" in w["text"] for w in doc["capture"]["warnings"])
 
 
 @pytest.mark.parametrize("name", sorted(UNREADABLE))

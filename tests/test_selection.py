@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 import nagleprobe
-from nagleprobe.report import json_schema
+from nagleprobe.document import json_schema
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PROXY = str(SAMPLES / "proxy_any.pcap")  # flow 0 client -> :8001 clean, flow 1 -> :8002 19 stalls

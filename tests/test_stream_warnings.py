@@ -55,7 +55,7 @@ def test_idle_connections_are_analysed_and_freed_and_counted(tmp_path):
     p.write_bytes(pcap_bytes(sorted(half_open + pk + later, key=lambda x: x[0])))
     whole = analyze_whole(str(p)).to_dict()
     r = nagleprobe.analyze(str(p), chunk_bytes=4096, idle_s=5).to_dict()
-    assert r["capture"]["warnings"] == [
+    assert [w["text"] for w in r["capture"]["warnings"]] == [
         "50 connections were idle for more than 5 s (capture time) and were analysed before "
         "they closed (raise --idle-timeout to wait longer)"]
     # the same flows, but for Wireshark's stream numbers, given only without warnings

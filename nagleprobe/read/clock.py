@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..weirds import Weird
 from .formats import RecordBatch
 
 OUTLIER_S = 86400  # a time this far from its neighbours is not a clock running on
@@ -78,7 +79,7 @@ class Clock:
         self.top: int | None = None  # latest time (raw) kept in the current time base
         self.shift = 0  # ns added to the times of the current time base
         self.implausible = 0
-        self.warnings: list[str] = []
+        self.warnings: list[Weird] = []
         self.first_implausible: tuple[str, str] | None = None  # (problem, where)
         self._held: tuple[RecordBatch, int] | None = None  # records held back, their base
         self._seen: dict[int, list[int]] = {}  # interface: [first time, gcd, records]
@@ -197,9 +198,10 @@ class Clock:
 
     def _first_implausible(self, ts: int, where: str) -> None:
         self.first_implausible = (f"implausible time stamp {utc(ts)}", where)
-        self.warnings.append(
-            "{} ({}); skipped, as is any later record whose time is far from both its "
-            "neighbours' (counted as implausible-time)".format(*self.first_implausible))
+        self.warnings.append(Weird(
+            "implausible-time", "{} ({}); skipped, as is any later record whose time is far "
+            "from both its neighbours' (counted as implausible-time)".format(
+                *self.first_implausible)))
 
     def _runs(self, tt: np.ndarray, brk: np.ndarray, keep_idx: np.ndarray | None,
               where: Callable[[int], str], holdable: int
@@ -251,10 +253,11 @@ class Clock:
                 if jump < -STEP_S * NS:
                     self.shift += self.top - r
                     self.top = r
-                    self.warnings.append(
-                        f"clock stepped back {duration(jump)} ({where(i)}): "
-                        "the records from there on are analysed on their own time base, "
-                        "joined to the one before (the interval across the step counts as 0)")
+                    self.warnings.append(Weird(
+                        "clock-step-back", f"clock stepped back {duration(jump)} "
+                        f"({where(i)}): the records from there on are analysed on their own "
+                        "time base, joined to the one before (the interval across the step "
+                        "counts as 0)"))
             shifts[s:e] = min(self.shift, _LAST_NS)  # (beyond: implausible, see `_judge`)
             top = int(tt[s:e].max())
             self.top = top if self.top is None else max(self.top, top)
@@ -303,7 +306,7 @@ class Clock:
             return None
         return max(max(int(round(d)), o or 0, 1) for d, o in res.values())
 
-    def finish(self) -> list[str]:
+    def finish(self) -> list[Weird]:
         """The resolution warnings (one per interface too coarse to show a stall)."""
         out = []
         for i, (declared, observed) in self.resolution().items():
@@ -312,10 +315,10 @@ class Clock:
                 continue
             said = f"declared {duration(int(declared))}" if declared >= UNRESOLVED_NS else (
                 f"declared {duration(int(declared))}, observed {duration(observed)}")
-            out.append(f"time stamps too coarse to show a stall: interface {i} has steps of "
-                       f"{duration(int(eff))} ({said}), and the delayed-ACK timers' stalls "
-                       "(40 ms on Linux, 200 ms on Windows) cannot be resolved; finding no "
-                       "stall means nothing")
+            out.append(Weird("coarse-time", "time stamps too coarse to show a stall: "
+                             f"interface {i} has steps of {duration(int(eff))} ({said}), and "
+                             "the delayed-ACK timers' stalls (40 ms on Linux, 200 ms on "
+                             "Windows) cannot be resolved; finding no stall means nothing"))
         return out
 
 

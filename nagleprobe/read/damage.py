@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import CaptureError
+from ..weirds import Weird
 from .source import Gunzip
 
 MAX_WARNINGS = 20  # listed one by one; more are summed up in a last warning
@@ -45,9 +46,9 @@ class DamagePolicy:
         if n:
             self.info.skipped[reason] = self.info.skipped.get(reason, 0) + n
 
-    def _warn(self, text: str) -> None:
+    def _warn(self, warning: Weird) -> None:
         if len(self.info.warnings) < MAX_WARNINGS:
-            self.info.warnings.append(text)
+            self.info.warnings.append(warning)
         else:
             self._unlisted += 1
 
@@ -56,13 +57,14 @@ class DamagePolicy:
         the first packet."""
         if self.strict:
             raise CaptureError(self.path, problem, where)
-        self._warn(f"{problem} ({where}); {consequence}")
+        self._warn(Weird("interface-flaw", f"{problem} ({where}); {consequence}"))
 
-    def _damaged(self, problem: str, where: str, consequence: str) -> None:
-        """Damage found: an error before the first record (or when strict), else a warning."""
+    def _damaged(self, code: str, problem: str, where: str, consequence: str) -> None:
+        """Damage found (`code`: its kind, see `weirds`): an error before the first record
+        (or when strict), else a warning."""
         if self._frames == 0 or self.strict:
             raise CaptureError(self.path, problem, where)
-        self._warn(f"{problem} ({where}); {consequence}")
+        self._warn(Weird(code, f"{problem} ({where}); {consequence}"))
 
     def _corrupt(self, problem: str, unit: str, number: int, at: int,
                  defer: bool = False) -> None:
@@ -87,13 +89,14 @@ class DamagePolicy:
             if at == start:  # the records after the gap chain on: a real gap, not damage
                 return
             self._damage_found(problem, where, unit)
+        code = "corrupt-record" if unit == "record" else "corrupt-block"
         if at >= start:
-            self._warn(f"{problem} ({where}); skipped {at - start} bytes to the next valid "
-                       f"{unit} at byte {at}")
+            self._warn(Weird(code, f"{problem} ({where}); skipped {at - start} bytes to the "
+                             f"next valid {unit} at byte {at}"))
         else:
-            self._warn(f"{problem} ({where}); the next valid {unit} starts {start - at} "
-                       f"bytes earlier, at byte {at}, inside the previous {unit} (bytes are "
-                       "missing from that one)")
+            self._warn(Weird(code, f"{problem} ({where}); the next valid {unit} starts "
+                             f"{start - at} bytes earlier, at byte {at}, inside the previous "
+                             f"{unit} (bytes are missing from that one)"))
 
     def _finish(self, leftover: int, resync: bool, unit: str = "record",
                 number: int | None = None) -> None:
@@ -108,30 +111,34 @@ class DamagePolicy:
             self._damage = None
             if deferred:
                 self._damage_found(problem, where, unit)
-            self._warn(f"{problem} ({where}); nothing valid after it: ignored the last "
-                       f"{self._pos + leftover - start} bytes")
+            self._warn(Weird("corrupt-record" if unit == "record" else "corrupt-block",
+                             f"{problem} ({where}); nothing valid after it: ignored the last "
+                             f"{self._pos + leftover - start} bytes"))
         elif leftover:
             num = self._frames + 1 if number is None else number
             which = "the first" if self._frames == 0 else "a"
             inside = f"{unit} {num} at byte {self._pos}"
             if gz_error:  # the gzip stream broke inside this record
-                self._damaged(gz_error, f"{gz.error_where}, inside {inside}", done)
+                self._damaged("corrupt-gzip", gz_error, f"{gz.error_where}, inside {inside}",
+                              done)
                 gz_error = None
             else:
                 what = "gzip stream" if gz and gz.truncated else "file"
-                self._damaged(f"truncated capture: the {what} ends inside {which} {unit}",
+                self._damaged("truncated-capture",
+                              f"truncated capture: the {what} ends inside {which} {unit}",
                               inside, done)
         elif gz and gz.truncated:
-            self._damaged("truncated gzip stream: it ends early",
+            self._damaged("truncated-capture", "truncated gzip stream: it ends early",
                           f"uncompressed byte {self._pos}", done)
         if gz_error:
-            self._damaged(gz_error, gz.error_where,
+            self._damaged("corrupt-gzip", gz_error, gz.error_where,
                           f"analysed the {self._frames} packet records before it")
         url = self._url
         if url is not None and url.cut_short:  # (also at a record's end: say it anyway)
-            self._damaged(f"truncated download: {url.cut_short}",
+            self._damaged("truncated-download", f"truncated download: {url.cut_short}",
                           f"byte {url.got} of the download", done)
         if self._unlisted:
-            self.info.warnings.append(f"{self._unlisted} more warnings like these "
-                                      "were not listed")
+            self.info.warnings.append(Weird("more-warnings", f"{self._unlisted} more "
+                                            "warnings like these were not listed",
+                                            self._unlisted))
             self._unlisted = 0

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..encap import Tunnels
+from ..weirds import Weird
 
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
 MAX_BLOCK = 16 << 20  # Wireshark's MAX_BLOCK_SIZE for pcapng blocks
@@ -105,7 +106,7 @@ class CaptureInfo:
     compressed: bool = False
     link_types: list[str] = field(default_factory=list)
     packets: int = 0
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Weird] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
     tunnels: Tunnels = field(default_factory=Tunnels)  # the tunnels decoded (numbers, layers)
     # the coarsest effective time resolution (ns) of the interfaces that carried packets,

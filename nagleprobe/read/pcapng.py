@@ -10,6 +10,7 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import CaptureError
+from ..weirds import Weird
 from . import walk
 from .damage import RESYNC_SPAN
 from .formats import (
@@ -282,8 +283,9 @@ class PcapngBlocks:
             raise CaptureError(self.path, problem, where)
         if problem not in self._undescribed_warned:
             self._undescribed_warned.add(problem)
-            self._warn(f"{problem} ({where}); skipped, as is any later one like it: no link "
-                       "type or time resolution to read it by")
+            self._warn(Weird("undescribed-interface", f"{problem} ({where}); skipped, as is "
+                             "any later one like it: no link type or time resolution to "
+                             "read it by"))
 
     def _pcapng_batch(self, data: np.ndarray, starts: array, segs: list, described: array,
                       base: int = 0) -> RecordBatch:
