@@ -32,16 +32,23 @@ class Budget:
     ports: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
     allow_empty: bool = False  # a capture with no TCP flow to check passes instead of EMPTY
+    # a saved report each capture must be no worse than (`compare.Baseline`); with it and no
+    # limit set, only that is checked
+    baseline: str | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
 
     @property
+    def has_limits(self) -> bool:
+        """Whether any limit was set (else the default: no stall allowed)."""
+        return not (self.max_stalls is None and self.max_stall_ms is None
+                    and self.max_lost_share is None)
+
+    @property
     def stall_limit(self) -> int | None:
-        """The stall count limit in force: 0 when no limit at all was set."""
-        if self.max_stalls is None and self.max_stall_ms is None and self.max_lost_share is None:
-            return 0
-        return self.max_stalls
+        """The stall count limit in force: 0 when no limit at all was set (and no baseline)."""
+        return self.max_stalls if self.has_limits or self.baseline is not None else 0
 
     def merged(self, **overrides: Any) -> Budget:
         """This budget with the given settings replaced (None means: keep this one's)."""
@@ -56,9 +63,11 @@ class Budget:
     def describe(self) -> str:
         """The budget in a few words, for verdict lines."""
         parts = []
+        if self.baseline is not None:
+            parts.append(f"no worse than the baseline {self.baseline}")
         if self.stall_limit == 0 and self.max_stall_ms is None and self.max_lost_share is None:
             parts.append("no stall allowed")
-        else:
+        elif self.has_limits:
             if self.stall_limit is not None:
                 parts.append(f"at most {self.stall_limit} stall{plural(self.stall_limit)}")
             if self.max_stall_ms is not None:

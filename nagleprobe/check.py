@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from . import advice
 from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # noqa: F401 (API)
 from .columns import take
+from .compare import Baseline
 from .document import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)
@@ -115,8 +116,10 @@ class CaptureVerdict:
                 "flows": [f.to_dict() for f in self.flows], "warnings": list(self.warnings)}
 
 
-def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVerdict:
-    """Hold a `Report` against a budget: which selected flows fail, and why."""
+def evaluate(report: Any, budget: Budget, path: str | None = None,
+             baseline: Baseline | None = None) -> CaptureVerdict:
+    """Hold a `Report` against a budget: which selected flows fail, and why; with a
+    `baseline` (the budget's), also whether it is worse than that report."""
     fl, st = report.flows, report.stalls
     # the selection of `analyze --port/--host/--min-confidence` and `Report.select`
     chosen = fl["id"].to_numpy()[flow_mask(fl, budget.ports, budget.hosts)].tolist()
@@ -155,6 +158,8 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
     if budget.max_stall_ms is not None and v.stall_ms > budget.max_stall_ms:
         v.reasons.append(f"{short_number(v.stall_ms)} ms lost to stalls, budget "
                          f"{short_number(budget.max_stall_ms)} ms")
+    worse = baseline.regressions(report) if baseline is not None else []
+    v.reasons += [f"worse than the baseline {baseline.path}: {w}" for w in worse]
     if v.reasons:  # over a capture-wide limit: every flow with counted stalls adds to it
         for f in v.flows:
             f.passed = False
@@ -162,6 +167,8 @@ def evaluate(report: Any, budget: Budget, path: str | None = None) -> CaptureVer
     if share_failures:
         v.reasons.append(f"{share_failures} flow{plural(share_failures)} over the "
                          f"{short_number(budget.max_lost_share)}% lost-share budget")
+    if worse:
+        v.status = ExitStatus.STALLS_FOUND
     if v.failing_flows:
         v.status = ExitStatus.STALLS_FOUND
         counted_rows = take(report.columns("stalls"), confident(st, budget.min_confidence))
@@ -207,13 +214,14 @@ def _evidence(stalls: Any, limit: int) -> dict[int, list[dict[str, Any]]]:
 
 def check_capture(path: str | list[str], budget: Budget, with_document: bool = False,
                   strict: bool = False, with_tables: bool = False,
-                  url_timeout: float = URL_TIMEOUT_S) -> CaptureVerdict:
+                  url_timeout: float = URL_TIMEOUT_S,
+                  baseline: Baseline | None = None) -> CaptureVerdict:
     """Analyse one capture (or a list of files: a set judged as one capture) and evaluate
     it; never raises for a bad file (see `status`). `strict`: a damaged capture (a warning
     while reading) is unreadable, as `analyze --strict` has it. `with_tables`: keep the
     report's flows, stalls and endpoints tables (small next to its segments, which never
     leave the process that read them). `url_timeout`: the longest wait for an http(s)
-    server, in seconds."""
+    server, in seconds. `baseline`: a report it must not be worse than (`evaluate`)."""
     from .pipeline import analyze  # the worker's import, kept out of `import nagleprobe.check`
 
     t0 = time.perf_counter()
@@ -222,7 +230,7 @@ def check_capture(path: str | list[str], budget: Budget, with_document: bool = F
         path = set_name(path)
     try:
         report = analyze(files, strict=strict, url_timeout=url_timeout)
-        v = evaluate(report, budget, path)
+        v = evaluate(report, budget, path, baseline)
         v.packets = int(report.capture.get("packets", 0))
         if with_document:
             v.document = json.loads(report.to_json())
@@ -283,20 +291,21 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
               with_documents: bool = False, config: str | None = None,
               strict: bool = False, merge: bool = False, *, client: Any = None,
               progress: Callable[[CaptureVerdict], None] | None = None,
-              with_tables: bool = False, url_timeout: float = URL_TIMEOUT_S) -> CheckRun:
+              with_tables: bool = False, url_timeout: float = URL_TIMEOUT_S,
+              baseline: Baseline | None = None) -> CheckRun:
     """Check every target: on the workers of a Dask `client` (a `distributed.Client`) when
     given, else in local processes (at most `jobs`, default one per core). Each worker reads
     its capture itself and sends back only the verdict (and, `with_tables`, the report's
     small tables). `progress` is called with each verdict as it arrives. With `merge`, the
     readable targets are one file set with one verdict (arguments that named no file keep
-    their own). `url_timeout`: as `check_capture`'s."""
+    their own). `url_timeout`, `baseline`: as `check_capture`'s."""
     targets = [t if isinstance(t, Target) else Target(t) for t in targets]
     good = [t.path for t in targets if not t.problem]
     if merge and len(good) > 1:
         bad = [CaptureVerdict(path=t.path, status=ExitStatus.BAD_CAPTURE,
                               error=f"{t.path}: {t.problem}") for t in targets if t.problem]
         return CheckRun(budget, bad + [check_capture(good, budget, with_documents, strict,
-                                                     with_tables, url_timeout)],
+                                                     with_tables, url_timeout, baseline)],
                         config)
     results: list[CaptureVerdict | None] = [None] * len(targets)
 
@@ -312,7 +321,7 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
                                    error=f"{t.path}: {t.problem}"))
         else:
             todo.append(i)
-    args = (budget, with_documents, strict, with_tables, url_timeout)
+    args = (budget, with_documents, strict, with_tables, url_timeout, baseline)
     local = [i for i in todo if targets[i].path == "-"]  # stdin belongs to this process
     remote = [i for i in todo if i not in local]
     if client is not None:

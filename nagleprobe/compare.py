@@ -13,6 +13,7 @@ whether the second report is worse than the first (`regressions`, the check gate
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from .errors import CaptureError
 from .words import human_count, human_ms
 
 SIDES = ("client", "server")
+TOLERANCE = 0.1  # more time lost than this share over the baseline's is a regression ...
+SLACK_MS = 1.0  # ... and more than this many ms: a few stalls' jitter is not
 
 
 @dataclass
@@ -65,39 +68,62 @@ def host_of(endpoint: str) -> str:
 
 
 def groups(doc: dict) -> dict[tuple[str, str], Group]:
-    """The report's flows grouped by (client host, server endpoint)."""
+    """The flows of a report's JSON document grouped by (client host, server endpoint)."""
+    flows = doc["flows"]
+    ends = [(f["id"], side, e["endpoint"], e["nagle"], e["delayed_ack_ms"])
+            for f in flows for side, e in f["endpoints"].items()]
+    return _grouped(flows, ends, [(s["flow"], s["delay_ms"]) for s in doc.get("stalls", [])])
+
+
+def report_groups(report) -> dict[tuple[str, str], Group]:
+    """`groups` of a `Report`, from its tables (no JSON document made)."""
+    fl, ep, st = (report.columns(t) for t in ("flows", "endpoints", "stalls"))
+    names = ("id", "client", "server", "packets", "stalls", "stall_ms")
+    flows = [dict(zip(names, row)) for row in zip(*(fl[k].tolist() for k in names))]
+    ends = zip(*(ep[k].tolist() for k in ("flow", "side", "endpoint", "nagle", "delayed_ack_ms")))
+    return _grouped(flows, [(f, s, e, n, None if math.isnan(d) else d) for f, s, e, n, d in ends],
+                    zip(st["flow"].tolist(), st["delay_ms"].tolist()))
+
+
+def _grouped(flows, ends, stalls) -> dict[tuple[str, str], Group]:
+    """Flows (dicts: id, client, server, packets, stalls, stall_ms), their endpoints ((flow,
+    side, endpoint, nagle, delayed_ack_ms)) and stalls ((flow, delay_ms)) by group."""
     out: dict[tuple[str, str], Group] = {}
     by_id = {}
-    for f in doc["flows"]:
+    for f in flows:
         g = out.setdefault((host_of(f["client"]), f["server"]), Group())
         by_id[f["id"]] = g
         g.flows += 1
         g.packets += f["packets"]
         g.stalls += f["stalls"]
         g.stall_ms += f["stall_ms"]
-        for side in SIDES:
-            e = f["endpoints"][side]
-            g.endpoints[side].add(host_of(e["endpoint"]) if side == "client" else e["endpoint"])
-            g.nagle[side].add(e["nagle"])
-            if e["delayed_ack_ms"] is not None:
-                g.timers_ms[side].append(e["delayed_ack_ms"])
-    for s in doc.get("stalls", []):
-        if s["flow"] in by_id:
-            by_id[s["flow"]].delays_ms.append(s["delay_ms"])
+    for flow, side, endpoint, nagle, timer in ends:
+        g = by_id[flow]
+        g.endpoints[side].add(host_of(endpoint) if side == "client" else endpoint)
+        g.nagle[side].add(nagle)
+        if timer is not None:
+            g.timers_ms[side].append(timer)
+    for flow, delay in stalls:
+        if flow in by_id:
+            by_id[flow].delays_ms.append(delay)
     return out
 
 
 def compare(before: dict, after: dict) -> dict:
     """The two documents' groups side by side (JSON: schema/compare.schema.json): matched groups
     first, by time lost before, then those seen in one report only."""
-    a, b = groups(before), groups(after)
+    return {"before": _source(before), "after": _source(after),
+            "groups": side_by_side(groups(before), groups(after)),
+            "totals": {"before": _totals(before), "after": _totals(after)}}
+
+
+def side_by_side(a: dict[tuple[str, str], Group], b: dict[tuple[str, str], Group]
+                 ) -> list[dict]:
+    """Each group of either with its facts in `a` and in `b` (None where it has none)."""
     keys = sorted(a.keys() | b.keys(), key=lambda k: (k not in a or k not in b,
                                                       -(a[k].stall_ms if k in a else 0), k))
-    return {"before": _source(before), "after": _source(after),
-            "groups": [{"client_host": k[0], "server": k[1],
-                        "before": a[k].facts() if k in a else None,
-                        "after": b[k].facts() if k in b else None} for k in keys],
-            "totals": {"before": _totals(before), "after": _totals(after)}}
+    return [{"client_host": k[0], "server": k[1], "before": a[k].facts() if k in a else None,
+             "after": b[k].facts() if k in b else None} for k in keys]
 
 
 def _source(doc: dict) -> dict:
@@ -106,6 +132,28 @@ def _source(doc: dict) -> dict:
 
 
 REPORT_KEYS = ("schema_version", "capture", "summary", "flows", "stalls")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A saved report the gate holds each capture against (`check --baseline`): its path
+    and groups (small: one per client host and server endpoint)."""
+
+    path: str
+    groups: dict[tuple[str, str], Group]
+
+    @classmethod
+    def load(cls, path: str) -> Baseline:
+        """The baseline of a report saved with `analyze --format json`; CaptureError for a
+        file that is not one."""
+        if not os.fspath(path).endswith(".json"):
+            raise CaptureError(path, "a baseline is a report saved with nagleprobe analyze "
+                                     "--format json -o FILE.json")
+        return cls(path, groups(load_report(path)))
+
+    def regressions(self, report) -> list[str]:
+        """Why `report` is worse than the baseline (`regressions`)."""
+        return regressions(side_by_side(self.groups, report_groups(report)))
 
 
 def load_report(path: str, **analyze_options) -> dict:
@@ -134,12 +182,14 @@ def _totals(doc: dict) -> dict:
     return {"flows": s["flows"], "stalls": s["stalls"], "stall_ms": s["stall_ms"]}
 
 
-def regressions(comparison: dict, tolerance: float = 0.1, slack_ms: float = 1.0) -> list[str]:
-    """Why the second report is worse than the first, one sentence each (empty: it is not):
-    a group with more stalls, or with more time lost than the first's by more than
-    `tolerance` (a share) and `slack_ms`; a new group with stalls."""
+def regressions(comparison: dict | list[dict], tolerance: float = TOLERANCE,
+                slack_ms: float = SLACK_MS) -> list[str]:
+    """Why the second report is worse than the first (a comparison, or its `side_by_side`
+    groups), one sentence each (empty: it is not): a group with more stalls, or with more
+    time lost than the first's by more than `tolerance` (a share) and `slack_ms`; a new group
+    with stalls."""
     out = []
-    for g in comparison["groups"]:
+    for g in comparison["groups"] if isinstance(comparison, dict) else comparison:
         was, now = g["before"], g["after"]
         name = f"{g['client_host']} -> {g['server']}"
         if now is None or not now["stalls"]:

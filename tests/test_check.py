@@ -264,10 +264,10 @@ def test_an_internal_error_on_one_capture_is_that_capture_s_verdict(monkeypatch)
 
     real = check_module.evaluate
 
-    def buggy(report, budget, path=None):
+    def buggy(report, budget, path=None, baseline=None):
         if "nodelay" in report.capture["path"]:
             raise ZeroDivisionError("simulated bug")
-        return real(report, budget, path)
+        return real(report, budget, path, baseline)
 
     monkeypatch.setattr(check_module, "evaluate", buggy)
     run = run_check([SPLIT, NODELAY], Budget(), jobs=1)
@@ -454,3 +454,49 @@ def test_exit_statuses_are_listed_in_help():
     top = " ".join(CliRunner().invoke(main, ["--help"]).output.split())
     assert "5 capture not possible" in top and "127 command not found" in top
     assert "6 no TCP flow to check" in top
+
+
+# ---------------------------------------------------------------------- --baseline
+# the same client program against the same server, with Nagle on and with TCP_OFF_PATH
+ON_PATH, OFF_PATH = SAMPLES / "echo_split_lo.pcap", SAMPLES / "echo_nodelay_lo.pcap"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for name, capture in (("on", ON_PATH), ("off", OFF_PATH)):
+        out[name] = tmp_path_factory.mktemp("baseline") / f"{name}.json"
+        out[name].write_text(nagleprobe.analyze(str(capture)).to_json())
+    return out
+
+
+def gated(*args: str):
+    return CliRunner().invoke(main, ["check", "--no-config", *args])
+
+
+def test_a_capture_worse_than_the_baseline_fails_and_says_where(saved):
+    r = gated("--baseline", str(saved["off"]), str(ON_PATH))
+    assert r.exit_code == ExitStatus.STALLS_FOUND
+    assert (f"worse than the baseline {saved['off']}: 127.0.0.1 -> 127.0.0.1:8000: 0 -> 19 "
+            "stalls") in r.output
+    assert f"budget: no worse than the baseline {saved['off']}" in r.output
+
+
+def test_with_a_baseline_and_no_limit_only_regressions_fail(saved):
+    r = gated("--baseline", str(saved["on"]), str(ON_PATH), str(OFF_PATH))
+    assert r.exit_code == ExitStatus.OK, r.output
+    assert r.output.count("PASS ") == 2
+
+
+def test_limits_still_hold_beside_the_baseline(saved):
+    r = gated("--baseline", str(saved["on"]), "--max-stalls", "3", str(ON_PATH))
+    assert r.exit_code == ExitStatus.STALLS_FOUND
+    assert "19 stalls, budget 3" in r.output
+    assert f"worse than the baseline {saved['on']}: " not in r.output  # (no regression)
+
+
+def test_a_baseline_that_is_no_saved_report_is_a_usage_error(tmp_path):
+    for bad in (ON_PATH, tmp_path / "missing.json"):
+        r = gated("--baseline", str(bad), str(OFF_PATH))
+        assert r.exit_code == ExitStatus.USAGE
+        assert r.output.startswith(f"nagleprobe: error: {bad}: ") and r.output.count("\n") == 1

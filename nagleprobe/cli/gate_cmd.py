@@ -19,8 +19,9 @@ from .common import DEBUG_OPTION, URL_TIMEOUT_OPTION, host_option, one_line_erro
 if TYPE_CHECKING:
     from ..check import CheckRun
 
-GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget, 2 usage "
-             "error (options, pyproject settings, a --junit path that is a capture), 3 a "
+GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budget (or worse "
+             "than --baseline), 2 usage error (options, pyproject settings, a --junit path "
+             "that is a capture, a --baseline that is no saved report), 3 a "
              "capture unreadable (or no capture file found; with --strict also a damaged one), "
              "4 internal error, 6 a capture with no TCP flow to check (EMPTY; --allow-empty "
              "permits it), 7 output not written "
@@ -46,6 +47,10 @@ _GATE_OPTIONS = [
     click.option("--host", "hosts", multiple=True, callback=host_option, metavar="H",
                  help="Check only flows with an endpoint at this address or in this network "
                       "(repeatable)."),
+    click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
+                 help="Also fail a capture worse than this report (saved with analyze "
+                      "--format json): more stalls, or more time lost by over 10 % and 1 ms, "
+                      "per client host and server. Without limits set, only this is checked."),
     click.option("--config", type=click.Path(exists=True, dir_okay=False), metavar="TOML",
                  help="Read [tool.nagleprobe.check] from this file instead of the nearest "
                       "pyproject.toml."),
@@ -184,6 +189,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     every requested output; the exit status. `progress`: show it (None: on a terminal)."""
     from ..budget import command_budget
     from ..check import BudgetError, expand_targets, run_check
+    from ..compare import Baseline
+    from ..errors import CaptureError
     from ..check_output import render_junit
 
     try:
@@ -191,9 +198,11 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
             Path(opts["config"]) if opts["config"] else None, not opts["no_config"],
             max_stalls=opts["max_stalls"], max_stall_ms=opts["max_stall_ms"],
             max_lost_share=opts["max_lost_share"], min_confidence=opts["min_confidence"],
-            ports=ports, hosts=opts["hosts"], allow_empty=True if opts["allow_empty"] else None)
-    except BudgetError as e:
-        click.echo(f"nagleprobe: error: {e}", err=True)
+            ports=ports, hosts=opts["hosts"], allow_empty=True if opts["allow_empty"] else None,
+            baseline=opts["baseline"])
+        baseline = Baseline.load(opts["baseline"]) if opts["baseline"] else None
+    except (BudgetError, CaptureError) as e:
+        click.echo(f"nagleprobe: error: {printable(str(e))}", err=True)
         return ExitStatus.USAGE
     targets = expand_targets(captures)
     print_notes(targets.notes)
@@ -217,7 +226,8 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     try:
         run = run_check(targets, budget, jobs=jobs, with_documents=opts["fmt"] == "json",
                         config=str(source) if source else None, strict=bool(opts["strict"]),
-                        merge=merge, client=client, progress=bar, url_timeout=url_timeout)
+                        merge=merge, client=client, progress=bar, url_timeout=url_timeout,
+                        baseline=baseline)
     finally:
         if bar is not None:
             bar.close()
