@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .detect import timer_name
-from .words import SIDES, counted, human_count, human_ms, json_ms
+from .humanize import SIDES, counted, human_count, human_ms, json_ms
 
 FIX_FIELDS = ("side", "endpoint", "action", "alternative", "basis", "text")
 

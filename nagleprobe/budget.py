@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from .errors import BudgetError
 from .selection import parse_host
-from .words import plural, short_number
+from .humanize import plural, short_number
 
 
 @dataclass(frozen=True)

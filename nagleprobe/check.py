@@ -23,13 +23,13 @@ from . import advice
 from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # noqa: F401 (API)
 from .columns import take
 from .compare import Baseline
-from .document import stall_docs
+from .json_report import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)
 from .read import URL_TIMEOUT_S, url_scheme
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import confident, flow_mask
-from .words import plural, short_number
+from .humanize import plural, short_number
 
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
 CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture
@@ -203,7 +203,7 @@ def _evidence(stalls: Any, limit: int) -> dict[int, list[dict[str, Any]]]:
     """Per flow, its first `limit` stalls in the JSON shape of `analyze`'s stalls (sender,
     delay, frames, times, confidence), all flows in one pass (no pandas row access per
     flow)."""
-    from .frames import columns_of
+    from .dataframes import columns_of
 
     rows = columns_of(stalls.groupby("flow", sort=False).head(limit))
     out: dict[int, list[dict[str, Any]]] = {}

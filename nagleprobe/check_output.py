@@ -7,7 +7,7 @@ from xml.etree import ElementTree as ET
 
 from .check import VERDICT_WORDS, CaptureVerdict, CheckRun, FlowVerdict
 from .errors import ExitStatus, printable, printable_lines
-from .words import counted, flow_list, human_count, human_ms, plural
+from .humanize import counted, flow_list, human_count, human_ms, plural
 
 TEXT_FLOWS = 10  # flows with stalls shown per capture in the text verdict, worst first
 ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per step

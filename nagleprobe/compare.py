@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from .errors import CaptureError
-from .words import human_count, human_ms
+from .humanize import human_count, human_ms
 
 SIDES = ("client", "server")
 TOLERANCE = 0.1  # more time lost than this share over the baseline's is a regression ...

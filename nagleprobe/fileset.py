@@ -27,7 +27,7 @@ from .errors import CaptureError, TargetError, printable
 from .findfiles import Finder
 from .read import URL_TIMEOUT_S, CaptureInfo, CaptureReader, RecordBatch, url_scheme
 from .weirds import Weird
-from .words import counted
+from .humanize import counted
 
 FILE_SHIFT = 40  # frame numbers of a set: file index << FILE_SHIFT | frame in that file
 FRAME_MASK = (1 << FILE_SHIFT) - 1

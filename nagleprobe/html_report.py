@@ -27,7 +27,7 @@ from . import __version__, wireshark
 from .advice import timer_words
 from .errors import printable
 from .selection import worst_first
-from .words import SIDES, human_ms
+from .humanize import SIDES, human_ms
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -129,7 +129,7 @@ class NagleCapture:
 def nagle_capture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[NagleCapture]:
     """Capture this test's TCP traffic on loopback; the test fails if it shows stalls."""
     from nagleprobe.check import BudgetError, load_budget
-    from nagleprobe.record import Capture, RecordError
+    from nagleprobe.tcpdump import Capture, RecordError
 
     marker = request.node.get_closest_marker(MARKER)
     settings = dict(marker.kwargs) if marker else {}

@@ -1,9 +1,9 @@
 """`Report`: the result of analysing one capture, as notebooks and the CLI hold it.
 
 It holds the tables as numpy columns (`tables`), makes a DataFrame the first time one is
-asked for (`frames`), so a plain `nagleprobe analyze` never loads pandas, and gives
+asked for (`dataframes`), so a plain `nagleprobe analyze` never loads pandas, and gives
 selections (`select`, `flow`, `worst`: `--port/--host/--flow/--top/--min-confidence`).
-The renderers (`document` for JSON, `text_report`, `html_report`, `plot`, `wireshark`) read
+The renderers (`json_report` for JSON, `text_report`, `html_report`, `plot`, `wireshark`) read
 it as a `tables.Result` and never import this module; its `to_json`, `to_text` and
 `to_html` reach them from here.
 """
@@ -25,7 +25,7 @@ from .read.clock import UNRESOLVED_NS, duration
 from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
 from .wireshark import add_tcp_streams
-from .words import SIDES, counted, human_count, human_ms
+from .humanize import SIDES, counted, human_count, human_ms
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,14 +73,14 @@ class Report:
         as epoch nanoseconds, -1 for NA in `tables.NULLABLE` columns, text as objects (not
         copies: leave them as they are). The text and JSON reports are written from them."""
         if name not in self._columns:
-            from .frames import columns_of
+            from .dataframes import columns_of
 
             self._columns[name] = columns_of(self._frames[name])
         return self._columns[name]
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
-            from .frames import table
+            from .dataframes import table
 
             self._frames[name] = table(self._columns[name])
         return self._frames[name]
@@ -112,7 +112,7 @@ class Report:
     def warnings(self) -> pd.DataFrame:
         """One row per capture warning (columns code, count, text; the codes are described
         in `nagleprobe.weirds.WEIRDS` and docs/json.md): `capture["warnings"]` as a table."""
-        from .frames import warning_table
+        from .dataframes import warning_table
 
         return warning_table(self.capture["warnings"])
 
@@ -142,13 +142,13 @@ class Report:
 
     def flow_docs(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """Flows as JSON objects (all, or the given ids), endpoints and fix nested."""
-        from .document import flow_docs
+        from .json_report import flow_docs
 
         return flow_docs(self, ids)
 
     def stall_docs(self, flow: int | None = None) -> list[dict[str, Any]]:
         """Stalls as JSON objects (all, or one flow's), frames and times nested."""
-        from .document import stall_docs
+        from .json_report import stall_docs
 
         st = self.columns("stalls")
         return stall_docs(st if flow is None else take(st, st["flow"] == flow))
@@ -159,13 +159,13 @@ class Report:
 
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, written from the tables' columns (no Python
-        object per flow or stall: see `document`)."""
+        object per flow or stall: see `json_report`)."""
         return "".join(self.json_pieces())
 
     def json_pieces(self, rows_per_piece: int = 20_000) -> Iterator[str]:
         """`to_json()` in pieces (flows and stalls a slice at a time), to write a large
-        document without holding all its text at once (see `document.json_pieces`)."""
-        from .document import json_pieces
+        document without holding all its text at once (see `json_report.json_pieces`)."""
+        from .json_report import json_pieces
 
         return json_pieces(self, rows_per_piece)
 
@@ -210,7 +210,7 @@ class Report:
                     raise ValueError(f"{self.capture['path']}: no segments: the report keeps "
                                      "neither its packets nor a way to read them again")
                 self.source = self.reread(self)
-            from .frames import TEXT_DTYPE, segment_table
+            from .dataframes import TEXT_DTYPE, segment_table
 
             self._segments = segment_table(self.source, self.capture["time_origin_ns"],
                                            self.columns("flows")["id"])

@@ -17,7 +17,7 @@ import numpy as np
 
 from .advice import FIX_FIELDS
 from .errors import BudgetError
-from .words import SIDES
+from .humanize import SIDES
 
 if TYPE_CHECKING:
     import pandas as pd  # loaded by the functions that take tables (the CLI parses --host early)
@@ -163,7 +163,7 @@ def describe(sel: dict[str, Any]) -> str:
 
 def selection_line(sel: dict[str, Any]) -> str:
     """The text report's line on a selection: "selected: 2 of 40 flows (port 8000)"."""
-    from .words import human_count
+    from .humanize import human_count
 
     total = sel["flows_total"]
     line = (f"selected: {human_count(sel['flows_selected'])} of {human_count(total)} "

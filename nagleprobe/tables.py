@@ -1,7 +1,7 @@
 """The result of an analysis as data: the flows, stalls and endpoints tables as numpy columns,
 built column-wise from the stages' arrays (no Python object per row), the JSON's capture
 object, and `Result`, what every renderer (text, JSON, HTML, plots, Wireshark filters) may
-read of a report. `frames` makes pandas DataFrames of the columns; `report.Report` holds
+read of a report. `dataframes` makes pandas DataFrames of the columns; `report.Report` holds
 them all."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .detect import REASONS, Detection, weighted_median
 from .flows import Flows
 from .roundtrips import vantage_basis
 from .read import CaptureInfo
-from .words import SIDES
+from .humanize import SIDES
 
 if TYPE_CHECKING:
     import pandas as pd

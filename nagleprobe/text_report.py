@@ -20,7 +20,7 @@ from .fileset import set_name
 from .relay import RELAY_COLUMNS
 from .selection import selection_line, worst_order
 from .tables import NULLABLE, STALL_POINTS, rows_of
-from .words import SIDES, counted, flow_list, human_count, human_ms
+from .humanize import SIDES, counted, flow_list, human_count, human_ms
 
 if TYPE_CHECKING:
     from .tables import Result

@@ -25,7 +25,7 @@ from .decode import ACK, SYN, decode
 from .errors import CaptureError
 from .read import URL_TIMEOUT_S, CaptureReader
 from .tuples import mix
-from .words import SIDES
+from .humanize import SIDES
 
 PEEK_BYTES = 1 << 20  # of each file of several, read for its handshakes (a rotated set of
 # a thousand files reads 1 GB more)
@@ -333,7 +333,7 @@ def table(doc: dict[str, Any] | None) -> Any:
     TABLE_COLUMNS, docs/notebook.md); the connection's `agree` and time split (at its
     sender's and peer's vantages: `split_stalls` matched, the `*_ms` summed over them)
     repeat on each of its rows."""
-    from .frames import table as frame
+    from .dataframes import table as frame
 
     rows = []
     for c in (doc or {}).get("connections", []):

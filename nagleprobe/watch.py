@@ -23,7 +23,7 @@ from .live import DEFAULT_SUMMARY_S, DEFAULT_WINDOW_ROWS, LiveAnalyzer
 from .pipeline import DEFAULT_IDLE_S
 from .read import CaptureReader
 from .stream import ANALYSED
-from .words import counted, human_count, human_ms
+from .humanize import counted, human_count, human_ms
 
 LIVE_CHUNK_BYTES = 1 << 20
 

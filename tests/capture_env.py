@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nagleprobe.record import Capture, RecordError
+from nagleprobe.tcpdump import Capture, RecordError
 
 
 @functools.lru_cache(maxsize=1)

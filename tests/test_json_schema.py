@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 import nagleprobe
-from nagleprobe.document import SCHEMA_VERSION, json_schema
+from nagleprobe.json_report import SCHEMA_VERSION, json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"

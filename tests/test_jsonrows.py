@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nagleprobe
-from nagleprobe import document, jsonrows
+from nagleprobe import json_report, jsonrows
 from nagleprobe.jsonrows import Program, render_python
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -125,5 +125,5 @@ def test_malformed_programs_are_refused_not_read_out_of_bounds():
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_every_samples_flows_and_stalls_are_written_the_same_by_both(path):
     r = nagleprobe.analyze(str(path))
-    both(document.flow_program(r), len(r.flows))
-    both(document.stall_program(r.stalls), len(r.stalls))
+    both(json_report.flow_program(r), len(r.flows))
+    both(json_report.stall_program(r.stalls), len(r.stalls))

@@ -90,11 +90,11 @@ def test_the_report_imports_none_of_its_renderers():
     """The renderers read a report as `tables.Result`; `Report` reaches them, never the
     other way round (so `Report.to_text` and the like may import them in their bodies)."""
     graph = import_graph()
-    renderers = {"document", "text_report", "html_report", "plot", "wireshark"}
+    renderers = {"json_report", "text_report", "html_report", "plot", "wireshark"}
     for r in sorted(renderers):
         assert "report" not in graph[r], r
-    assert not renderers & (graph["tables"] | graph["frames"])
-    assert "document" not in graph["text_report"]  # the text is written from the columns
+    assert not renderers & (graph["tables"] | graph["dataframes"])
+    assert "json_report" not in graph["text_report"]  # the text is written from the columns
 
 
 def test_the_cycle_finder_finds_a_circle():
@@ -115,7 +115,7 @@ def test_the_lower_stages_know_nothing_of_the_report_and_above():
     graph = import_graph()
     above = {"report", "html_report", "plot", "check", "cli", "pipeline", "stream", "live",
              "fleet", "annotate"}
-    for low in ("read", "decode", "encap", "flows", "detect", "relay", "advice", "words",
+    for low in ("read", "decode", "encap", "flows", "detect", "relay", "advice", "humanize",
                 "errors"):
         assert not graph[low] & above, (low, graph[low] & above)
 

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import nagleprobe
-from nagleprobe import frames, text_report
+from nagleprobe import dataframes, text_report
 from nagleprobe.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ TABLES = ("flows", "stalls", "endpoints", "segments")
 
 def dtype_name(dtype) -> str:
     """The docs' name for a dtype (text is `str`, also under pandas 2's `object`)."""
-    return "str" if dtype == frames.TEXT_DTYPE else str(dtype)
+    return "str" if dtype == dataframes.TEXT_DTYPE else str(dtype)
 
 
 def documented_schema(names=TABLES) -> dict[str, list[tuple[str, str]]]:
@@ -104,7 +104,7 @@ def test_segments_are_built_only_when_first_asked_for(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("segments built during analyze / text / JSON")
 
-    monkeypatch.setattr(frames, "segment_table", refuse)
+    monkeypatch.setattr(dataframes, "segment_table", refuse)
     r = nagleprobe.analyze(str(SAMPLES / "echo_split_lo.pcap"))
     r.to_text(), r.to_json(), r._repr_html_()
     with pytest.raises(AssertionError, match="segments built"):
@@ -296,11 +296,11 @@ def test_the_command_line_reports_never_load_pandas(fmt):
 
 
 def test_a_table_made_of_columns_gives_them_back(proxy_any):
-    """`frames.table` and `frames.columns_of` are each other's inverse (a selection's
+    """`dataframes.table` and `dataframes.columns_of` are each other's inverse (a selection's
     DataFrames are written out through their columns), every dtype of every table."""
     for name in ("flows", "stalls", "endpoints"):
         cols = proxy_any.columns(name)
-        back = frames.columns_of(frames.table(cols))
+        back = dataframes.columns_of(dataframes.table(cols))
         assert list(back) == list(cols)
         for k, col in cols.items():
             assert back[k].dtype == col.dtype, k

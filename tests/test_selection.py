@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 import nagleprobe
-from nagleprobe.document import json_schema
+from nagleprobe.json_report import json_schema
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 PROXY = str(SAMPLES / "proxy_any.pcap")  # flow 0 client -> :8001 clean, flow 1 -> :8002 19 stalls
@@ -140,7 +140,7 @@ def test_report_select_takes_one_value_or_a_list_with_the_cli_s_names():
 # ------------------------------------------------------------------ numbers for people
 def test_counts_get_thousands_separators_and_times_from_a_second_seconds():
     from nagleprobe.report import human_count, human_ms
-    from nagleprobe.words import json_ms
+    from nagleprobe.humanize import json_ms
 
     assert human_count(12345) == "12,345" and human_count(7) == "7"
     assert human_ms(832.0) == "832.0 ms" and human_ms(999.94) == "999.9 ms"

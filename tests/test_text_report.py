@@ -117,7 +117,7 @@ def test_one_is_singular_everywhere():
 
 def test_one_is_singular_in_annotate_and_in_a_file_set_s_name(tmp_path):
     from nagleprobe.fileset import set_name
-    from nagleprobe.words import counted
+    from nagleprobe.humanize import counted
 
     assert counted(1, "stall") == "1 stall" and counted(2, "stall") == "2 stalls"
     assert counted(1, "fix", "fixes") == "1 fix" and counted(3, "fix", "fixes") == "3 fixes"

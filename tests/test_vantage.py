@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import nagleprobe
 from nagleprobe.cli import main
-from nagleprobe.document import json_schema
+from nagleprobe.json_report import json_schema
 from nagleprobe.vantage import TABLE_COLUMNS, _offset, vantage_groups
 
 ROOT = Path(__file__).resolve().parent.parent

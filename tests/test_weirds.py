@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nagleprobe.document import json_schema
+from nagleprobe.json_report import json_schema
 from nagleprobe.pipeline import analyze
 from nagleprobe.weirds import WEIRDS, Weird, fact
 

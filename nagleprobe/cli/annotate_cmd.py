@@ -9,7 +9,7 @@ import click
 
 from ..errors import ExitStatus, printable
 from ..output import STDOUT, is_stdout, to_stdout
-from ..words import counted
+from ..humanize import counted
 from .common import DEBUG_OPTION, one_line_errors
 
 ANNOTATE_HELP = ("Exit status: 0 written, 2 usage error (standard input; OUTPUT is the capture "

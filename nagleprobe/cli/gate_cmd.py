@@ -151,8 +151,8 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
       nagleprobe record -p 8000 -o run.pcap --check -- ./client --requests 100
       nagleprobe record -i eth0 --filter 'tcp port 443' -o run.pcap -- curl https://host/
     """
-    from ..record import RecordError
-    from ..record import record as run_recorded
+    from ..tcpdump import RecordError
+    from ..tcpdump import record as run_recorded
 
     try:
         result = run_recorded(list(command), output, interface=interface, ports=ports,

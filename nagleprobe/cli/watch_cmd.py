@@ -72,7 +72,7 @@ def watch(capture: str | None, follow: str | None, interface: str | None, bpf: s
     """
     import signal
 
-    from ..record import Capture, RecordError
+    from ..tcpdump import Capture, RecordError
     from ..watch import watch as run_watch
 
     _one_input(capture, follow, interface, bpf)

@@ -11,7 +11,7 @@ from .decode import SYN, TCP_FLAG_NAMES
 from .flows import Flows
 from .tables import NULLABLE, TABLE_ONLY
 from .weirds import Weird
-from .words import SIDES
+from .humanize import SIDES
 
 # the dtype pandas gives text (str from pandas 3, object before): every text column has it,
 # also when a table is empty or a column holds only missing values

@@ -15,7 +15,7 @@ import pytest
 import nagleprobe
 from capture_env import require_capture
 from nagleprobe.errors import ExitStatus
-from nagleprobe.record import CaptureStats, RecordResult, bpf_filter, record
+from nagleprobe.tcpdump import CaptureStats, RecordResult, bpf_filter, record
 from splitwrite import free_port
 
 SPLITWRITE = str(Path(__file__).resolve().parent / "splitwrite.py")
@@ -164,7 +164,7 @@ def test_a_user_who_is_not_root_is_told_so(tmp_path):
 # ---------------------------------------------------------------- hostile options (issue 18)
 def test_the_filter_is_only_ever_a_filter(tmp_path):
     """`--filter=-r/path` used to make tcpdump read that file: it now comes after `--`."""
-    from nagleprobe.record import Capture
+    from nagleprobe.tcpdump import Capture
     secret = tmp_path / "other.pcap"
     shutil.copyfile(Path(__file__).resolve().parent.parent / "samples" / "echo_split_lo.pcap",
                     secret)
@@ -205,7 +205,7 @@ def test_an_output_path_that_is_a_symlink_is_refused(tmp_path):
 def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path):
     """The output is opened with O_NOFOLLOW: a symlink planted between the check and the
     open fails the open instead of being followed."""
-    from nagleprobe.record import Capture, RecordError
+    from nagleprobe.tcpdump import Capture, RecordError
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     out = tmp_path / "traffic.pcap"
