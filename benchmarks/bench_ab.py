@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scaling import capture, run  # noqa: E402
+from bench_scaling import WORKLOADS, capture, run  # noqa: E402
 
 
 def compiled(tree: Path) -> Path:
@@ -66,8 +66,13 @@ def main() -> None:
     ap.add_argument("--every-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="the JSON report instead of the text")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="mix",
+                    help="the bench_scaling capture's conversations (see bench_cwalk.py)")
+    ap.add_argument("--capture", type=Path,
+                    help="this capture instead (e.g. bench_synflood's or bench_live's, in "
+                         "benchmarks/out/)")
     args = ap.parse_args()
-    pcap = capture(args.size, args.every_ms)
+    pcap = args.capture or capture(args.size, args.every_ms, args.workload)
     fmt = "json" if args.json else "text"
     runs: dict[str, list[dict]] = {"old": [], "new": []}
     cmds = {name: command(compiled(getattr(args, name).resolve()), pcap, fmt) for name in runs}
@@ -75,14 +80,15 @@ def main() -> None:
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             tree = getattr(args, name).resolve()
             res = run(cmds[name])
-            res.update(build=name, tree=str(tree), round=r, format=fmt, packets=args.size)
+            res.update(build=name, tree=str(tree), round=r, format=fmt, capture=pcap.name)
             print(json.dumps(res), flush=True)
             runs[name].append(res)
-    print(f"\n{args.size} packets, {fmt} report, {args.rounds} rounds alternated")
+    print(f"\n{pcap.name}, {fmt} report, {args.rounds} rounds alternated")
     print_table("build", runs)
     old = statistics.median(x["seconds"] for x in runs["old"])
     new = statistics.median(x["seconds"] for x in runs["new"])
-    print(f"\nnew / old median wall time: {new / old:.3f}")
+    rss = [statistics.median(x["peak_rss_mb"] for x in runs[b]) for b in ("old", "new")]
+    print(f"\nnew / old median wall time: {new / old:.3f}; peak RSS: {rss[1] / rss[0]:.3f}")
 
 
 if __name__ == "__main__":
