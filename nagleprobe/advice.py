@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .columns import Columns
 from .detect import timer_name
 from .humanize import SIDES, counted, human_count, human_ms, json_ms
 
@@ -34,7 +35,7 @@ def header_then_body(s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
 def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
                 timers: np.ndarray, behind_full: np.ndarray, answered: np.ndarray,
                 headed: np.ndarray, s1_bytes: np.ndarray, s2_bytes: np.ndarray, hold_n: np.ndarray,
-                hold_ms: np.ndarray, duration_s: np.ndarray) -> dict[str, np.ndarray]:
+                hold_ms: np.ndarray, duration_s: np.ndarray) -> Columns:
     """The `fix_*` columns of the flows table (None for a flow without stalls). Per flow and
     side (columns 0 client, 1 server): `names` the endpoints, `stall_n`/`stall_ns` the stalls
     each side's writes suffered and their cost, `timers` each side's delayed-ACK timer (ms,
@@ -158,8 +159,8 @@ def timer_words(ms: float) -> str:
     return f"{ms:.1f} ms ({label})" if label else f"{ms:.1f} ms"
 
 
-def fix_groups(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
-               endpoints: dict[str, np.ndarray],
+def fix_groups(flows: Columns, stalls: Columns,
+               endpoints: Columns,
                ids: np.ndarray | list[int] | None = None) -> list[dict[str, Any]]:
     """One fix per program: the flows with stalls (all, or those of `ids`) grouped by who
     must change what -- the side, the program (a server by its address and port, a client

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import BudgetError
-from .selection import parse_host
 from .humanize import plural, short_number
+from .selection import parse_host
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from . import advice
 from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # noqa: F401 (API)
 from .columns import take
 from .compare import Baseline
-from .json_report import stall_docs
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)
+from .humanize import plural, short_number
+from .json_report import stall_docs
 from .read import URL_TIMEOUT_S, url_scheme
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import confident, flow_mask
-from .humanize import plural, short_number
 
 EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
 CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture

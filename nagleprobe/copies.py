@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .columns import Columns
 from .tuples import group_starts
 
 # `tcpdump -i any` on a host with bridges, veth pairs or tunnels sees each packet on two (or
@@ -23,7 +24,7 @@ DUPLICATE_LOOKBACK = 32
 DUPLICATE_FIRST = 4  # rows looked back first: further only where copies were found that near
 
 
-def find_copies(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,
+def find_copies(cols: Columns, order: np.ndarray | None, tup: np.ndarray,
                 from_low: np.ndarray, far: bool = False) -> tuple[np.ndarray, int]:
     """Positions in `order` (rows grouped by 4-tuple, in time order within; None: the rows
     as they are; `tup` and `from_low` in that order) of rows that repeat one of the
@@ -54,7 +55,7 @@ def distinct(a: np.ndarray) -> np.ndarray:
     return a[group_starts(a)]
 
 
-def _copies(cols: dict[str, np.ndarray], order: np.ndarray | None, tup: np.ndarray,
+def _copies(cols: Columns, order: np.ndarray | None, tup: np.ndarray,
             from_low: np.ndarray, key: np.ndarray, lags: range) -> np.ndarray:
     """`_duplicates` for the rows `lags` rows apart (may repeat a position)."""
     later, earlier = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]

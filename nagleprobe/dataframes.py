@@ -7,18 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .columns import Columns
 from .decode import SYN, TCP_FLAG_NAMES
 from .flows import Flows
+from .humanize import SIDES
 from .tables import NULLABLE, TABLE_ONLY
 from .weirds import Weird
-from .humanize import SIDES
 
 # the dtype pandas gives text (str from pandas 3, object before): every text column has it,
 # also when a table is empty or a column holds only missing values
 TEXT_DTYPE = pd.Series(["x"]).dtype
 
 
-def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+def table(columns: Columns) -> pd.DataFrame:
     """A DataFrame of `tables.report_columns` columns (numbers used as they are, not
     copied): times as UTC datetimes, -1 in a NULLABLE column as NA, text in TEXT_DTYPE."""
     out = {}
@@ -35,7 +36,7 @@ def table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     return settle_dtypes(pd.DataFrame(out, copy=False))
 
 
-def columns_of(df: pd.DataFrame) -> dict[str, np.ndarray]:
+def columns_of(df: pd.DataFrame) -> Columns:
     """The numpy columns of a table (`table`'s inverse): datetimes as epoch nanoseconds, NA
     in a NULLABLE column as -1, text as objects (missing: None)."""
     out = {}

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .columns import Columns
 from .decode import ACK, FIN, RST, SYN
 from .flows import Flows
 from .roundtrips import grouped_median as _grouped_median
@@ -78,8 +79,8 @@ class Detection:
     facts: arrays indexed [flow * 2 + dir], dir 0 = client data (server ACKs), 1 = server
     data."""
 
-    stalls: dict[str, np.ndarray]
-    holds: dict[str, np.ndarray]  # (of the candidates given one by one, see `decide`)
+    stalls: Columns
+    holds: Columns  # (of the candidates given one by one, see `decide`)
     hold_count: np.ndarray  # Nagle holds of each direction's sender
     hold_ns: np.ndarray  # ... and what they cost (S1 -> S2), in all
     nagle_off_proofs: np.ndarray  # small segments sent while a small one was unacknowledged
@@ -125,7 +126,7 @@ class Evidence:
     pure ACKs of a lone segment (the data's direction and the time from the data to the
     ACK, ns)."""
 
-    candidates: dict[str, np.ndarray]
+    candidates: Columns
     off: np.ndarray
     not_classic: np.ndarray
     lone_key: np.ndarray
@@ -145,7 +146,7 @@ def detect(f: Flows) -> Detection:
     return decide(evidence(f, p.mss), p, f.count)
 
 
-def params(flow: dict[str, np.ndarray]) -> Params:
+def params(flow: Columns) -> Params:
     """The rule's inputs from flow facts (`Flows.flow`: mss, the round trips, rtt_how)."""
     mss = np.ascontiguousarray(flow["mss"].reshape(-1), dtype=np.int64)
     # round trip from the capture point to the client / server (unknown counts as 0),
@@ -216,7 +217,7 @@ def _window_full(f: Flows, key: np.ndarray, S1: np.ndarray, S2: np.ndarray,
     return known & (s["end"][S1] + s["payload"][S2] > right_edge)
 
 
-def classify(c: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
+def classify(c: Columns, p: Params) -> Columns:
     """Apply the thresholds to candidates (CANDIDATE_COLUMNS): why each is not a stall
     ("plain": index in REASONS of the first rule that rules it out, -1 if none, before the
     vetoes of a proven Nagle rule), whether S1 was small, the ACK's delay and S2's reaction
@@ -249,8 +250,8 @@ def classify(c: dict[str, np.ndarray], p: Params) -> dict[str, np.ndarray]:
             "early": early, "slow": slow, "short": short, "long": long}
 
 
-def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] | None = None,
-           lone_groups: dict[str, np.ndarray] | None = None) -> Detection:
+def decide(ev: Evidence, p: Params, nflows: int, groups: Columns | None = None,
+           lone_groups: Columns | None = None) -> Detection:
     """The stalls, holds and per-direction verdicts of the evidence. A connection analysed
     in pieces (nagleprobe.pieces) gives, besides the candidates it kept one by one, the
     others already classified in `groups` (key, plain, s1_small, late_seen, count, and
@@ -302,7 +303,7 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
                                       FLAVOURS.index("unknown"))]
     hold_ns = np.bincount(key[hold], weights=gap_ns[hold], minlength=nkeys).astype(np.int64)
 
-    def events(m: np.ndarray) -> dict[str, np.ndarray]:
+    def events(m: np.ndarray) -> Columns:
         kk = c["key"][m]
         return {"flow": kk >> 1, "dir": (kk & 1).astype(np.int8),
                 **{name: c[name][m] for name in ("small_frame", "ack_frame", "released_frame",
@@ -348,7 +349,7 @@ def decide(ev: Evidence, p: Params, nflows: int, groups: dict[str, np.ndarray] |
                      quick_acks=quick_acks, why_not=why_not, answered=answered)
 
 
-def ack_classes(key: np.ndarray, gap: np.ndarray, p: Params) -> dict[str, np.ndarray]:
+def ack_classes(key: np.ndarray, gap: np.ndarray, p: Params) -> Columns:
     """Pure ACKs of a lone segment (the data's direction `key`, the time from the data to
     the ACK, ns): their delay less the path to the receiver (ns), and whether it is within
     QUICK_ACK_MS ("quick"), at least DELACK_MIN_MS ("not_early"), at most DELACK_MAX_MS
@@ -478,7 +479,7 @@ def timer_name(ms: float | None) -> str:
     return ""
 
 
-def _confidence(st: dict[str, np.ndarray], penalty: np.ndarray) -> np.ndarray:
+def _confidence(st: Columns, penalty: np.ndarray) -> np.ndarray:
     """Repetition with a stable delay, and a delay at a known timer, raise confidence; round
     trips known only from data, or not at all, lower it (`penalty` per flow, or each flow's
     rtt_how)."""

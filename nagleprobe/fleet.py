@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .check import (STATUS_NAMES, Budget, CaptureVerdict, CheckRun, expand_targets,
-                    run_check)
+from .check import STATUS_NAMES, Budget, CaptureVerdict, CheckRun, expand_targets, run_check
 from .errors import ExitStatus
 from .read import URL_TIMEOUT_S
 

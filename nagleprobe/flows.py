@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .columns import Columns
 from .copies import find_copies
 from .decode import ACK, SYN, format_address
 from .roundtrips import late_samples, round_trips, sample_stats, turn_stats
@@ -52,8 +53,8 @@ class Flows:
     Row neighbours (`before`, `after`) are computed on demand for the rows asked about.
     """
 
-    seg: dict[str, np.ndarray]
-    flow: dict[str, np.ndarray]
+    seg: Columns
+    flow: Columns
     starts: np.ndarray  # first row of each flow in `seg`; ends = starts[1:] + [len]
     duplicates: int = 0  # copies of a packet (`copies.find_copies`) dropped, not in `seg`
     # frame numbers of the SYNs that fit no connection (`nagleprobe.syns`), dropped, not in `seg`
@@ -148,7 +149,7 @@ class _Sorted:
     not held per row come from the tuples' endpoints (`ends`, with each row's tuple
     `tup` and direction column `from_low`)."""
 
-    def __init__(self, cols: dict[str, np.ndarray], order: np.ndarray,
+    def __init__(self, cols: Columns, order: np.ndarray,
                  ends: TupleEnds | None = None, tup: np.ndarray | None = None,
                  identity: bool = False) -> None:
         self.cols, self.order, self.cache = cols, order, {}
@@ -168,7 +169,7 @@ class _Sorted:
         return self.ends.column(name, self.tup[raw], self.cols["from_low"][raw])
 
 
-def build_flows(cols: dict[str, np.ndarray], tuples: np.ndarray | None = None,
+def build_flows(cols: Columns, tuples: np.ndarray | None = None,
                 ends: TupleEnds | None = None, copies: np.ndarray | None = None) -> Flows:
     """Group decoded TCP packets into connections and classify every segment.
 
@@ -299,7 +300,7 @@ def _first_in_flow(rows: np.ndarray, fid: np.ndarray, nflows: int) -> np.ndarray
 
 
 # the columns of Flows.seg, in their order
-def _flow_facts(c, seg, maxpay, starts, ends, handshake, syns: _Syns) -> dict[str, np.ndarray]:
+def _flow_facts(c, seg, maxpay, starts, ends, handshake, syns: _Syns) -> Columns:
     """Per-flow endpoints, MSS, window scale, round trips and vantage (numpy arrays;
     `maxpay`: the largest payload of each flow * 2 + dir)."""
     nflows = len(starts)
@@ -307,7 +308,7 @@ def _flow_facts(c, seg, maxpay, starts, ends, handshake, syns: _Syns) -> dict[st
 
     def key(rows: np.ndarray) -> np.ndarray:  # flow * 2 + dir of some rows
         return fid[rows] * 2 + d[rows]
-    out: dict[str, np.ndarray] = {}
+    out: Columns = {}
 
     # endpoints: the first row's source is the client iff that row goes client -> server
     r = starts

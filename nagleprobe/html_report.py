@@ -26,8 +26,8 @@ import pandas as pd
 from . import __version__, wireshark
 from .advice import timer_words
 from .errors import printable
-from .selection import worst_first
 from .humanize import SIDES, human_ms
+from .selection import worst_first
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import relay, wireshark
 from .advice import FIX_FIELDS
-from .columns import take
+from .columns import Columns, take
 from .detect import REASONS
 from .errors import utf8_safe
 from .jsonrows import Program, encode
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 FLOWS_PER_PIECE = 5000  # flows per piece of the JSON text (a flow is ten times a stall)
 SCHEMA_VERSION = 2  # of the JSON document (nagleprobe/schema/report.schema.json)
 
-Columns = dict[str, np.ndarray]  # a table's numpy columns (see `tables`)
+Columns = Columns  # a table's numpy columns (see `tables`)
 
 # flow columns written inside a nested object, not at the top of the flow
 _NESTED = ({f"fix_{k}" for k in FIX_FIELDS} | {f"why_not_{r}" for r in REASONS}

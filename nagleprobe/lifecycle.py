@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .columns import Columns
 from .decode import FIN, RST
 from .tuples import TupleTable
 
@@ -75,7 +76,7 @@ class TupleState:
             np.bitwise_or.at(self.closed, tid[fin_rows], bits.astype(np.uint8))
 
     def same_isn(self, tid: np.ndarray, syn_only: np.ndarray, flags: np.ndarray,
-                 cols: dict[str, np.ndarray]) -> tuple[int, int | None]:
+                 cols: Columns) -> tuple[int, int | None]:
         """Count SYNs that open a 4-tuple again after its connection closed (FIN or RST)
         with the same ISN as the SYN before (`tcpreplay --loop`): the two connections cannot
         be told apart and are judged as one: how many, and the first one's frame. Only

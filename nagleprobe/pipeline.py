@@ -98,7 +98,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
     try:
         reader = open_reader(paths or path, chunk_bytes, strict, url_timeout, stream)
         skipped: Counter = Counter()
-        kept: list[dict[str, np.ndarray]] | None = [] if keep_segments else None
+        kept: list[Columns] | None = [] if keep_segments else None
         chunks = decoded(reader, skipped, progress, kept)
         early: deque = deque()  # chunks decoded while the analysis modules load
         while (loader.is_alive() and len(early) < EARLY_CHUNKS
@@ -127,8 +127,8 @@ def open_reader(path: str | os.PathLike[str] | list[str], chunk_bytes: int = 32 
 
 
 def decoded(reader: CaptureReader | SetReader, skipped: Counter,
-            progress: Progress | None = None, kept: list[dict[str, np.ndarray]] | None = None
-            ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
+            progress: Progress | None = None, kept: list[Columns] | None = None
+            ) -> Iterator[tuple[int | None, Columns]]:
     """(first timestamp of the chunk or None, its decoded TCP columns) per chunk read; each
     chunk's columns also appended to `kept` if given."""
     for first_ns, cols in _decoded(reader, skipped, progress):
@@ -138,7 +138,7 @@ def decoded(reader: CaptureReader | SetReader, skipped: Counter,
 
 
 def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Progress | None
-             ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
+             ) -> Iterator[tuple[int | None, Columns]]:
     if isinstance(reader, SetReader):
         for group in reader:  # one step of the merge: slices of several files
             first_ns = min(int(b.ts_ns.min()) for b in group)
@@ -162,7 +162,7 @@ def _decoded(reader: CaptureReader | SetReader, skipped: Counter, progress: Prog
 
 
 def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: deque,
-                    chunks: Iterator[tuple[int | None, dict[str, np.ndarray]]],
+                    chunks: Iterator[tuple[int | None, Columns]],
                     reorder_window_s: float, batch_rows: int | None,
                     idle_s: float = DEFAULT_IDLE_S, piece_rows: int | None = None) -> Report:
     from .stream import StreamAnalyzer
@@ -193,7 +193,7 @@ def _analyze_stream(reader: CaptureReader | SetReader, skipped: Counter, early: 
             stream.close()
 
 
-def reassembled(parts: list[dict[str, np.ndarray]]) -> Flows:
+def reassembled(parts: list[Columns]) -> Flows:
     """Every connection of the decoded chunks `parts`, reassembled at once (`build_flows`):
     the segments of a report. Judging is the stream's; this only rebuilds the flows."""
     from .flows import build_flows

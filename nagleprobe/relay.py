@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .columns import Columns
 from .flows import Flows
-from .roundtrips import NEAR_MS
 from .jsonrows import factorize
+from .roundtrips import NEAR_MS
 from .weirds import Weird
 
 RELAY_WINDOW_MS = 1.0  # a relay forwards what it read within this (loopback: microseconds)
@@ -34,7 +35,7 @@ RELAY_COLUMNS = ("relay_upstream_flow", "relay_in", "relay_out", "relay_split",
                  "relay_stalls_matched")
 
 
-def arrivals(f: Flows) -> dict[str, np.ndarray]:
+def arrivals(f: Flows) -> Columns:
     """Every new data segment of the flows: flow, direction, time, payload."""
     s = f.seg
     r = np.flatnonzero(s["new_data"])
@@ -49,7 +50,7 @@ def relay_warning() -> Weird:
                  "them)")
 
 
-def no_relays(nflows: int) -> dict[str, np.ndarray]:
+def no_relays(nflows: int) -> Columns:
     """The relay columns of flows that feed no stall (upstream flow -1)."""
     none = np.full(nflows, None, dtype=object)
     return {"relay_upstream_flow": np.full(nflows, -1, dtype=np.int64), "relay_in": none,
@@ -57,8 +58,8 @@ def no_relays(nflows: int) -> dict[str, np.ndarray]:
             "relay_stalls_matched": np.zeros(nflows, dtype=np.int64)}
 
 
-def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
-         arr: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+def link(flows: Columns, stalls: Columns,
+         arr: Columns | None) -> Columns:
     """The relay columns of the flows table (`report_columns` shapes: flows with client and
     server "ip:port", stalls with flow, sender, small_time (epoch ns), small_bytes,
     held_bytes); `arr` the arrivals of all flows, with the same flow ids."""
@@ -119,8 +120,8 @@ def link(flows: dict[str, np.ndarray], stalls: dict[str, np.ndarray],
     return out
 
 
-def _near_a_stall(arr: dict[str, np.ndarray], sizes: np.ndarray, s1_ns: np.ndarray
-                  ) -> dict[str, np.ndarray]:
+def _near_a_stall(arr: Columns, sizes: np.ndarray, s1_ns: np.ndarray
+                  ) -> Columns:
     """The arrivals that can have fed some stall: of a size some stall's S1 or S1 + S2 has,
     and within the window before some stall's S1 (whatever the host: cheap, and most
     arrivals of a busy capture go)."""
@@ -134,7 +135,7 @@ def _near_a_stall(arr: dict[str, np.ndarray], sizes: np.ndarray, s1_ns: np.ndarr
     return {k: v[keep] for k, v in arr.items()}
 
 
-def _match(a_host: np.ndarray, arr: dict[str, np.ndarray], a_side: np.ndarray,
+def _match(a_host: np.ndarray, arr: Columns, a_side: np.ndarray,
            a_tags: np.ndarray, s_host: np.ndarray, s_ts: np.ndarray, s_flow: np.ndarray,
            sent_side: np.ndarray, s_tags: np.ndarray, s1: np.ndarray, whole: np.ndarray,
            match: np.ndarray) -> None:

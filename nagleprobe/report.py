@@ -17,15 +17,15 @@ import numpy as np
 
 from . import advice, relay
 from . import selection as sel
-from .columns import take
+from .columns import Columns, take
 from .detect import Detection
 from .flows import Flows
+from .humanize import SIDES, counted, human_count, human_ms
 from .read import CaptureInfo
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
 from .wireshark import add_tcp_streams
-from .humanize import SIDES, counted, human_count, human_ms
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,9 +45,9 @@ class Report:
     restricted to some flows.
     """
 
-    def __init__(self, capture: dict[str, Any], flows: dict[str, np.ndarray] | pd.DataFrame,
-                 stalls: dict[str, np.ndarray] | pd.DataFrame,
-                 endpoints: dict[str, np.ndarray] | pd.DataFrame, source: Flows | None = None,
+    def __init__(self, capture: dict[str, Any], flows: Columns | pd.DataFrame,
+                 stalls: Columns | pd.DataFrame,
+                 endpoints: Columns | pd.DataFrame, source: Flows | None = None,
                  reread: Callable[[Report], Flows] | None = None) -> None:
         """`flows`, `stalls`, `endpoints`: each a DataFrame or its numpy columns (as
         `tables.report_columns` gives them); endpoints two rows per flow, client then
@@ -63,12 +63,12 @@ class Report:
         # "vantages"; None for one capture
         self.vantage_doc: dict[str, Any] | None = None
         self._segments: pd.DataFrame | None = None
-        self._columns: dict[str, dict[str, np.ndarray]] = {}
+        self._columns: dict[str, Columns] = {}
         self._frames: dict[str, pd.DataFrame] = {}
         for name, t in zip(TABLES, (flows, stalls, endpoints)):
             (self._columns if isinstance(t, dict) else self._frames)[name] = t
 
-    def columns(self, name: str) -> dict[str, np.ndarray]:
+    def columns(self, name: str) -> Columns:
         """The numpy columns of the table `name` ("flows", "stalls" or "endpoints"): times
         as epoch nanoseconds, -1 for NA in `tables.NULLABLE` columns, text as objects (not
         copies: leave them as they are). The text and JSON reports are written from them."""
@@ -370,14 +370,14 @@ def name_files(r: Report, files: list[dict[str, Any]]) -> None:
     names = np.asarray([f["path"] for f in files], dtype=object)
     r.capture["files"] = files
 
-    def split(cols: dict[str, np.ndarray], frame_cols: list[str], before: str | None
-              ) -> dict[str, np.ndarray]:
+    def split(cols: Columns, frame_cols: list[str], before: str | None
+              ) -> Columns:
         add = {}
         for c in frame_cols:
             idx, local = file_frames(cols[c].astype(np.int64))
             cols[c] = local
             add[c.removesuffix("_frame") + "_file"] = names[idx]
-        out: dict[str, np.ndarray] = {}
+        out: Columns = {}
         for name, col in cols.items():
             if name == before:
                 out.update(add)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import syns
+from .columns import Columns
 from .engine import Judged
 from .relay import MAX_ARRIVALS, link, relay_warning
 from .report import Report
@@ -28,13 +29,13 @@ class Results:
     """Per-batch result columns and, per flow, the key that orders flows globally; `add` a
     batch, `report` joins them."""
 
-    flows: list[dict[str, np.ndarray]] = field(default_factory=list)
-    stalls: list[dict[str, np.ndarray]] = field(default_factory=list)
-    endpoints: list[dict[str, np.ndarray]] = field(default_factory=list)
+    flows: list[Columns] = field(default_factory=list)
+    stalls: list[Columns] = field(default_factory=list)
+    endpoints: list[Columns] = field(default_factory=list)
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
     tcp_packets: int = 0
-    arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)  # None: too many
+    arrivals: list[Columns] | None = field(default_factory=list)  # None: too many
     arrival_count: int = 0
     duplicates: int = 0  # copies of packets build_flows dropped
     syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
@@ -111,8 +112,8 @@ def _take(parts: list[np.ndarray], order: np.ndarray, trim_rows: int = TRIM_JOIN
     return out
 
 
-def _join_stalls(parts: list[dict[str, np.ndarray]], order: np.ndarray, offsets: np.ndarray
-                 ) -> dict[str, np.ndarray]:
+def _join_stalls(parts: list[Columns], order: np.ndarray, offsets: np.ndarray
+                 ) -> Columns:
     """The batches' stall columns as one set of columns, flows renumbered (`order`: the old,
     concatenated id of each new flow id; `offsets[j]`: batch j's first old id) and sorted by
     (flow, released frame). Each batch's stalls come sorted so (`report_columns`) and a flow

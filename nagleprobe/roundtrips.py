@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .columns import Columns
+
 try:
     from . import _flows as _compiled
 except ImportError:  # built without a C compiler
@@ -22,7 +24,7 @@ NEAR_MS = 0.1  # a round trip this short (ms) means the capture point sits at th
 
 def round_trips(rs: np.ndarray, rc: np.ndarray, count: np.ndarray, smallest: np.ndarray,
                 upper: np.ndarray, late_keys: np.ndarray, late_low: np.ndarray,
-                late_high: np.ndarray) -> dict[str, np.ndarray]:
+                late_high: np.ndarray) -> Columns:
     """The round trips from the capture point and the vantage, per flow: from the
     handshake's (`rs` to the server and back, `rc` to the client, ms, NaN if unknown) and
     the data -> pure ACK turnarounds of each flow * 2 + dir that are the path (`turn_stats`:
@@ -63,7 +65,7 @@ def round_trips(rs: np.ndarray, rc: np.ndarray, count: np.ndarray, smallest: np.
     return out
 
 
-def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
+def late_samples(seg: Columns, late: np.ndarray, mss: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The data rows `late` whose first ACK is not the path (`turn_samples`; `mss`: each
     one's send MSS), as upper bounds on it: where that ACK acknowledged two full segments or
@@ -88,7 +90,7 @@ def late_samples(seg: dict[str, np.ndarray], late: np.ndarray, mss: np.ndarray
     return late[use], turn_ns[use]
 
 
-def turn_stats(seg: dict[str, np.ndarray], ngroups: int
+def turn_stats(seg: Columns, ngroups: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The data -> pure ACK turnarounds that are the path (`turn_samples`), per direction
     group (flow * 2 + dir): how many, the smallest and the upper quartile (`sample_stats`),
@@ -106,7 +108,7 @@ def turn_stats(seg: dict[str, np.ndarray], ngroups: int
     return count, smallest, upper, late[:k]
 
 
-def _turn_stats_numpy(seg: dict[str, np.ndarray], ngroups: int
+def _turn_stats_numpy(seg: Columns, ngroups: int
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`turn_stats` with numpy alone (the reference for the compiled version)."""
     paired, _, turn_ns, undelayed = turn_samples(seg)
@@ -118,7 +120,7 @@ def _turn_stats_numpy(seg: dict[str, np.ndarray], ngroups: int
     return count, smallest, upper, paired[~undelayed]
 
 
-def turn_samples(seg: dict[str, np.ndarray]
+def turn_samples(seg: Columns
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every data -> ACK turnaround: the rows with payload whose first covering ACK
     (`acked_by`) came at or after them (in row order), those ACK rows, the turnarounds (ns),
@@ -185,7 +187,7 @@ def sample_stats(keys: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
 NEARBY = 8  # rows looked at around a row for its neighbours in one direction
 
 
-def _acks_two_full(seg: dict[str, np.ndarray], rows: np.ndarray, mss: np.ndarray) -> np.ndarray:
+def _acks_two_full(seg: Columns, rows: np.ndarray, mss: np.ndarray) -> np.ndarray:
     """Whether each ACK row acknowledged two full segments or more at once (which a receiver
     must ACK at once): its ACK less the previous row's of its direction (looked for among
     the NEARBY rows before; if not found, not known to)."""
@@ -196,7 +198,7 @@ def _acks_two_full(seg: dict[str, np.ndarray], rows: np.ndarray, mss: np.ndarray
     return out
 
 
-def _next_in_direction(seg: dict[str, np.ndarray], rows: np.ndarray, data: bool,
+def _next_in_direction(seg: Columns, rows: np.ndarray, data: bool,
                        step: int = 1) -> np.ndarray:
     """For each row, the next (step -1: previous) row of its flow in its direction, with
     data if `data`, among the NEARBY rows that way; -1 if none."""

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .columns import Columns
 from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
 from .tuples import group_order, group_starts
 
@@ -74,7 +75,7 @@ SEG_COLUMNS = ("seq", "ack", "end", "sent_before", "new_data", "retrans", "keepa
 
 
 def segments(c: Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nflows: int
-              ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+              ) -> tuple[Columns, np.ndarray]:
     """Flows.seg: each row's flow, direction and decoded fields in flow order, its
     relative, unwrapped seq/ack, classification and ACK links (`_sequence_space_numpy`,
     `_ack_links_numpy`); and the largest payload of each flow * 2 + dir. One compiled pass
@@ -100,8 +101,8 @@ def segments(c: Sorted, fid: np.ndarray, d: np.ndarray, flags: np.ndarray, nflow
     return {k: seg[k] for k in SEG_COLUMNS}, maxpay
 
 
-def _segments_numpy(c: Sorted, seg: dict[str, np.ndarray], nflows: int
-                    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _segments_numpy(c: Sorted, seg: Columns, nflows: int
+                    ) -> tuple[Columns, np.ndarray]:
     """`_segments`' computed columns with numpy alone (the reference for the compiled
     version), from `seg`'s flow, dir and flags."""
     dgroup = seg["flow"] * 2 + seg["dir"]
@@ -114,7 +115,7 @@ def _segments_numpy(c: Sorted, seg: dict[str, np.ndarray], nflows: int
     return made, maxpay
 
 
-def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
+def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> Columns:
     """Relative, unwrapped seq/ack per direction, and segment classification (`by_dir`:
     the rows in (flow, direction, time) order, `dgroup` each row's flow * 2 + direction)."""
     n = len(dgroup)
@@ -174,7 +175,7 @@ def _sequence_space_numpy(c, by_dir, dgroup, nflows) -> dict[str, np.ndarray]:
     return out
 
 
-def _ack_links_numpy(seg: dict[str, np.ndarray], by_dir: np.ndarray) -> dict[str, np.ndarray]:
+def _ack_links_numpy(seg: Columns, by_dir: np.ndarray) -> Columns:
     """ack_max: highest ACK this direction had sent up to and including the row.
     acked_by: for new sequence space, the first row of the other direction acknowledging all
     of it (-1 if none)."""

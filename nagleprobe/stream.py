@@ -61,8 +61,8 @@ IDLE_BATCH_ROWS = 1 << 16
 # grow with its connections, and a SYN flood hands on a million one-packet ones at once
 BATCH_FLOWS = 1 << 14
 
-def _gather(chunks: list[dict[str, np.ndarray]], which: np.ndarray, rows: np.ndarray
-            ) -> dict[str, np.ndarray]:
+def _gather(chunks: list[Columns], which: np.ndarray, rows: np.ndarray
+            ) -> Columns:
     """One table of a batch's rows: row i is row rows[i] of chunk which[i] (in the order
     `StreamAnalyzer._hand_on` placed them: grouped by 4-tuple, in time order within, as
     `build_flows` reads them in place). The columns it reads at a few rows only
@@ -79,7 +79,7 @@ class _Held:
     """A decoded chunk held for its open connections: its rows still held are `live`
     (None: all of them)."""
 
-    cols: dict[str, np.ndarray]
+    cols: Columns
     tid: np.ndarray
     live: np.ndarray | None = None
     count: int = 0
@@ -142,7 +142,7 @@ class StreamAnalyzer:
         self._parts = Results()
 
     # ------------------------------------------------------------------ input
-    def feed(self, cols: dict[str, np.ndarray]) -> None:
+    def feed(self, cols: Columns) -> None:
         """Take one chunk of decoded TCP rows (file order); analyse what has finished."""
         n = len(cols["frame"])
         if not n:
@@ -210,7 +210,7 @@ class StreamAnalyzer:
             self._pieces(long)
         self._tick(int(ts.max()))
 
-    def _foreign_syns(self, tid: np.ndarray, cols: dict[str, np.ndarray],
+    def _foreign_syns(self, tid: np.ndarray, cols: Columns,
                       reopened: np.ndarray) -> np.ndarray:
         """Of the SYNs with a new ISN on connections analysed in pieces (`reopened`; long,
         so established), those that fit no connection (`nagleprobe.syns`): no FIN or RST
@@ -231,7 +231,7 @@ class StreamAnalyzer:
             out[r] = not (closed or answered or quiet)
         return out
 
-    def _answered_late(self, tid: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+    def _answered_late(self, tid: np.ndarray, cols: Columns) -> None:
         """A SYN-ACK answering a SYN `feed` left out of a connection analysed in pieces:
         the whole analysis, which sees the answer, starts a new connection at that SYN (its
         connection's FIN or RST was not captured); here the connection may differ."""
@@ -246,7 +246,7 @@ class StreamAnalyzer:
                        "answered by a SYN-ACK in a later chunk)")
                 self.inexact[why] = self.inexact.get(why, 0) + 1
 
-    def _reopen_pieced(self, cols: dict[str, np.ndarray], tid: np.ndarray,
+    def _reopen_pieced(self, cols: Columns, tid: np.ndarray,
                        from_low: np.ndarray, reopened: np.ndarray) -> None:
         """A SYN with a new initial sequence number arrived for connections analysed in
         pieces (a new connection on the same 4-tuple): each ends just before its first such
@@ -322,7 +322,7 @@ class StreamAnalyzer:
             for other in self._ledgers.values():
                 other.arrivals = None
 
-    def _take_rows(self, tids: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
+    def _take_rows(self, tids: np.ndarray) -> dict[int, Columns]:
         """The rows held of the 4-tuples `tids` (each one's columns), no longer held."""
         want = np.zeros(len(self._t.rows), dtype=bool)
         want[tids] = True
@@ -443,7 +443,7 @@ class StreamAnalyzer:
         if self._hand_ons % TRIM_EVERY == 0:
             release_free_memory()
 
-    def _analyse(self, chunks: list[dict[str, np.ndarray]], which: np.ndarray,
+    def _analyse(self, chunks: list[Columns], which: np.ndarray,
                  rows: np.ndarray, tuples: np.ndarray, ends: TupleEnds) -> None:
         """Judge one batch: the rows `rows` of chunks `which` (see `_gather`), of the tuples
         `tuples` (numbered within the batch) whose endpoints are `ends` (gathered and judged

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .columns import Columns
 from .decode import ACK, FIN, RST, SYN
 from .weirds import Weird
 
@@ -134,7 +135,7 @@ def warning(count: int, first_frame: int) -> Weird:
                  f"left out of the analysis ({SKIPPED_KIND})", count)
 
 
-def without_foreign(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def without_foreign(rows: Columns) -> tuple[Columns, np.ndarray]:
     """One 4-tuple's rows (in time order) less its SYNs that fit no connection, and the
     frame numbers of those."""
     n = len(rows["frame"])

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from . import advice, encap
+from .columns import Columns
 from .detect import REASONS, Detection, weighted_median
 from .flows import Flows
-from .roundtrips import vantage_basis
-from .read import CaptureInfo
 from .humanize import SIDES
+from .read import CaptureInfo
+from .roundtrips import vantage_basis
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 _NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
 
 
-def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, dict[str, np.ndarray]]:
+def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, Columns]:
     """The flows, stalls and endpoints tables as numpy columns ("flows", "stalls",
     "endpoints"): times (the TABLE_ONLY columns) as epoch nanoseconds, text as objects, an
     unknown window scale as -1. `table` makes a DataFrame of each; the stream keeps its
@@ -142,7 +143,7 @@ TABLE_ONLY = ("start_time", "small_time", "ack_time", "released_time")
 NULLABLE = ("window_scale", "tcp_stream", "relay_upstream_flow")
 
 
-def rows_of(columns: dict[str, np.ndarray], ids: np.ndarray | list[int]) -> np.ndarray:
+def rows_of(columns: Columns, ids: np.ndarray | list[int]) -> np.ndarray:
     """The rows of the flows with these ids (in that order) in a flows table's columns;
     KeyError for an id it does not hold."""
     have, ids = columns["id"], np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -168,7 +169,7 @@ class Result(Protocol):
     selection: dict[str, Any] | None  # what `Report.select` chose; None: the whole capture
     vantage_doc: dict[str, Any] | None  # several vantages joined (`vantage.join`), else None
 
-    def columns(self, name: str) -> dict[str, np.ndarray]:
+    def columns(self, name: str) -> Columns:
         """The numpy columns of the table `name` ("flows", "stalls" or "endpoints")."""
 
     def summary(self) -> dict[str, Any]:

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .advice import HOLD_SHARE, HOLD_TEXT_MS, timer_words
-from .columns import take
+from .columns import Columns, take
 from .detect import REASONS
 from .errors import printable
 from .fileset import set_name
+from .humanize import SIDES, counted, flow_list, human_count, human_ms
 from .relay import RELAY_COLUMNS
 from .selection import selection_line, worst_order
 from .tables import NULLABLE, STALL_POINTS, rows_of
-from .humanize import SIDES, counted, flow_list, human_count, human_ms
 
 if TYPE_CHECKING:
     from .tables import Result
@@ -164,7 +164,7 @@ def evidence_lines(ev: list[dict[str, Any]], width: int, times: dict[str, list[s
     return lines
 
 
-def _stall_times(st: dict[str, np.ndarray], start_ns: np.ndarray, base: str
+def _stall_times(st: Columns, start_ns: np.ndarray, base: str
                  ) -> dict[str, list[str]]:
     """Each stall point's times as the evidence shows them (`base`, one of TIME_BASES);
     `start_ns`: the first packet of each stall's flow."""
@@ -192,7 +192,7 @@ def legend(base: str, dates: list[str] = ()) -> str:  # type: ignore[assignment]
             f"the peer delayed its ACK; conf: confidence.")
 
 
-def _rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+def _rows(cols: Columns) -> list[dict[str, Any]]:
     """A table's rows as dicts of Python values, a missing value (NaN; -1 in a NULLABLE
     column) None, as the JSON document has it null."""
     def missing(name: str, v: Any) -> bool:
@@ -236,7 +236,7 @@ def _seen(f: dict[str, Any]) -> str:
 _TABLE_HEAD = "  flow  stalls      lost  fix on  client -> server"
 
 
-def _stalled_table(fl: dict[str, np.ndarray], width: int) -> list[str]:
+def _stalled_table(fl: Columns, width: int) -> list[str]:
     """One row per flow with stalls (worst first): id, stalls, time lost, the side to fix,
     and its endpoints (each on a line of its own when the row would be too long)."""
     lines = [_Pre(_TABLE_HEAD)]

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .columns import Columns
+
 try:
     from . import _flows as _compiled  # the 4-tuple table (nagleprobe/_flows.c)
 except ImportError:  # built without a C compiler
@@ -48,7 +50,7 @@ class TupleEnds:
         return np.where(from_low == src, mine, peer)
 
 
-def endpoints(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def endpoints(c: Columns) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each packet's source and destination endpoint as uint64 words that compare like
     (address, port): one word each when every address is IPv4, else (hi, lo, port); with
     the packet's tunnel number in front when some came through a tunnel (the same
@@ -83,7 +85,7 @@ def ordered(a: list[np.ndarray], b: list[np.ndarray]
             [np.where(a_low, y, x) for x, y in zip(a, b)], a_low)
 
 
-def tuple_ids(c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def tuple_ids(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     """Id of each packet's unordered 4-tuple, numbered by first appearance in record order,
     and whether the packet travels from the 'lower' endpoint."""
     lo, hi, a_low = ordered(*endpoints(c))
@@ -111,7 +113,7 @@ def factorize_words(cols: list[np.ndarray]) -> np.ndarray:
     return ids
 
 
-def tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+def tuple_words(c: Columns) -> tuple[list[np.ndarray], np.ndarray]:
     """Five uint64 words naming each row's unordered 4-tuple (the 'lower' endpoint's address
     hi, lo, the higher's, then the tunnel number << 32 | both ports), as nagleprobe/_flows.c
     makes them, and whether the row travels from the lower endpoint."""
@@ -122,7 +124,7 @@ def tuple_words(c: dict[str, np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]
             | hi[2]], a_low
 
 
-def tunnel_numbers(c: dict[str, np.ndarray]) -> np.ndarray:
+def tunnel_numbers(c: Columns) -> np.ndarray:
     """The rows' tunnel numbers, uint32 (the column itself; 0 where the columns have none)."""
     t = c.get("tunnel")
     return np.zeros(len(c["sport"]), np.uint32) if t is None else np.asarray(t, np.uint32)
@@ -146,7 +148,7 @@ class TupleTable:
             self._index = pd.Index(np.zeros(0, dtype=np.uint64))
             self._words = [np.zeros(0, dtype=np.uint64) for _ in range(5)]
 
-    def ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def ids(self, c: Columns) -> tuple[np.ndarray, np.ndarray]:
         """Each row's tuple id, and whether it travels from the tuple's lower endpoint."""
         before = self.count
         tid, from_low, first = self._ids(c)
@@ -168,7 +170,7 @@ class TupleTable:
                          w[2], w[3], w[4] & np.uint64(0xFFFF),
                          (w[4] >> np.uint64(32)).astype(np.uint32))
 
-    def _ids(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _ids(self, c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._compiled is None:
             return self._ids_numpy(c)
         n = len(c["sport"])
@@ -192,7 +194,7 @@ class TupleTable:
             self._slots, self._table, self.count, tid, from_low.view(np.uint8), first)
         return tid, from_low, first
 
-    def _ids_numpy(self, c: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _ids_numpy(self, c: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         import pandas as pd  # here, not at load: encap imports this module early
         words, from_low = tuple_words(c)
         codes, uniq = pd.factorize(mix(words))

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from .columns import Columns
 from .decode import ACK, SYN, decode
 from .errors import CaptureError
+from .humanize import SIDES
 from .read import URL_TIMEOUT_S, CaptureReader
 from .tuples import mix
-from .humanize import SIDES
 
 PEEK_BYTES = 1 << 20  # of each file of several, read for its handshakes (a rotated set of
 # a thousand files reads 1 GB more)
@@ -146,7 +147,7 @@ def _runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return edge[:-1][long], edge[1:][long]
 
 
-def _handshake_times(fl: dict[str, np.ndarray]) -> np.ndarray:
+def _handshake_times(fl: Columns) -> np.ndarray:
     """Per flow (rows) the SYN, SYN/ACK and ACK times (ns, this file's clock) as the capture
     point saw them, from its first packet and its round trips; NaN without a handshake."""
     syn = fl["start_time"].astype(np.float64)
@@ -156,11 +157,11 @@ def _handshake_times(fl: dict[str, np.ndarray]) -> np.ndarray:
     return np.stack([syn, sa, sa + fl["rtt_client_ms"].astype(float) * 1e6], axis=1)
 
 
-def _match_flows(ref: dict[str, np.ndarray], other: dict[str, np.ndarray]) -> np.ndarray:
+def _match_flows(ref: Columns, other: Columns) -> np.ndarray:
     """For each flow of `other`, the row of the same connection in `ref` (-1 if none): the
     same client and server, the n-th of that pair by start in both, starting within
     SAME_TIME_S of each other."""
-    def keys(fl: dict[str, np.ndarray]) -> np.ndarray:
+    def keys(fl: Columns) -> np.ndarray:
         pair = np.char.add(np.char.add(fl["client"].astype(str), ">"), fl["server"].astype(str))
         order = np.lexsort((fl["start_time"], pair))
         rank = np.zeros(len(pair), np.int64)
@@ -233,7 +234,7 @@ def _number(v: float) -> float | None:
     return None if v != v else round(float(v), 3)
 
 
-def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
+def _connection(n: int, row: np.ndarray, tables: list[Columns],
                 stalls: list[_Stalls], times: list[np.ndarray],
                 files: list[np.ndarray]) -> dict[str, Any]:
     """One connection joined over the vantages that saw it (`row`: its flow row in each
@@ -260,7 +261,7 @@ def _connection(n: int, row: np.ndarray, tables: list[dict[str, np.ndarray]],
 class _Stalls:
     """One vantage's stalls, found by flow without scanning them all (sorted by flow)."""
 
-    def __init__(self, st: dict[str, np.ndarray]) -> None:
+    def __init__(self, st: Columns) -> None:
         self.st = st
         self.order = np.argsort(st["flow"], kind="stable")
         self.flow = st["flow"][self.order]
@@ -272,7 +273,7 @@ class _Stalls:
         return rows[self.st["sender"][rows] == sender]
 
 
-def _split(row: np.ndarray, tables: list[dict[str, np.ndarray]], stalls: list[_Stalls],
+def _split(row: np.ndarray, tables: list[Columns], stalls: list[_Stalls],
            hs: list[np.ndarray | None]) -> dict[str, Any] | None:
     """Where the held time of the connection's stalls went, summed over the stalls found at
     both the vantage nearest their sender and the one nearest the peer: `stack_ms` (the late

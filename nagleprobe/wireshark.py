@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .columns import take
+from .columns import Columns, take
 from .errors import printable
 from .tables import STALL_POINTS, rows_of
 
@@ -69,7 +69,7 @@ def tcp_streams(first_frame: np.ndarray, client: np.ndarray, server: np.ndarray,
     return out
 
 
-def add_tcp_streams(flows: dict[str, np.ndarray], capture: dict[str, Any]) -> None:
+def add_tcp_streams(flows: Columns, capture: dict[str, Any]) -> None:
     """Add the flows' Wireshark `tcp.stream` (-1: not computable exactly; NA in the table)
     to the columns of all of a capture's flows (see `tcp_streams`)."""
     flows["tcp_stream"] = tcp_streams(flows["first_frame"], flows["client"], flows["server"],
@@ -123,7 +123,7 @@ def stall_frames(report: Result, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return frames[pick], np.r_[0, np.cumsum(hi - lo)].astype(np.int64)
 
 
-def _sorted_points(st: dict[str, np.ndarray], mine: np.ndarray | slice, *also: str
+def _sorted_points(st: Columns, mine: np.ndarray | slice, *also: str
                    ) -> tuple[np.ndarray, ...]:
     """The points (S1, late ACK, S2) of the stall rows `mine` by flow, then frame: (flow,
     frame, then each point column named in `also`, e.g. "file")."""
@@ -134,7 +134,7 @@ def _sorted_points(st: dict[str, np.ndarray], mine: np.ndarray | slice, *also: s
     return (flow[order], *(c[order] for c in cols))
 
 
-def flow_filters(fl: dict[str, np.ndarray]) -> list[str]:
+def flow_filters(fl: Columns) -> list[str]:
     """`flow_filter` of each row of a flows table (its columns)."""
     streams = fl["tcp_stream"] if "tcp_stream" in fl else np.full(len(fl["id"]), -1)
     return [flow_filter(c, s, t, ff, lf) for c, s, t, ff, lf in zip(
