@@ -1,9 +1,10 @@
 /* The common case of decode.decode in one pass over the records, compiled.
  *
- * decode(data, offset, caplen, linktype, slow, ipver, src_hi, src_lo, dst_hi, dst_lo,
- *        sport, dport, seq, ack, flags, window, payload, mss, wscale, sack_ok, tsval, has_ts,
- *        ipid)
- *     -> (k, s)
+ * decode(data, offset, caplen, linktype, slow, *columns) -> (k, s)
+ *
+ * `columns` are the output buffers of COMPILED_COLUMNS (_columns.h, generated from
+ * decode.COMPILED_COLUMNS), in that order; the module exports their names as
+ * COMPILED_COLUMNS.
  *
  * For each record i (its bytes at data[offset[i]:offset[i] + caplen[i]], link type
  * linktype[i]) that is a well-formed TCP segment in one of the usual shapes (supported link
@@ -21,11 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_VLAN_TAGS 4
-#define V4_MAPPED 0x0000FFFF00000000ULL
-#define SYN 0x02
-#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the hash of tuples.mix, for tunnel keys */
-#define MIX_SHIFT 29
+#include "_columns.h"
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
 static inline uint32_t be32(const uint8_t *p)
@@ -93,11 +90,11 @@ static int link_layer(const uint8_t *p, int64_t cap, int32_t lt, int64_t *l3)
     return 0;
 }
 
+/* the output columns, one pointer per COMPILED_COLUMNS entry */
 typedef struct {
-    uint8_t *ipver; uint64_t *src_hi, *src_lo, *dst_hi, *dst_lo;
-    uint16_t *sport, *dport; uint32_t *seq, *ack; uint16_t *flags, *window;
-    int32_t *payload, *mss; int16_t *wscale; uint8_t *sack_ok; uint32_t *tsval; uint8_t *has_ts;
-    uint16_t *ipid;
+#define COLUMN_POINTER(name, type) type *name;
+    COMPILED_COLUMNS(COLUMN_POINTER)
+#undef COLUMN_POINTER
 } Columns;
 
 /* TCP options as the numpy decoder reads them: a non-SYN segment whose options start with
@@ -155,7 +152,7 @@ done:
 }
 
 /* Decode one record into row k; 0 if it is not in the common shape. */
-static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_ssize_t k)
+static int decode_record(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_ssize_t k)
 {
     int64_t l3 = 0, l4, avail;
     int ver = link_layer(p, cap, lt, &l3);
@@ -207,21 +204,29 @@ static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_s
     return 1;
 }
 
-#define NIN 4 /* data, offset, caplen, linktype; then slow and the 18 columns */
-#define NOUT 19
+#define NIN 4 /* data, offset, caplen, linktype (read-only); then slow and the columns */
+#define NOUT (1 + N_COMPILED_COLUMNS)
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
-                          &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8],
-                          &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15], &b[16],
-                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22]))
+    if (PyTuple_GET_SIZE(args) != NIN + NOUT) {
+        PyErr_Format(PyExc_TypeError, "decode takes %d buffers (%zd given)", NIN + NOUT,
+                     PyTuple_GET_SIZE(args));
         return NULL;
-    /* element sizes of offset caplen linktype slow, then the 18 columns */
-    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 2,
-                                                     2, 4, 4, 2, 1, 4, 1, 2};
+    }
+    for (int j = 0; j < NIN + NOUT; j++)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, j), &b[j],
+                               j < NIN ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
+            while (j-- > 0)
+                PyBuffer_Release(&b[j]);
+            return NULL;
+        }
+    /* element sizes of offset caplen linktype slow, then the columns */
+#define COLUMN_SIZE(name, type) sizeof(type),
+    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, COMPILED_COLUMNS(COLUMN_SIZE)};
+#undef COLUMN_SIZE
     Py_ssize_t n = b[1].len / 8, k = 0, s = 0;
     int ok = 1;
     for (int j = 1; j < NIN + NOUT; j++)
@@ -237,14 +242,16 @@ static PyObject *decode(PyObject *self, PyObject *args)
     const int64_t *off = b[1].buf, *cap = b[2].buf;
     const int32_t *lt = b[3].buf;
     int64_t *slow = b[4].buf;
-    Columns c = {b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf, b[11].buf,
-                 b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf, b[17].buf, b[18].buf,
-                 b[19].buf, b[20].buf, b[21].buf, b[22].buf};
+    Columns c;
+    const Py_buffer *col = b + NIN + 1;
+#define COLUMN_BUFFER(name, type) c.name = (col++)->buf;
+    COMPILED_COLUMNS(COLUMN_BUFFER)
+#undef COLUMN_BUFFER
     Py_ssize_t len = b[0].len;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         if (off[i] < 0 || cap[i] < 0 || off[i] > len || cap[i] > len - off[i]
-            || !one(data + off[i], cap[i], lt[i], &c, k))
+            || !decode_record(data + off[i], cap[i], lt[i], &c, k))
             slow[s++] = i;
         else
             k++;
@@ -260,9 +267,6 @@ static PyObject *decode(PyObject *self, PyObject *args)
  * record, compiled (same statuses, offsets, kinds and keys; tests/test_encap.py checks).
  * status int8, inner int64 (offset of the inner network header from the record start),
  * kind int32 (1 Ethernet frame, 12 IP header), key uint64 (the tunnel, 0 without). */
-#define MAX_DEPTH 8
-#define MAX_MPLS_LABELS 8
-enum { NOT_TUNNEL, PEELED, TOO_DEEP, BAD_LENGTH, TRUNCATED, NOT_IP };
 enum { W_ETH_TYPE, W_FRAME, W_IP, W_MPLS, W_PPPOE };
 
 typedef struct { uint64_t key; int layers; } Tun;
@@ -574,28 +578,50 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode", NULL, -1, methods};
 
-/* The constants nagleprobe/decode.py and encap.py write too, exported for
- * tests/test_constants.py to pin them equal. */
+/* The names of COMPILED_COLUMNS, in order, as a tuple of str. */
+static PyObject *column_names(void)
+{
+#define COLUMN_NAME(name, type) #name,
+    static const char *const names[N_COMPILED_COLUMNS] = {COMPILED_COLUMNS(COLUMN_NAME)};
+#undef COLUMN_NAME
+    PyObject *t = PyTuple_New(N_COMPILED_COLUMNS);
+    for (int j = 0; t != NULL && j < N_COMPILED_COLUMNS; j++) {
+        PyObject *s = PyUnicode_FromString(names[j]);
+        if (s == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, j, s);
+    }
+    return t;
+}
+
+/* The constants of _columns.h this module was built with, exported for decode.py (the
+ * order of the column buffers) and for tests/test_constants.py to pin them to Python's. */
 PyMODINIT_FUNC PyInit__decode(void)
 {
-    PyObject *m = PyModule_Create(&module), *mapped, *mul;
+    PyObject *m = PyModule_Create(&module), *mapped, *mul, *columns;
     if (m == NULL)
         return NULL;
     mapped = PyLong_FromUnsignedLongLong(V4_MAPPED);
     mul = PyLong_FromUnsignedLongLong(MIX_MULTIPLIER);
+    columns = column_names();
     if (PyModule_AddIntConstant(m, "SYN", SYN) < 0
         || PyModule_AddIntConstant(m, "MAX_VLAN_TAGS", MAX_VLAN_TAGS) < 0
         || PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0
         || PyModule_AddIntConstant(m, "MAX_MPLS_LABELS", MAX_MPLS_LABELS) < 0
         || PyModule_AddIntConstant(m, "MIX_SHIFT", MIX_SHIFT) < 0
         || PyModule_AddObjectRef(m, "V4_MAPPED", mapped) < 0
-        || PyModule_AddObjectRef(m, "MIX_MULTIPLIER", mul) < 0) {
+        || PyModule_AddObjectRef(m, "MIX_MULTIPLIER", mul) < 0
+        || PyModule_AddObjectRef(m, "COMPILED_COLUMNS", columns) < 0) {
         Py_XDECREF(mapped);
         Py_XDECREF(mul);
+        Py_XDECREF(columns);
         Py_DECREF(m);
         return NULL;
     }
     Py_DECREF(mapped);
     Py_DECREF(mul);
+    Py_DECREF(columns);
     return m;
 }

@@ -9,6 +9,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_columns.h"
+
 /* The 32-bit word at q, in the file's byte order. */
 static inline uint32_t word(const unsigned char *q, int big)
 {
@@ -17,7 +19,8 @@ static inline uint32_t word(const unsigned char *q, int big)
 }
 
 /* Release the n argument buffers; then raise `exc`(`error`) if `error`, else return `ok`. */
-static PyObject *done(Py_buffer *b, int n, PyObject *exc, const char *error, PyObject *ok)
+static PyObject *release_buffers(Py_buffer *b, int n, PyObject *exc, const char *error,
+                                 PyObject *ok)
 {
     for (int j = 0; j < n; j++)
         PyBuffer_Release(&b[j]);
@@ -82,8 +85,9 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
         p += (int64_t)c + 16;
     }
     Py_END_ALLOW_THREADS
-    return done(b, 5, PyExc_ValueError, ok ? NULL : "walk_headers: bad start or output buffers",
-                Py_BuildValue("nLn", k, (long long)p, first));
+    return release_buffers(b, 5, PyExc_ValueError,
+                           ok ? NULL : "walk_headers: bad start or output buffers",
+                           Py_BuildValue("nLn", k, (long long)p, first));
 }
 
 /* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset
@@ -147,8 +151,8 @@ static PyObject *u32_rows(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
-    return done(b, 3, PyExc_IndexError, ok ? NULL : "u32_rows: a row runs past the buffer",
-                Py_None);
+    return release_buffers(b, 3, PyExc_IndexError,
+                           ok ? NULL : "u32_rows: a row runs past the buffer", Py_None);
 }
 
 static PyMethodDef methods[] = {

@@ -50,6 +50,9 @@ TCP_COLUMNS: dict[str, np.dtype] = {
     "ipid": np.dtype(np.uint16),  # IPv4 identification (0 for IPv6): tells copies from resends
     "tunnel": np.dtype(np.uint32),  # 0, or the number of the tunnel it came through (encap.py)
 }
+# the columns the compiled loop writes (the batch gives frame and ts_ns, the peeler tunnel),
+# in TCP_COLUMNS order: the order its buffers are passed in (nagleprobe/_columns.h)
+COMPILED_COLUMNS = tuple(k for k in TCP_COLUMNS if k not in ("frame", "ts_ns", "tunnel"))
 
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
 # as Wireshark names the bits, lowest first (NS is AE, AccECN, today)
@@ -246,8 +249,7 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     if _compiled is None or len(batch.offset) == 0:
         return _decode_rest(batch, skipped, compiled=False)
     n = len(batch.offset)
-    out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()
-           if k not in ("frame", "ts_ns", "tunnel")}
+    out = {k: np.empty(n, dtype=TCP_COLUMNS[k]) for k in _compiled.COMPILED_COLUMNS}
     slow = np.empty(n, np.int64)
     k, s = _compiled.decode(batch.data, np.ascontiguousarray(batch.offset, np.int64),
                             np.ascontiguousarray(batch.caplen, np.int64),
