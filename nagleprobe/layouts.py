@@ -103,3 +103,16 @@ SLL2 = Layout("Linux cooked v2 header", (
     ("packet_type", "B"), ("addr_len", "B"), ("addr", "8s")))
 LOOPBACK = Layout("BSD loopback header", (("family", "I"),))  # NULL: host order; LOOP: big
 HDLC = Layout("HDLC header", (("address", "B"), ("control", "B"), ("protocol", "H")))
+NFLOG = Layout("NFLOG header", (("family", "B"), ("version", "B"), ("resource_id", "H")))
+NFLOG_TLV = Layout("NFLOG TLV", (("length", "H"), ("type", "H")))  # value padded to 4 bytes
+# capture headers in front of another link layer (little-endian; lengths include them)
+PKTAP = Layout("PKTAP header", (("length", "I"), ("record_type", "I"), ("dlt", "I")))
+RADIOTAP = Layout("radiotap header", (
+    ("version", "B"), ("pad", "B"), ("length", "H"), ("present", "I")))
+PPI = Layout("PPI header", (("version", "B"), ("flags", "B"), ("length", "H"), ("dlt", "I")))
+PRISM = Layout("Prism header", (("code", "I"), ("length", "I")))  # AVS: the same, big-endian
+WLAN = Layout("802.11 MAC header", (
+    ("fc", "H"), ("duration", "H"), ("addr1", "6s"), ("addr2", "6s"), ("addr3", "6s"),
+    ("seq_ctl", "H")))  # then addr4 (6) with both DS bits, QoS (2), HT control (4)
+LLC_SNAP = Layout("LLC/SNAP header", (
+    ("dsap", "B"), ("ssap", "B"), ("control", "B"), ("oui", "3s"), ("ethertype", "H")))

@@ -11,7 +11,7 @@ from nagleprobe import layouts
 from nagleprobe.read import formats
 
 pytest.importorskip("dpkt")
-from dpkt import pcap, pcapng, sll, sll2  # after the skip
+from dpkt import ethernet, loopback, pcap, pcapng, sll, sll2  # after the skip
 
 
 def dpkt_codes(hdr) -> list[str]:
@@ -29,6 +29,8 @@ def dpkt_codes(hdr) -> list[str]:
     (layouts.OPTION, pcapng.PcapngOptionLE),
     (layouts.SLL, sll.SLL),
     (layouts.SLL2, sll2.SLL2),
+    (layouts.ETHERNET, ethernet.Ethernet),
+    (layouts.LOOPBACK, loopback.Loopback),
 ], ids=lambda x: getattr(x, "name", None) or x.__name__)
 def test_each_layout_has_dpkts_fields_in_dpkts_order(ours, theirs):
     assert [code.upper() for _, code in ours.fields] == dpkt_codes(theirs.__hdr__)
