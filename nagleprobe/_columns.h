@@ -28,6 +28,47 @@
 #define BAD_LENGTH 3
 #define TRUNCATED 4
 #define NOT_IP 5
+/* the 802.1Q / QinQ tag types (encap.VLAN_TPIDS) */
+#define IS_VLAN_TPID(et) ((et) == 0x8100 || (et) == 0x88A8 || (et) == 0x9100)
+/* pcapng packet block types (layouts.py) */
+#define BT_PB 2
+#define BT_SPB 3
+#define BT_EPB 6
+#define MIN_BLOCK_LEN 12
+/* byte layouts (layouts.py): each header's size and its fields' offsets */
+#define PCAP_RECORD_SIZE 16
+#define PCAP_RECORD_TS_SEC 0
+#define PCAP_RECORD_TS_FRAC 4
+#define PCAP_RECORD_CAPLEN 8
+#define PCAP_RECORD_WIRELEN 12
+#define BLOCK_SIZE 8
+#define BLOCK_TYPE 0
+#define BLOCK_LENGTH 4
+#define TRAILER_SIZE 4
+#define TRAILER_LENGTH 0
+#define ETHERNET_SIZE 14
+#define ETHERNET_DST 0
+#define ETHERNET_SRC 6
+#define ETHERNET_ETHERTYPE 12
+#define VLAN_TAG_SIZE 4
+#define VLAN_TAG_TCI 0
+#define VLAN_TAG_ETHERTYPE 2
+#define SLL_SIZE 16
+#define SLL_PACKET_TYPE 0
+#define SLL_ARPHRD 2
+#define SLL_ADDR_LEN 4
+#define SLL_ADDR 6
+#define SLL_PROTOCOL 14
+#define SLL2_SIZE 20
+#define SLL2_PROTOCOL 0
+#define SLL2_RESERVED 2
+#define SLL2_IFINDEX 4
+#define SLL2_ARPHRD 8
+#define SLL2_PACKET_TYPE 10
+#define SLL2_ADDR_LEN 11
+#define SLL2_ADDR 12
+#define LOOPBACK_SIZE 4
+#define LOOPBACK_FAMILY 0
 
 /* The columns the compiled decoder writes, in the order `decode` takes their buffers
  * (decode.COMPILED_COLUMNS, in decode.TCP_COLUMNS order): X(name, element type). */

@@ -44,29 +44,29 @@ static int link_layer(const uint8_t *p, int64_t cap, int32_t lt, int64_t *l3)
 {
     switch (lt) {
     case 1: { /* EN10MB, up to MAX_VLAN_TAGS 802.1Q / QinQ tags */
-        if (cap < 14)
+        if (cap < ETHERNET_SIZE)
             return 0;
-        uint32_t et = be16(p + 12);
-        int64_t hdr = 14;
-        for (int t = 0; t < MAX_VLAN_TAGS && (et == 0x8100 || et == 0x88A8 || et == 0x9100); t++) {
-            if (cap < hdr + 4)
+        uint32_t et = be16(p + ETHERNET_ETHERTYPE);
+        int64_t hdr = ETHERNET_SIZE;
+        for (int t = 0; t < MAX_VLAN_TAGS && IS_VLAN_TPID(et); t++) {
+            if (cap < hdr + VLAN_TAG_SIZE)
                 return 0;
-            et = be16(p + hdr + 2);
-            hdr += 4;
+            et = be16(p + hdr + VLAN_TAG_ETHERTYPE);
+            hdr += VLAN_TAG_SIZE;
         }
         *l3 = hdr;
         return ver_of_ethertype(et);
     }
     case 113: /* LINUX_SLL */
-        if (cap < 16)
+        if (cap < SLL_SIZE)
             return 0;
-        *l3 = 16;
-        return ver_of_ethertype(be16(p + 14));
+        *l3 = SLL_SIZE;
+        return ver_of_ethertype(be16(p + SLL_PROTOCOL));
     case 276: /* LINUX_SLL2 */
-        if (cap < 20)
+        if (cap < SLL2_SIZE)
             return 0;
-        *l3 = 20;
-        return ver_of_ethertype(be16(p));
+        *l3 = SLL2_SIZE;
+        return ver_of_ethertype(be16(p + SLL2_PROTOCOL));
     case 12: case 101: /* RAW */
         if (cap < 1)
             return 0;
@@ -75,16 +75,16 @@ static int link_layer(const uint8_t *p, int64_t cap, int32_t lt, int64_t *l3)
     case 228: *l3 = 0; return 4;
     case 229: *l3 = 0; return 6;
     case 0: { /* NULL: the family in the capturing host's byte order */
-        if (cap < 4)
+        if (cap < LOOPBACK_SIZE)
             return 0;
         uint32_t le = (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
-        *l3 = 4;
+        *l3 = LOOPBACK_SIZE;
         return ver_of_family(le <= 0xFFFF ? le : be32(p));
     }
     case 108: /* LOOP */
-        if (cap < 4)
+        if (cap < LOOPBACK_SIZE)
             return 0;
-        *l3 = 4;
+        *l3 = LOOPBACK_SIZE;
         return ver_of_family(be32(p));
     }
     return 0;
@@ -290,8 +290,6 @@ static void add_layer(Tun *t, uint64_t kind, uint64_t id, int has_ends, const ui
     t->layers++;
 }
 
-static int is_vlan(uint32_t et) { return et == 0x8100 || et == 0x88A8 || et == 0x9100; }
-
 static int ip_tunnel(const uint8_t *b, int64_t n, int64_t p, uint32_t et)
 {
     uint32_t proto;
@@ -328,34 +326,42 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
 #define DONE(at, k) do { if (!t.layers) return NOT_TUNNEL; *inner = (at); *kind = (k); \
         *key = t.key ? t.key : 1; return PEELED; } while (0)
     switch (lt) {
-    case 1: if (n < 14) return NOT_TUNNEL; what = W_ETH_TYPE; p = 14; et = be16(b + 12); break;
-    case 113: if (n < 16) return NOT_TUNNEL; what = W_ETH_TYPE; p = 16; et = be16(b + 14); break;
-    case 276: if (n < 20) return NOT_TUNNEL; what = W_ETH_TYPE; p = 20; et = be16(b); break;
+    case 1:
+        if (n < ETHERNET_SIZE) return NOT_TUNNEL;
+        what = W_ETH_TYPE; p = ETHERNET_SIZE; et = be16(b + ETHERNET_ETHERTYPE); break;
+    case 113:
+        if (n < SLL_SIZE) return NOT_TUNNEL;
+        what = W_ETH_TYPE; p = SLL_SIZE; et = be16(b + SLL_PROTOCOL); break;
+    case 276:
+        if (n < SLL2_SIZE) return NOT_TUNNEL;
+        what = W_ETH_TYPE; p = SLL2_SIZE; et = be16(b + SLL2_PROTOCOL); break;
     case 12: case 101: case 228: case 229: what = W_IP; p = 0; break;
-    case 0: case 108: if (n < 4) return NOT_TUNNEL; what = W_IP; p = 4; break;
+    case 0: case 108:
+        if (n < LOOPBACK_SIZE) return NOT_TUNNEL;
+        what = W_IP; p = LOOPBACK_SIZE; break;
     default: return NOT_TUNNEL;
     }
     if (what == W_ETH_TYPE)
-        for (int v = 0; v < 4 && is_vlan(et); v++) {
-            if (p + 4 > n)
+        for (int v = 0; v < MAX_VLAN_TAGS && IS_VLAN_TPID(et); v++) {
+            if (p + VLAN_TAG_SIZE > n)
                 FAIL(TRUNCATED);
-            et = be16(b + p + 2);
-            p += 4;
+            et = be16(b + p + VLAN_TAG_ETHERTYPE);
+            p += VLAN_TAG_SIZE;
         }
     for (;;) {
         if (t.layers > MAX_DEPTH)
             return TOO_DEEP;
         if (what == W_FRAME) {
             int64_t frame = p;
-            if (p + 14 > n)
+            if (p + ETHERNET_SIZE > n)
                 FAIL(TRUNCATED);
-            et = be16(b + p + 12);
-            p += 14;
-            for (int v = 0; v < 4 && is_vlan(et); v++) {
-                if (p + 4 > n)
+            et = be16(b + p + ETHERNET_ETHERTYPE);
+            p += ETHERNET_SIZE;
+            for (int v = 0; v < MAX_VLAN_TAGS && IS_VLAN_TPID(et); v++) {
+                if (p + VLAN_TAG_SIZE > n)
                     FAIL(TRUNCATED);
-                et = be16(b + p + 2);
-                p += 4;
+                et = be16(b + p + VLAN_TAG_ETHERTYPE);
+                p += VLAN_TAG_SIZE;
             }
             if ((et == 0x0800 || et == 0x86DD) && !ip_tunnel(b, n, p, et))
                 DONE(frame, 1);

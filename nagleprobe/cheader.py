@@ -1,6 +1,7 @@
 """The C header every compiled module includes (nagleprobe/_columns.h), written from the
 Python declarations it mirrors: the columns the compiled decoder writes and their order,
-the TCP flags, the 4-tuple hash constants, the tunnel peeler's limits and statuses.
+the TCP flags, the 4-tuple hash constants, the tunnel peeler's limits and statuses, and
+the sizes and field offsets of the byte layouts the C loops read (layouts.py).
 C cannot import Python's constants, so they are generated rather than copied;
 tests/test_constants.py checks the committed header is current.
 
@@ -13,9 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import decode, encap, tuples
+from . import decode, encap, layouts, tuples
+from .read import formats
 
 HEADER = Path(__file__).with_name("_columns.h")
+# the layouts the C loops read, by the prefix of their names in C
+C_LAYOUTS = ("PCAP_RECORD", "BLOCK", "TRAILER", "ETHERNET", "VLAN_TAG", "SLL", "SLL2", "LOOPBACK")
 
 
 def c_type(dtype: np.dtype) -> str:
@@ -27,6 +31,13 @@ def c_type(dtype: np.dtype) -> str:
 
 def _defines(names: tuple[str, ...], module: object, form: str = "{}") -> list[str]:
     return [f"#define {n} {form.format(getattr(module, n))}" for n in names]
+
+
+def _layout_defines(name: str) -> list[str]:
+    layout = getattr(layouts, name)
+    return [f"#define {name}_SIZE {layout.size}",
+            *(f"#define {name}_{field.upper()} {layout.offset(field)}"
+              for field, _ in layout.fields)]
 
 
 def render() -> str:
@@ -52,6 +63,14 @@ def render() -> str:
         *_defines(("MAX_DEPTH", "MAX_VLAN_TAGS", "MAX_MPLS_LABELS"), encap),
         *_defines(("NOT_TUNNEL", "PEELED", "TOO_DEEP", "BAD_LENGTH", "TRUNCATED", "NOT_IP"),
                   encap),
+        "/* the 802.1Q / QinQ tag types (encap.VLAN_TPIDS) */",
+        "#define IS_VLAN_TPID(et) (" + " || ".join(f"(et) == 0x{t:04X}"
+                                                  for t in encap.VLAN_TPIDS) + ")",
+        "/* pcapng packet block types (layouts.py) */",
+        *_defines(("BT_PB", "BT_SPB", "BT_EPB"), layouts),
+        *_defines(("MIN_BLOCK_LEN",), formats),
+        "/* byte layouts (layouts.py): each header's size and its fields' offsets */",
+        *(line for name in C_LAYOUTS for line in _layout_defines(name)),
         "",
         "/* The columns the compiled decoder writes, in the order `decode` takes their buffers",
         " * (decode.COMPILED_COLUMNS, in decode.TCP_COLUMNS order): X(name, element type). */",

@@ -49,11 +49,7 @@ def test_the_compiled_chain_copies_no_threshold():
     assert set(defines) == {"PY_SSIZE_T_CLEAN", "NIN", "NOUT"}
     # the constants it shares with Python come from the generated header: none a threshold
     header = re.findall(r"#define\s+(\w+)", (ROOT / "nagleprobe" / "_columns.h").read_text())
-    assert set(header) == {"NAGLEPROBE_COLUMNS_H", "FIN", "SYN", "RST", "PSH", "ACK", "URG",
-                           "ECE", "CWR", "NS", "V4_MAPPED", "MIX_MULTIPLIER", "MIX_SHIFT",
-                           "MAX_DEPTH", "MAX_VLAN_TAGS", "MAX_MPLS_LABELS", "NOT_TUNNEL",
-                           "PEELED", "TOO_DEEP", "BAD_LENGTH", "TRUNCATED", "NOT_IP",
-                           "COMPILED_COLUMNS", "N_COMPILED_COLUMNS"}
+    assert header and not set(header) & set(stated())
     assert not re.search(r"\d+e\d|\d{4,}", source.split("PyMODINIT_FUNC")[0])
 
 
