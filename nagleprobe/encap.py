@@ -21,6 +21,7 @@ import ipaddress
 
 import numpy as np
 
+from .layouts import ETHERNET, LOOPBACK, SLL, SLL2, VLAN_TAG
 from .tuples import MIX_MULTIPLIER, MIX_SHIFT
 
 MAX_DEPTH = 8  # encapsulation layers before a record is skipped as a loop
@@ -63,10 +64,10 @@ def _skip_vlan_tags(b: bytes, p: int, et: int) -> tuple[int, int]:
     for _ in range(MAX_VLAN_TAGS):
         if et not in VLAN_TPIDS:
             break
-        if p + 4 > len(b):
+        if p + VLAN_TAG.size > len(b):
             return et, -1
-        et = _be16(b, p + 2)
-        p += 4
+        et = _be16(b, p + VLAN_TAG.offset("ethertype"))
+        p += VLAN_TAG.size
     return et, p
 
 
@@ -74,18 +75,16 @@ def _link(b: bytes, lt: int) -> tuple[str, int, int] | None:
     """(what, offset, ethertype) where the record's network layer starts: what is "eth"
     (an ethertype at offset-2 names it) or "ip"; None for link types without tunnels."""
     n = len(b)
-    if lt == 1:
-        if n < 14:
-            return None
-        return ("eth", 14, _be16(b, 12))
-    if lt == 113:
-        return ("eth", 16, _be16(b, 14)) if n >= 16 else None
-    if lt == 276:
-        return ("eth", 20, _be16(b, 0)) if n >= 20 else None
+    for link, header, field in ((1, ETHERNET, "ethertype"), (113, SLL, "protocol"),
+                                (276, SLL2, "protocol")):
+        if lt == link:
+            if n < header.size:
+                return None
+            return ("eth", header.size, _be16(b, header.offset(field)))
     if lt in (12, 101, 228, 229):
         return ("ip", 0, 0)
     if lt in (0, 108):
-        return ("ip", 4, 0) if n >= 4 else None
+        return ("ip", LOOPBACK.size, 0) if n >= LOOPBACK.size else None
     return None
 
 
@@ -130,9 +129,10 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             return TOO_DEEP, 0, 0, 0, []
         if what == "eframe":  # an Ethernet frame at p (inside a tunnel)
             frame = p
-            if p + 14 > n:
+            if p + ETHERNET.size > n:
                 return fail(TRUNCATED)
-            et, p = _skip_vlan_tags(b, p + 14, _be16(b, p + 12))
+            et, p = _skip_vlan_tags(b, p + ETHERNET.size,
+                                    _be16(b, p + ETHERNET.offset("ethertype")))
             if p < 0:
                 return fail(TRUNCATED)
             if et not in (0x8847, 0x8848, 0x8864):
