@@ -1,5 +1,5 @@
-/* The one loop numpy cannot vectorise: where each pcap record (pcapng block) starts; and,
- * since it is faster than numpy's gathers, reading header words at known offsets.
+/* The one loop numpy cannot vectorise: where each pcap record (pcapng block) starts; and
+ * reading header words at known offsets in one pass, without numpy's temporaries.
  *
  * walk_headers: the pcap records of a buffer and their header fields (read._walk_python
  * plus numpy gathers without the compiled part). walk_blocks: the pcapng packet blocks.

@@ -337,7 +337,7 @@ class PcapngBlocks:
             # the words of formats.PACKET_BLOCKS: f[:, 0] ifid, 1-2 time, 3 caplen, 4 origlen
             idx = np.nonzero(~spb & ~too_short)[0]
             if len(idx):
-                # the usual case, only EPBs and PBs: slices, not index lists (much faster)
+                # the usual case, only EPBs and PBs: slices (views), not index lists (copies)
                 every = len(idx) == hi - lo
                 g = slice(lo, hi) if every else lo + idx
                 at = s if every else s[idx]

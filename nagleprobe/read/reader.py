@@ -156,7 +156,7 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         `need` bytes in all, for a record known to be that long); (buf, at_eof).
 
         The previous buffer is reused when nothing else refers to it any more (its batches
-        were dropped): refilling memory already mapped is 4 times faster than a fresh one."""
+        were dropped): memory already mapped is refilled without faulting in fresh pages."""
         c = len(carry)
         want = max(self.chunk_bytes, need - c)
         if self._size is not None:  # don't allocate a whole chunk for a small file
