@@ -295,21 +295,21 @@ static int ip_tunnel(const uint8_t *b, int64_t n, int64_t p, uint32_t et)
     uint32_t proto;
     int64_t body;
     if (et == 0x0800) {
-        if (p + 20 > n || (be16(b + p + 6) & 0x3FFF))
+        if (p + IPV4_SIZE > n || (be16(b + p + IPV4_FRAGMENT) & 0x3FFF))
             return 0;
-        proto = b[p + 9];
-        body = p + (int64_t)(b[p] & 15) * 4;
+        proto = b[p + IPV4_PROTOCOL];
+        body = p + (int64_t)(b[p + IPV4_VERSION_IHL] & 15) * 4;
     } else {
-        if (p + 40 > n)
+        if (p + IPV6_SIZE > n)
             return 0;
-        proto = b[p + 6];
-        body = p + 40;
+        proto = b[p + IPV6_NEXT_HEADER];
+        body = p + IPV6_SIZE;
     }
     if (proto == 4 || proto == 41 || proto == 47)
         return 1;
-    if (proto == 17 && body + 4 <= n) {
-        uint32_t dp = be16(b + body + 2);
-        return dp == 4789 || dp == 6081;
+    if (proto == 17 && body + UDP_DPORT + 2 <= n) {
+        uint32_t dp = be16(b + body + UDP_DPORT);
+        return dp == VXLAN_PORT || dp == GENEVE_PORT;
     }
     return 0;
 }
@@ -364,7 +364,7 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
                 p += VLAN_TAG_SIZE;
             }
             if ((et == 0x0800 || et == 0x86DD) && !ip_tunnel(b, n, p, et))
-                DONE(frame, 1);
+                DONE(frame, INNER_ETHERNET);
             what = W_ETH_TYPE;
             continue;
         }
@@ -380,34 +380,34 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
             for (int i = 0;; i++) {
                 if (i == MAX_MPLS_LABELS)
                     return TOO_DEEP;
-                if (p + 4 > n)
+                if (p + MPLS_LABEL_SIZE > n)
                     return TRUNCATED;
-                int bos = b[p + 2] & 1;
-                p += 4;
+                int bos = b[p + MPLS_LABEL_LABEL_TC_BOS] & 1;
+                p += MPLS_LABEL_SIZE;
                 if (bos)
                     break;
             }
-            add_layer(&t, 6, 0, 0, none);
+            add_layer(&t, TUNNEL_MPLS, 0, 0, none);
             if (p >= n)
                 return TRUNCATED;
             int nib = b[p] >> 4;
             if (nib == 4 || nib == 6)
                 what = W_IP;
-            else if (nib == 0) {
-                p += 4;
+            else if (nib == 0) { /* a pseudowire control word, then an Ethernet frame */
+                p += PW_CONTROL_WORD;
                 what = W_FRAME;
             } else
                 return NOT_IP;
             continue;
         }
         if (what == W_PPPOE) {
-            if (p + 8 > n)
+            if (p + PPPOE_SIZE > n)
                 return TRUNCATED;
-            if (b[p] != 0x11 || b[p + 1] != 0)
+            if (b[p + PPPOE_VERSION_TYPE] != 0x11 || b[p + PPPOE_CODE] != 0)
                 FAIL(NOT_IP);
-            add_layer(&t, 7, be16(b + p + 2), 0, none);
-            uint32_t proto = be16(b + p + 6);
-            p += 8;
+            add_layer(&t, TUNNEL_PPPOE, be16(b + p + PPPOE_SESSION), 0, none);
+            uint32_t proto = be16(b + p + PPPOE_PPP_PROTOCOL);
+            p += PPPOE_SIZE;
             if (proto != 0x0021 && proto != 0x0057)
                 return NOT_IP;
             what = W_IP;
@@ -421,70 +421,71 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
         int64_t body, end;
         uint64_t e[4];
         if (v == 4) {
-            if (p + 20 > n)
+            if (p + IPV4_SIZE > n)
                 FAIL(TRUNCATED);
-            int64_t ihl = (int64_t)(b[p] & 15) * 4, tot = be16(b + p + 2);
-            proto = b[p + 9];
+            int64_t ihl = (int64_t)(b[p + IPV4_VERSION_IHL] & 15) * 4;
+            int64_t tot = be16(b + p + IPV4_TOTAL_LENGTH);
+            proto = b[p + IPV4_PROTOCOL];
             e[0] = e[2] = 0;
-            e[1] = be32(b + p + 12) | V4_MAPPED;
-            e[3] = be32(b + p + 16) | V4_MAPPED;
+            e[1] = be32(b + p + IPV4_SRC) | V4_MAPPED;
+            e[3] = be32(b + p + IPV4_DST) | V4_MAPPED;
             body = p + ihl;
             end = p + tot;
-            if (ihl < 20 || (be16(b + p + 6) & 0x3FFF) || tot < ihl)
-                DONE(p, 12);
+            if (ihl < IPV4_SIZE || (be16(b + p + IPV4_FRAGMENT) & 0x3FFF) || tot < ihl)
+                DONE(p, INNER_IP);
         } else if (v == 6) {
-            if (p + 40 > n)
+            if (p + IPV6_SIZE > n)
                 FAIL(TRUNCATED);
-            proto = b[p + 6];
-            e[0] = be64(b + p + 8);
-            e[1] = be64(b + p + 16);
-            e[2] = be64(b + p + 24);
-            e[3] = be64(b + p + 32);
-            body = p + 40;
-            end = p + 40 + be16(b + p + 4);
+            proto = b[p + IPV6_NEXT_HEADER];
+            e[0] = be64(b + p + IPV6_SRC);
+            e[1] = be64(b + p + IPV6_SRC + 8);
+            e[2] = be64(b + p + IPV6_DST);
+            e[3] = be64(b + p + IPV6_DST + 8);
+            body = p + IPV6_SIZE;
+            end = body + be16(b + p + IPV6_PAYLOAD_LENGTH);
         } else
-            DONE(p, 12);
+            DONE(p, INNER_IP);
         if (proto == 4 || proto == 41) {
-            add_layer(&t, 1, 0, 1, e);
+            add_layer(&t, TUNNEL_IPIP, 0, 1, e);
             p = body;
             what = W_IP;
             continue;
         }
         if (proto == 47) {
-            if (body + 4 > n)
+            if (body + GRE_SIZE > n)
                 FAIL(TRUNCATED);
-            uint32_t fl = be16(b + body), gp = be16(b + body + 2);
+            uint32_t fl = be16(b + body + GRE_FLAGS_VERSION), gp = be16(b + body + GRE_PROTOCOL);
             if (fl & 7)
-                DONE(p, 12);
-            int64_t q = body + 4;
+                DONE(p, INNER_IP);
+            int64_t q = body + GRE_SIZE;
             uint64_t gkey = 0;
-            if (fl & 0x8000)
-                q += 4;
-            if (fl & 0x2000) {
-                if (q + 4 > n)
+            if (fl & 0x8000) /* a checksum word */
+                q += GRE_WORD;
+            if (fl & 0x2000) { /* a key word */
+                if (q + GRE_WORD > n)
                     FAIL(TRUNCATED);
                 gkey = be32(b + q);
-                q += 4;
+                q += GRE_WORD;
             }
-            if (fl & 0x1000)
-                q += 4;
+            if (fl & 0x1000) /* a sequence number word */
+                q += GRE_WORD;
             if (gp != 0x0800 && gp != 0x86DD && gp != 0x6558 && gp != 0x8847 && gp != 0x8848
                 && gp != 0x88BE && gp != 0x22EB)
-                DONE(p, 12);
-            add_layer(&t, 2, gkey, 1, e);
+                DONE(p, INNER_IP);
+            add_layer(&t, TUNNEL_GRE, gkey, 1, e);
             if (q > n || q > end)
                 return BAD_LENGTH;
             if (gp == 0x88BE && !(fl & 0x1000)) {
-                add_layer(&t, 3, 0, 0, none);
+                add_layer(&t, TUNNEL_ERSPAN, 0, 0, none);
                 p = q;
                 what = W_FRAME;
             } else if (gp == 0x88BE || gp == 0x22EB) {
-                int64_t hl = gp == 0x88BE ? 8 : 12;
+                int64_t hl = gp == 0x88BE ? ERSPAN2_SIZE : ERSPAN3_SIZE;
                 if (q + hl > n)
                     return TRUNCATED;
-                if (gp == 0x22EB && (b[q + 11] & 1))
-                    hl += 8;
-                add_layer(&t, 3, be16(b + q + 2) & 0x3FF, 0, none);
+                if (gp == 0x22EB && (b[q + ERSPAN3_FLAGS + 1] & 1)) /* the O flag */
+                    hl += ERSPAN3_SUBHEADER;
+                add_layer(&t, TUNNEL_ERSPAN, be16(b + q + ERSPAN2_SESSION) & 0x3FF, 0, none);
                 p = q + hl;
                 what = W_FRAME;
             } else {
@@ -496,37 +497,39 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
                 return BAD_LENGTH;
             continue;
         }
-        if (proto == 17 && body + 8 <= n) {
-            uint32_t dp = be16(b + body + 2);
-            int64_t ulen = be16(b + body + 4);
-            if (dp == 4789) {
-                if (body + 16 > n)
+        if (proto == 17 && body + UDP_SIZE <= n) {
+            uint32_t dp = be16(b + body + UDP_DPORT);
+            int64_t ulen = be16(b + body + UDP_LENGTH);
+            int64_t h = body + UDP_SIZE; /* the VXLAN or GENEVE header */
+            if (dp == VXLAN_PORT) {
+                if (h + VXLAN_SIZE > n)
                     FAIL(TRUNCATED);
-                if (ulen < 16 || body + ulen > end) {
-                    add_layer(&t, 4, 0, 1, e);
+                if (ulen < UDP_SIZE + VXLAN_SIZE || body + ulen > end) {
+                    add_layer(&t, TUNNEL_VXLAN, 0, 1, e);
                     return BAD_LENGTH;
                 }
-                add_layer(&t, 4, (uint64_t)be32(b + body + 12) >> 8, 1, e);
-                p = body + 16;
+                /* the 24-bit VNI: the word at it, less the reserved byte after */
+                add_layer(&t, TUNNEL_VXLAN, (uint64_t)be32(b + h + VXLAN_VNI) >> 8, 1, e);
+                p = h + VXLAN_SIZE;
                 what = W_FRAME;
                 continue;
             }
-            if (dp == 6081) {
-                if (body + 16 > n)
+            if (dp == GENEVE_PORT) {
+                if (h + GENEVE_SIZE > n)
                     FAIL(TRUNCATED);
-                int64_t hl = 8 + (int64_t)(b[body + 8] & 0x3F) * 4;
-                add_layer(&t, 5, (uint64_t)be32(b + body + 12) >> 8, 1, e);
-                if (ulen < 8 + hl || body + ulen > end)
+                int64_t hl = GENEVE_SIZE + (int64_t)(b[h + GENEVE_VERSION_OPTLEN] & 0x3F) * 4;
+                add_layer(&t, TUNNEL_GENEVE, (uint64_t)be32(b + h + GENEVE_VNI) >> 8, 1, e);
+                if (ulen < UDP_SIZE + hl || body + ulen > end)
                     return BAD_LENGTH;
-                p = body + 8 + hl;
-                et = be16(b + body + 10);
+                p = h + hl;
+                et = be16(b + h + GENEVE_PROTOCOL);
                 what = W_ETH_TYPE;
                 if (p > n)
                     return TRUNCATED;
                 continue;
             }
         }
-        DONE(p, 12);
+        DONE(p, INNER_IP);
     }
 #undef FAIL
 #undef DONE

@@ -18,8 +18,12 @@ from . import decode, encap, layouts, tuples
 from .read import formats
 
 HEADER = Path(__file__).with_name("_columns.h")
-# the layouts the C loops read, by the prefix of their names in C
-C_LAYOUTS = ("PCAP_RECORD", "BLOCK", "TRAILER", "ETHERNET", "VLAN_TAG", "SLL", "SLL2", "LOOPBACK")
+# the layouts the C loops read: the prefix of their names in C -> the layout in layouts.py
+C_LAYOUTS = {name: name for name in ("PCAP_RECORD", "BLOCK", "TRAILER", "ETHERNET", "VLAN_TAG",
+                                     "SLL", "SLL2", "LOOPBACK", "IPV4", "IPV6", "UDP",
+                                     "MPLS_LABEL", "ERSPAN2", "ERSPAN3")}
+C_LAYOUTS.update(GRE="GRE_HEADER", PPPOE="PPPOE_HEADER", VXLAN="VXLAN_HEADER",
+                 GENEVE="GENEVE_HEADER")
 
 
 def c_type(dtype: np.dtype) -> str:
@@ -33,10 +37,10 @@ def _defines(names: tuple[str, ...], module: object, form: str = "{}") -> list[s
     return [f"#define {n} {form.format(getattr(module, n))}" for n in names]
 
 
-def _layout_defines(name: str) -> list[str]:
+def _layout_defines(prefix: str, name: str) -> list[str]:
     layout = getattr(layouts, name)
-    return [f"#define {name}_SIZE {layout.size}",
-            *(f"#define {name}_{field.upper()} {layout.offset(field)}"
+    return [f"#define {prefix}_SIZE {layout.size}",
+            *(f"#define {prefix}_{field.upper()} {layout.offset(field)}"
               for field, _ in layout.fields)]
 
 
@@ -70,7 +74,12 @@ def render() -> str:
         *_defines(("BT_PB", "BT_SPB", "BT_EPB"), layouts),
         *_defines(("MIN_BLOCK_LEN",), formats),
         "/* byte layouts (layouts.py): each header's size and its fields' offsets */",
-        *(line for name in C_LAYOUTS for line in _layout_defines(name)),
+        *(line for prefix, name in C_LAYOUTS.items() for line in _layout_defines(prefix, name)),
+        *_defines(("GRE_WORD", "PW_CONTROL_WORD", "ERSPAN3_SUBHEADER"), layouts),
+        "/* tunnel kinds, ports and inner header kinds (encap.py) */",
+        *(f"#define TUNNEL_{name} {getattr(encap, name)}"
+          for name in ("IPIP", "GRE", "ERSPAN", "VXLAN", "GENEVE", "MPLS", "PPPOE")),
+        *_defines(("VXLAN_PORT", "GENEVE_PORT", "INNER_ETHERNET", "INNER_IP"), encap),
         "",
         "/* The columns the compiled decoder writes, in the order `decode` takes their buffers",
         " * (decode.COMPILED_COLUMNS, in decode.TCP_COLUMNS order): X(name, element type). */",

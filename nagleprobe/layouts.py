@@ -116,3 +116,31 @@ WLAN = Layout("802.11 MAC header", (
     ("seq_ctl", "H")))  # then addr4 (6) with both DS bits, QoS (2), HT control (4)
 LLC_SNAP = Layout("LLC/SNAP header", (
     ("dsap", "B"), ("ssap", "B"), ("control", "B"), ("oui", "3s"), ("ethertype", "H")))
+
+# the network and tunnel headers the tunnel peeler reads (encap.py; _decode.c peel)
+IPV4 = Layout("IPv4 header", (
+    ("version_ihl", "B"), ("tos", "B"), ("total_length", "H"), ("id", "H"),
+    ("fragment", "H"), ("ttl", "B"), ("protocol", "B"), ("checksum", "H"), ("src", "4s"),
+    ("dst", "4s")))  # options to 4 * ihl bytes
+IPV6 = Layout("IPv6 header", (
+    ("version_class_flow", "I"), ("payload_length", "H"), ("next_header", "B"),
+    ("hop_limit", "B"), ("src", "16s"), ("dst", "16s")))
+UDP = Layout("UDP header", (("sport", "H"), ("dport", "H"), ("length", "H"), ("checksum", "H")))
+GRE_HEADER = Layout("GRE header", (("flags_version", "H"), ("protocol", "H")))  # then optional words
+GRE_WORD = 4  # each optional GRE word (checksum and reserved, key, sequence number)
+MPLS_LABEL = Layout("MPLS label stack entry", (("label", "H"), ("label_tc_bos", "B"), ("ttl", "B")))
+PW_CONTROL_WORD = 4  # an Ethernet pseudowire's control word, after the bottom label
+PPPOE_HEADER = Layout("PPPoE session header", (
+    ("version_type", "B"), ("code", "B"), ("session", "H"), ("length", "H"),
+    ("ppp_protocol", "H")))
+VXLAN_HEADER = Layout("VXLAN header", (
+    ("flags", "B"), ("reserved", "3s"), ("vni", "3s"), ("reserved2", "B")))
+GENEVE_HEADER = Layout("GENEVE header", (
+    ("version_optlen", "B"), ("flags", "B"), ("protocol", "H"), ("vni", "3s"),
+    ("reserved", "B")))  # then 4 * optlen bytes of options
+ERSPAN2 = Layout("ERSPAN type II header", (
+    ("version_vlan", "H"), ("session", "H"), ("index", "I")))
+ERSPAN3 = Layout("ERSPAN type III header", (
+    ("version_vlan", "H"), ("session", "H"), ("timestamp", "I"), ("sgt", "H"),
+    ("flags", "H")))  # then an 8-byte platform subheader when the O flag (bit 0) is set
+ERSPAN3_SUBHEADER = 8

@@ -64,8 +64,8 @@ def test_a_column_type_the_header_cannot_express_is_refused():
 def test_every_c_module_includes_the_header_and_defines_none_of_its_names(source):
     text = source.read_text()
     assert '#include "_columns.h"' in text
-    shared = set(re.findall(r"^#define (\w+)", cheader.HEADER.read_text(), re.M))
-    defined = set(re.findall(r"^\s*#define (\w+)", text, re.M))
+    shared = set(re.findall(r"^#define (\w+)", cheader.HEADER.read_text(), re.MULTILINE))
+    defined = set(re.findall(r"^\s*#define (\w+)", text, re.MULTILINE))
     for body in re.findall(r"enum\s*{([^}]*)}", text):
         defined |= set(re.findall(r"[A-Za-z_]\w*", body))
     assert not shared & defined
@@ -75,3 +75,13 @@ def test_the_header_ships_with_the_package_and_rebuilds_the_modules():
     pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
     assert "_columns.h" in pyproject["tool"]["setuptools"]["package-data"]["nagleprobe"]
     assert '"nagleprobe/_columns.h"' in (PACKAGE.parent / "setup.py").read_text()
+
+
+def test_the_python_peeler_reads_the_offsets_the_compiled_one_does():
+    """encap.py binds the sizes and offsets it reads under the names _columns.h gives
+    _decode.c's peel: every such name has one value in both."""
+    header = cheader.HEADER.read_text()
+    defined = dict(re.findall(r"^#define (\w+) (\d+)$", header, re.MULTILINE))
+    shared = sorted(n for n in defined if hasattr(encap, n))
+    assert len(shared) >= 30, shared
+    assert {n: getattr(encap, n) for n in shared} == {n: int(defined[n]) for n in shared}

@@ -11,7 +11,7 @@ from nagleprobe import layouts
 from nagleprobe.read import formats
 
 pytest.importorskip("dpkt")
-from dpkt import ethernet, loopback, pcap, pcapng, sll, sll2  # after the skip
+from dpkt import ethernet, gre, ip, ip6, loopback, pcap, pcapng, pppoe, sll, sll2, udp  # skip first
 
 
 def dpkt_codes(hdr) -> list[str]:
@@ -31,9 +31,18 @@ def dpkt_codes(hdr) -> list[str]:
     (layouts.SLL2, sll2.SLL2),
     (layouts.ETHERNET, ethernet.Ethernet),
     (layouts.LOOPBACK, loopback.Loopback),
+    (layouts.IPV4, ip.IP),
+    (layouts.IPV6, ip6.IP6),
+    (layouts.UDP, udp.UDP),
+    (layouts.GRE_HEADER, gre.GRE),
 ], ids=lambda x: getattr(x, "name", None) or x.__name__)
 def test_each_layout_has_dpkts_fields_in_dpkts_order(ours, theirs):
     assert [code.upper() for _, code in ours.fields] == dpkt_codes(theirs.__hdr__)
+
+
+def test_the_pppoe_header_is_dpkts_and_the_ppp_protocol_after_it():
+    codes = [code for _, code in layouts.PPPOE_HEADER.fields]
+    assert codes[:-1] == dpkt_codes(pppoe.PPPoE.__hdr__) and codes[-1] == "H"
 
 
 def test_the_magic_numbers_are_dpkts():
