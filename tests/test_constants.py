@@ -7,7 +7,6 @@ must equal Python's. The detection thresholds are not copied at all: Python pass
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -69,12 +68,6 @@ def test_every_c_module_includes_the_header_and_defines_none_of_its_names(source
     for body in re.findall(r"enum\s*{([^}]*)}", text):
         defined |= set(re.findall(r"[A-Za-z_]\w*", body))
     assert not shared & defined
-
-
-def test_the_header_ships_with_the_package_and_rebuilds_the_modules():
-    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
-    assert "_columns.h" in pyproject["tool"]["setuptools"]["package-data"]["nagleprobe"]
-    assert '"nagleprobe/_columns.h"' in (PACKAGE.parent / "setup.py").read_text()
 
 
 def test_the_python_peeler_reads_the_offsets_the_compiled_one_does():
