@@ -87,6 +87,15 @@
 #define IPV6_HOP_LIMIT 7
 #define IPV6_SRC 8
 #define IPV6_DST 24
+#define TCP_SIZE 20
+#define TCP_SPORT 0
+#define TCP_DPORT 2
+#define TCP_SEQ 4
+#define TCP_ACK 8
+#define TCP_OFFSET_FLAGS 12
+#define TCP_WINDOW 14
+#define TCP_CHECKSUM 16
+#define TCP_URGENT 18
 #define UDP_SIZE 8
 #define UDP_SPORT 0
 #define UDP_DPORT 2

@@ -158,49 +158,49 @@ static int decode_record(const uint8_t *p, int64_t cap, int32_t lt, const Column
     int ver = link_layer(p, cap, lt, &l3);
     const uint8_t *h = p + l3;
     if (ver == 4) {
-        if (l3 + 20 > cap || (h[0] >> 4) != 4)
+        if (l3 + IPV4_SIZE > cap || (h[IPV4_VERSION_IHL] >> 4) != 4)
             return 0;
-        int64_t ihl = (int64_t)(h[0] & 0x0F) * 4, tot = be16(h + 2);
-        if (ihl < 20 || tot == 0 || l3 + ihl > cap || h[9] != 6 || (be16(h + 6) & 0x3FFF)
-            || tot < ihl + 20)
+        int64_t ihl = (int64_t)(h[IPV4_VERSION_IHL] & 0x0F) * 4, tot = be16(h + IPV4_TOTAL_LENGTH);
+        if (ihl < IPV4_SIZE || tot == 0 || l3 + ihl > cap || h[IPV4_PROTOCOL] != 6
+            || (be16(h + IPV4_FRAGMENT) & 0x3FFF) || tot < ihl + TCP_SIZE)
             return 0;
         c->src_hi[k] = c->dst_hi[k] = 0;
-        c->ipid[k] = (uint16_t)be16(h + 4);
-        c->src_lo[k] = be32(h + 12) | V4_MAPPED;
-        c->dst_lo[k] = be32(h + 16) | V4_MAPPED;
+        c->ipid[k] = (uint16_t)be16(h + IPV4_ID);
+        c->src_lo[k] = be32(h + IPV4_SRC) | V4_MAPPED;
+        c->dst_lo[k] = be32(h + IPV4_DST) | V4_MAPPED;
         l4 = l3 + ihl;
         avail = tot - ihl;
     } else if (ver == 6) {
-        if (l3 + 40 > cap || (h[0] >> 4) != 6)
+        if (l3 + IPV6_SIZE > cap || (h[0] >> 4) != 6)
             return 0;
-        avail = be16(h + 4);
-        if (avail == 0 || h[6] != 6)
+        avail = be16(h + IPV6_PAYLOAD_LENGTH);
+        if (avail == 0 || h[IPV6_NEXT_HEADER] != 6)
             return 0;
         c->ipid[k] = 0;
-        c->src_hi[k] = be64(h + 8);
-        c->src_lo[k] = be64(h + 16);
-        c->dst_hi[k] = be64(h + 24);
-        c->dst_lo[k] = be64(h + 32);
-        l4 = l3 + 40;
+        c->src_hi[k] = be64(h + IPV6_SRC);
+        c->src_lo[k] = be64(h + IPV6_SRC + 8);
+        c->dst_hi[k] = be64(h + IPV6_DST);
+        c->dst_lo[k] = be64(h + IPV6_DST + 8);
+        l4 = l3 + IPV6_SIZE;
     } else {
         return 0;
     }
-    if (l4 + 20 > cap)
+    if (l4 + TCP_SIZE > cap)
         return 0;
     const uint8_t *t = p + l4;
-    int64_t doff = (int64_t)(t[12] >> 4) * 4;
-    if (doff < 20 || l4 + doff > cap || doff > avail)
+    int64_t doff = (int64_t)(t[TCP_OFFSET_FLAGS] >> 4) * 4;
+    if (doff < TCP_SIZE || l4 + doff > cap || doff > avail)
         return 0;
-    uint16_t flags = (uint16_t)((t[12] & 1) << 8 | t[13]);
+    uint16_t flags = (uint16_t)((t[TCP_OFFSET_FLAGS] & 1) << 8 | t[TCP_OFFSET_FLAGS + 1]);
     c->ipver[k] = (uint8_t)ver;
-    c->sport[k] = (uint16_t)be16(t);
-    c->dport[k] = (uint16_t)be16(t + 2);
-    c->seq[k] = be32(t + 4);
-    c->ack[k] = be32(t + 8);
+    c->sport[k] = (uint16_t)be16(t + TCP_SPORT);
+    c->dport[k] = (uint16_t)be16(t + TCP_DPORT);
+    c->seq[k] = be32(t + TCP_SEQ);
+    c->ack[k] = be32(t + TCP_ACK);
     c->flags[k] = flags;
-    c->window[k] = (uint16_t)be16(t + 14);
+    c->window[k] = (uint16_t)be16(t + TCP_WINDOW);
     c->payload[k] = (int32_t)(avail - doff);
-    options(t + 20, (int)(doff - 20), flags, c, k);
+    options(t + TCP_SIZE, (int)(doff - TCP_SIZE), flags, c, k);
     return 1;
 }
 

@@ -20,7 +20,7 @@ from .read import formats
 HEADER = Path(__file__).with_name("_columns.h")
 # the layouts the C loops read: the prefix of their names in C -> the layout in layouts.py
 C_LAYOUTS = {name: name for name in ("PCAP_RECORD", "BLOCK", "TRAILER", "ETHERNET", "VLAN_TAG",
-                                     "SLL", "SLL2", "LOOPBACK", "IPV4", "IPV6", "UDP",
+                                     "SLL", "SLL2", "LOOPBACK", "IPV4", "IPV6", "TCP", "UDP",
                                      "MPLS_LABEL", "ERSPAN2", "ERSPAN3")}
 C_LAYOUTS.update(GRE="GRE_HEADER", PPPOE="PPPOE_HEADER", VXLAN="VXLAN_HEADER",
                  GENEVE="GENEVE_HEADER")

@@ -51,6 +51,14 @@ class Layout:
         """Where field `name` starts, from the header's first byte."""
         return self._offsets[name]
 
+    def word(self, name: str, size: int) -> int:
+        """Index of field `name` in the header read as big-endian `size`-byte words (the
+        decoder's views of gathered headers); the field must be aligned to its size."""
+        at = self._offsets[name]
+        if at % size:
+            raise ValueError(f"{self.name}: {name} is not {size}-byte aligned")
+        return at // size
+
     def struct(self, big: bool) -> struct.Struct:
         """The whole header as a struct in the given byte order."""
         return self._structs[big]
@@ -117,7 +125,8 @@ WLAN = Layout("802.11 MAC header", (
 LLC_SNAP = Layout("LLC/SNAP header", (
     ("dsap", "B"), ("ssap", "B"), ("control", "B"), ("oui", "3s"), ("ethertype", "H")))
 
-# the network and tunnel headers the tunnel peeler reads (encap.py; _decode.c peel)
+# the network, transport and tunnel headers the decoders and tunnel peelers read (decode.py,
+# encap.py; _decode.c)
 IPV4 = Layout("IPv4 header", (
     ("version_ihl", "B"), ("tos", "B"), ("total_length", "H"), ("id", "H"),
     ("fragment", "H"), ("ttl", "B"), ("protocol", "B"), ("checksum", "H"), ("src", "4s"),
@@ -126,6 +135,9 @@ IPV6 = Layout("IPv6 header", (
     ("version_class_flow", "I"), ("payload_length", "H"), ("next_header", "B"),
     ("hop_limit", "B"), ("src", "16s"), ("dst", "16s")))
 UDP = Layout("UDP header", (("sport", "H"), ("dport", "H"), ("length", "H"), ("checksum", "H")))
+TCP = Layout("TCP header", (
+    ("sport", "H"), ("dport", "H"), ("seq", "I"), ("ack", "I"), ("offset_flags", "H"),
+    ("window", "H"), ("checksum", "H"), ("urgent", "H")))  # options to 4 * data offset bytes
 GRE_HEADER = Layout("GRE header", (("flags_version", "H"), ("protocol", "H")))  # then optional words
 GRE_WORD = 4  # each optional GRE word (checksum and reserved, key, sequence number)
 MPLS_LABEL = Layout("MPLS label stack entry", (("label", "H"), ("label_tc_bos", "B"), ("ttl", "B")))

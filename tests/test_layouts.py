@@ -11,7 +11,20 @@ from nagleprobe import layouts
 from nagleprobe.read import formats
 
 pytest.importorskip("dpkt")
-from dpkt import ethernet, gre, ip, ip6, loopback, pcap, pcapng, pppoe, sll, sll2, udp  # skip first
+from dpkt import (  # after the skip
+    ethernet,
+    gre,
+    ip,
+    ip6,
+    loopback,
+    pcap,
+    pcapng,
+    pppoe,
+    sll,
+    sll2,
+    tcp,
+    udp,
+)
 
 
 def dpkt_codes(hdr) -> list[str]:
@@ -34,6 +47,7 @@ def dpkt_codes(hdr) -> list[str]:
     (layouts.IPV4, ip.IP),
     (layouts.IPV6, ip6.IP6),
     (layouts.UDP, udp.UDP),
+    (layouts.TCP, tcp.TCP),
     (layouts.GRE_HEADER, gre.GRE),
 ], ids=lambda x: getattr(x, "name", None) or x.__name__)
 def test_each_layout_has_dpkts_fields_in_dpkts_order(ours, theirs):
@@ -71,6 +85,13 @@ def test_sizes_and_offsets_are_the_specifications():
     assert (layouts.ETHERNET.size, layouts.ETHERNET.offset("ethertype")) == (14, 12)
     assert (layouts.SLL.size, layouts.SLL.offset("protocol")) == (16, 14)
     assert (layouts.SLL2.size, layouts.SLL2.offset("protocol")) == (20, 0)
+
+
+def test_word_indexes_fields_in_word_views_and_refuses_unaligned_ones():
+    assert layouts.TCP.word("seq", 4) == 1 and layouts.TCP.word("window", 2) == 7
+    assert layouts.IPV6.word("dst", 8) == 3
+    with pytest.raises(ValueError, match="aligned"):
+        layouts.IPV4.word("protocol", 2)
 
 
 @pytest.mark.parametrize("big", [False, True])
