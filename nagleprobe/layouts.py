@@ -1,8 +1,10 @@
-"""The byte layouts of the capture formats and link layers, declared once as data (as dpkt
-declares `__hdr__`): the magic numbers, the pcapng block types and options, and each header
-as its fields in order with their struct codes. Readers, the resync, the link layers and
-`annotate` take sizes, offsets and struct formats from here; nothing here runs per packet
-(the readers gather whole columns at these offsets).
+"""Every byte layout nagleprobe reads or writes, declared once as data (as dpkt declares
+`__hdr__`): the magic numbers, pcapng block types and options, and each header (pcap and
+pcapng, link layers, IP and TCP, tunnels) as its fields in order with their struct codes.
+The readers and their resyncs, `links`, `decode`, `encap` and `annotate` take sizes, offsets
+and structs from here, the C loops through the generated nagleprobe/_columns.h (cheader.py).
+Nothing here runs per packet: the readers gather whole columns at these offsets, and the
+per-record peeler binds the ones it reads once.
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ OPT_END, OPT_COMMENT, SHB_USERAPPL, IF_TSRESOL, IF_TSOFFSET = 0, 1, 4, 9, 14
 class Layout:
     """A header: its fields in order as (name, struct code), packed without padding."""
 
-    __slots__ = ("_offsets", "_structs", "fields", "name")
+    __slots__ = ("_offsets", "_structs", "fields", "name", "size")
 
     def __init__(self, name: str, fields: tuple[tuple[str, str], ...]) -> None:
         self.name = name
         self.fields = fields
         codes = "".join(code for _, code in fields)
         self._structs = {False: struct.Struct("<" + codes), True: struct.Struct(">" + codes)}
+        self.size = self._structs[False].size  # bytes of the header
         self._offsets: dict[str, int] = {}
         at = 0
         for key, code in fields:
@@ -41,11 +44,6 @@ class Layout:
 
     def __repr__(self) -> str:
         return f"Layout({self.name!r}, {self.fields!r})"
-
-    @property
-    def size(self) -> int:
-        """Bytes of the header."""
-        return self._structs[False].size
 
     def offset(self, name: str) -> int:
         """Where field `name` starts, from the header's first byte."""
