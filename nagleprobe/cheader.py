@@ -1,7 +1,7 @@
 """The C header every compiled module includes (nagleprobe/_columns.h), written from the
 Python declarations it mirrors: the columns the compiled decoder writes and their order,
-the TCP flags, the 4-tuple hash constants, the tunnel peeler's limits and statuses, and
-the sizes and field offsets of the byte layouts the C loops read (layouts.py).
+the TCP flags, the 4-tuple hash constants, the tunnel peeler's limits, statuses, kinds and
+ports, and the sizes and field offsets of the byte layouts the C loops read (layouts.py).
 C cannot import Python's constants, so they are generated rather than copied;
 tests/test_constants.py checks the committed header is current.
 
