@@ -1,9 +1,10 @@
 /* The common case of decode.decode in one pass over the records, compiled.
  *
- * decode(data, offset, caplen, linktype, slow, ipver, src_hi, src_lo, dst_hi, dst_lo,
- *        sport, dport, seq, ack, flags, window, payload, mss, wscale, sack_ok, tsval, has_ts,
- *        ipid)
- *     -> (k, s)
+ * decode(data, offset, caplen, linktype, slow, *columns) -> (k, s)
+ *
+ * `columns` are the output buffers of COMPILED_COLUMNS (_columns.h, generated from
+ * decode.COMPILED_COLUMNS), in that order; the module exports their names as
+ * COMPILED_COLUMNS.
  *
  * For each record i (its bytes at data[offset[i]:offset[i] + caplen[i]], link type
  * linktype[i]) that is a well-formed TCP segment in one of the usual shapes (supported link
@@ -21,11 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_VLAN_TAGS 4
-#define V4_MAPPED 0x0000FFFF00000000ULL
-#define SYN 0x02
-#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the hash of tuples.mix, for tunnel keys */
-#define MIX_SHIFT 29
+#include "_columns.h"
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
 static inline uint32_t be32(const uint8_t *p)
@@ -47,29 +44,29 @@ static int link_layer(const uint8_t *p, int64_t cap, int32_t lt, int64_t *l3)
 {
     switch (lt) {
     case 1: { /* EN10MB, up to MAX_VLAN_TAGS 802.1Q / QinQ tags */
-        if (cap < 14)
+        if (cap < ETHERNET_SIZE)
             return 0;
-        uint32_t et = be16(p + 12);
-        int64_t hdr = 14;
-        for (int t = 0; t < MAX_VLAN_TAGS && (et == 0x8100 || et == 0x88A8 || et == 0x9100); t++) {
-            if (cap < hdr + 4)
+        uint32_t et = be16(p + ETHERNET_ETHERTYPE);
+        int64_t hdr = ETHERNET_SIZE;
+        for (int t = 0; t < MAX_VLAN_TAGS && IS_VLAN_TPID(et); t++) {
+            if (cap < hdr + VLAN_TAG_SIZE)
                 return 0;
-            et = be16(p + hdr + 2);
-            hdr += 4;
+            et = be16(p + hdr + VLAN_TAG_ETHERTYPE);
+            hdr += VLAN_TAG_SIZE;
         }
         *l3 = hdr;
         return ver_of_ethertype(et);
     }
     case 113: /* LINUX_SLL */
-        if (cap < 16)
+        if (cap < SLL_SIZE)
             return 0;
-        *l3 = 16;
-        return ver_of_ethertype(be16(p + 14));
+        *l3 = SLL_SIZE;
+        return ver_of_ethertype(be16(p + SLL_PROTOCOL));
     case 276: /* LINUX_SLL2 */
-        if (cap < 20)
+        if (cap < SLL2_SIZE)
             return 0;
-        *l3 = 20;
-        return ver_of_ethertype(be16(p));
+        *l3 = SLL2_SIZE;
+        return ver_of_ethertype(be16(p + SLL2_PROTOCOL));
     case 12: case 101: /* RAW */
         if (cap < 1)
             return 0;
@@ -78,26 +75,26 @@ static int link_layer(const uint8_t *p, int64_t cap, int32_t lt, int64_t *l3)
     case 228: *l3 = 0; return 4;
     case 229: *l3 = 0; return 6;
     case 0: { /* NULL: the family in the capturing host's byte order */
-        if (cap < 4)
+        if (cap < LOOPBACK_SIZE)
             return 0;
         uint32_t le = (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
-        *l3 = 4;
+        *l3 = LOOPBACK_SIZE;
         return ver_of_family(le <= 0xFFFF ? le : be32(p));
     }
     case 108: /* LOOP */
-        if (cap < 4)
+        if (cap < LOOPBACK_SIZE)
             return 0;
-        *l3 = 4;
+        *l3 = LOOPBACK_SIZE;
         return ver_of_family(be32(p));
     }
     return 0;
 }
 
+/* the output columns, one pointer per COMPILED_COLUMNS entry */
 typedef struct {
-    uint8_t *ipver; uint64_t *src_hi, *src_lo, *dst_hi, *dst_lo;
-    uint16_t *sport, *dport; uint32_t *seq, *ack; uint16_t *flags, *window;
-    int32_t *payload, *mss; int16_t *wscale; uint8_t *sack_ok; uint32_t *tsval; uint8_t *has_ts;
-    uint16_t *ipid;
+#define COLUMN_POINTER(name, type) type *name;
+    COMPILED_COLUMNS(COLUMN_POINTER)
+#undef COLUMN_POINTER
 } Columns;
 
 /* TCP options as the numpy decoder reads them: a non-SYN segment whose options start with
@@ -155,73 +152,81 @@ done:
 }
 
 /* Decode one record into row k; 0 if it is not in the common shape. */
-static int one(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_ssize_t k)
+static int decode_record(const uint8_t *p, int64_t cap, int32_t lt, const Columns *c, Py_ssize_t k)
 {
     int64_t l3 = 0, l4, avail;
     int ver = link_layer(p, cap, lt, &l3);
     const uint8_t *h = p + l3;
     if (ver == 4) {
-        if (l3 + 20 > cap || (h[0] >> 4) != 4)
+        if (l3 + IPV4_SIZE > cap || (h[IPV4_VERSION_IHL] >> 4) != 4)
             return 0;
-        int64_t ihl = (int64_t)(h[0] & 0x0F) * 4, tot = be16(h + 2);
-        if (ihl < 20 || tot == 0 || l3 + ihl > cap || h[9] != 6 || (be16(h + 6) & 0x3FFF)
-            || tot < ihl + 20)
+        int64_t ihl = (int64_t)(h[IPV4_VERSION_IHL] & 0x0F) * 4, tot = be16(h + IPV4_TOTAL_LENGTH);
+        if (ihl < IPV4_SIZE || tot == 0 || l3 + ihl > cap || h[IPV4_PROTOCOL] != 6
+            || (be16(h + IPV4_FRAGMENT) & 0x3FFF) || tot < ihl + TCP_SIZE)
             return 0;
         c->src_hi[k] = c->dst_hi[k] = 0;
-        c->ipid[k] = (uint16_t)be16(h + 4);
-        c->src_lo[k] = be32(h + 12) | V4_MAPPED;
-        c->dst_lo[k] = be32(h + 16) | V4_MAPPED;
+        c->ipid[k] = (uint16_t)be16(h + IPV4_ID);
+        c->src_lo[k] = be32(h + IPV4_SRC) | V4_MAPPED;
+        c->dst_lo[k] = be32(h + IPV4_DST) | V4_MAPPED;
         l4 = l3 + ihl;
         avail = tot - ihl;
     } else if (ver == 6) {
-        if (l3 + 40 > cap || (h[0] >> 4) != 6)
+        if (l3 + IPV6_SIZE > cap || (h[0] >> 4) != 6)
             return 0;
-        avail = be16(h + 4);
-        if (avail == 0 || h[6] != 6)
+        avail = be16(h + IPV6_PAYLOAD_LENGTH);
+        if (avail == 0 || h[IPV6_NEXT_HEADER] != 6)
             return 0;
         c->ipid[k] = 0;
-        c->src_hi[k] = be64(h + 8);
-        c->src_lo[k] = be64(h + 16);
-        c->dst_hi[k] = be64(h + 24);
-        c->dst_lo[k] = be64(h + 32);
-        l4 = l3 + 40;
+        c->src_hi[k] = be64(h + IPV6_SRC);
+        c->src_lo[k] = be64(h + IPV6_SRC + 8);
+        c->dst_hi[k] = be64(h + IPV6_DST);
+        c->dst_lo[k] = be64(h + IPV6_DST + 8);
+        l4 = l3 + IPV6_SIZE;
     } else {
         return 0;
     }
-    if (l4 + 20 > cap)
+    if (l4 + TCP_SIZE > cap)
         return 0;
     const uint8_t *t = p + l4;
-    int64_t doff = (int64_t)(t[12] >> 4) * 4;
-    if (doff < 20 || l4 + doff > cap || doff > avail)
+    int64_t doff = (int64_t)(t[TCP_OFFSET_FLAGS] >> 4) * 4;
+    if (doff < TCP_SIZE || l4 + doff > cap || doff > avail)
         return 0;
-    uint16_t flags = (uint16_t)((t[12] & 1) << 8 | t[13]);
+    uint16_t flags = (uint16_t)((t[TCP_OFFSET_FLAGS] & 1) << 8 | t[TCP_OFFSET_FLAGS + 1]);
     c->ipver[k] = (uint8_t)ver;
-    c->sport[k] = (uint16_t)be16(t);
-    c->dport[k] = (uint16_t)be16(t + 2);
-    c->seq[k] = be32(t + 4);
-    c->ack[k] = be32(t + 8);
+    c->sport[k] = (uint16_t)be16(t + TCP_SPORT);
+    c->dport[k] = (uint16_t)be16(t + TCP_DPORT);
+    c->seq[k] = be32(t + TCP_SEQ);
+    c->ack[k] = be32(t + TCP_ACK);
     c->flags[k] = flags;
-    c->window[k] = (uint16_t)be16(t + 14);
+    c->window[k] = (uint16_t)be16(t + TCP_WINDOW);
     c->payload[k] = (int32_t)(avail - doff);
-    options(t + 20, (int)(doff - 20), flags, c, k);
+    options(t + TCP_SIZE, (int)(doff - TCP_SIZE), flags, c, k);
     return 1;
 }
 
-#define NIN 4 /* data, offset, caplen, linktype; then slow and the 18 columns */
-#define NOUT 19
+#define NIN 4 /* data, offset, caplen, linktype (read-only); then slow and the columns */
+#define NOUT (1 + N_COMPILED_COLUMNS)
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
     Py_buffer b[NIN + NOUT];
     memset(b, 0, sizeof b);
-    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*w*",
-                          &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8],
-                          &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15], &b[16],
-                          &b[17], &b[18], &b[19], &b[20], &b[21], &b[22]))
+    if (PyTuple_GET_SIZE(args) != NIN + NOUT) {
+        PyErr_Format(PyExc_TypeError, "decode takes %d buffers (%zd given)", NIN + NOUT,
+                     PyTuple_GET_SIZE(args));
         return NULL;
-    /* element sizes of offset caplen linktype slow, then the 18 columns */
-    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 2,
-                                                     2, 4, 4, 2, 1, 4, 1, 2};
+    }
+    for (int j = 0; j < NIN + NOUT; j++)
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(args, j), &b[j],
+                               j < NIN ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
+            while (j-- > 0)
+                PyBuffer_Release(&b[j]);
+            return NULL;
+        }
+    /* element sizes of offset caplen linktype slow, then the columns */
+#define COLUMN_SIZE(name, type) sizeof(type),
+    static const Py_ssize_t size[NIN - 1 + NOUT] = {8, 8, 4, 8, COMPILED_COLUMNS(COLUMN_SIZE)};
+#undef COLUMN_SIZE
     Py_ssize_t n = b[1].len / 8, k = 0, s = 0;
     int ok = 1;
     for (int j = 1; j < NIN + NOUT; j++)
@@ -237,14 +242,16 @@ static PyObject *decode(PyObject *self, PyObject *args)
     const int64_t *off = b[1].buf, *cap = b[2].buf;
     const int32_t *lt = b[3].buf;
     int64_t *slow = b[4].buf;
-    Columns c = {b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf, b[11].buf,
-                 b[12].buf, b[13].buf, b[14].buf, b[15].buf, b[16].buf, b[17].buf, b[18].buf,
-                 b[19].buf, b[20].buf, b[21].buf, b[22].buf};
+    Columns c;
+    const Py_buffer *col = b + NIN + 1;
+#define COLUMN_BUFFER(name, type) c.name = (col++)->buf;
+    COMPILED_COLUMNS(COLUMN_BUFFER)
+#undef COLUMN_BUFFER
     Py_ssize_t len = b[0].len;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         if (off[i] < 0 || cap[i] < 0 || off[i] > len || cap[i] > len - off[i]
-            || !one(data + off[i], cap[i], lt[i], &c, k))
+            || !decode_record(data + off[i], cap[i], lt[i], &c, k))
             slow[s++] = i;
         else
             k++;
@@ -260,9 +267,6 @@ static PyObject *decode(PyObject *self, PyObject *args)
  * record, compiled (same statuses, offsets, kinds and keys; tests/test_encap.py checks).
  * status int8, inner int64 (offset of the inner network header from the record start),
  * kind int32 (1 Ethernet frame, 12 IP header), key uint64 (the tunnel, 0 without). */
-#define MAX_DEPTH 8
-#define MAX_MPLS_LABELS 8
-enum { NOT_TUNNEL, PEELED, TOO_DEEP, BAD_LENGTH, TRUNCATED, NOT_IP };
 enum { W_ETH_TYPE, W_FRAME, W_IP, W_MPLS, W_PPPOE };
 
 typedef struct { uint64_t key; int layers; } Tun;
@@ -286,28 +290,26 @@ static void add_layer(Tun *t, uint64_t kind, uint64_t id, int has_ends, const ui
     t->layers++;
 }
 
-static int is_vlan(uint32_t et) { return et == 0x8100 || et == 0x88A8 || et == 0x9100; }
-
 static int ip_tunnel(const uint8_t *b, int64_t n, int64_t p, uint32_t et)
 {
     uint32_t proto;
     int64_t body;
     if (et == 0x0800) {
-        if (p + 20 > n || (be16(b + p + 6) & 0x3FFF))
+        if (p + IPV4_SIZE > n || (be16(b + p + IPV4_FRAGMENT) & 0x3FFF))
             return 0;
-        proto = b[p + 9];
-        body = p + (int64_t)(b[p] & 15) * 4;
+        proto = b[p + IPV4_PROTOCOL];
+        body = p + (int64_t)(b[p + IPV4_VERSION_IHL] & 15) * 4;
     } else {
-        if (p + 40 > n)
+        if (p + IPV6_SIZE > n)
             return 0;
-        proto = b[p + 6];
-        body = p + 40;
+        proto = b[p + IPV6_NEXT_HEADER];
+        body = p + IPV6_SIZE;
     }
     if (proto == 4 || proto == 41 || proto == 47)
         return 1;
-    if (proto == 17 && body + 4 <= n) {
-        uint32_t dp = be16(b + body + 2);
-        return dp == 4789 || dp == 6081;
+    if (proto == 17 && body + UDP_DPORT + 2 <= n) {
+        uint32_t dp = be16(b + body + UDP_DPORT);
+        return dp == VXLAN_PORT || dp == GENEVE_PORT;
     }
     return 0;
 }
@@ -324,37 +326,45 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
 #define DONE(at, k) do { if (!t.layers) return NOT_TUNNEL; *inner = (at); *kind = (k); \
         *key = t.key ? t.key : 1; return PEELED; } while (0)
     switch (lt) {
-    case 1: if (n < 14) return NOT_TUNNEL; what = W_ETH_TYPE; p = 14; et = be16(b + 12); break;
-    case 113: if (n < 16) return NOT_TUNNEL; what = W_ETH_TYPE; p = 16; et = be16(b + 14); break;
-    case 276: if (n < 20) return NOT_TUNNEL; what = W_ETH_TYPE; p = 20; et = be16(b); break;
+    case 1:
+        if (n < ETHERNET_SIZE) return NOT_TUNNEL;
+        what = W_ETH_TYPE; p = ETHERNET_SIZE; et = be16(b + ETHERNET_ETHERTYPE); break;
+    case 113:
+        if (n < SLL_SIZE) return NOT_TUNNEL;
+        what = W_ETH_TYPE; p = SLL_SIZE; et = be16(b + SLL_PROTOCOL); break;
+    case 276:
+        if (n < SLL2_SIZE) return NOT_TUNNEL;
+        what = W_ETH_TYPE; p = SLL2_SIZE; et = be16(b + SLL2_PROTOCOL); break;
     case 12: case 101: case 228: case 229: what = W_IP; p = 0; break;
-    case 0: case 108: if (n < 4) return NOT_TUNNEL; what = W_IP; p = 4; break;
+    case 0: case 108:
+        if (n < LOOPBACK_SIZE) return NOT_TUNNEL;
+        what = W_IP; p = LOOPBACK_SIZE; break;
     default: return NOT_TUNNEL;
     }
     if (what == W_ETH_TYPE)
-        for (int v = 0; v < 4 && is_vlan(et); v++) {
-            if (p + 4 > n)
+        for (int v = 0; v < MAX_VLAN_TAGS && IS_VLAN_TPID(et); v++) {
+            if (p + VLAN_TAG_SIZE > n)
                 FAIL(TRUNCATED);
-            et = be16(b + p + 2);
-            p += 4;
+            et = be16(b + p + VLAN_TAG_ETHERTYPE);
+            p += VLAN_TAG_SIZE;
         }
     for (;;) {
         if (t.layers > MAX_DEPTH)
             return TOO_DEEP;
         if (what == W_FRAME) {
             int64_t frame = p;
-            if (p + 14 > n)
+            if (p + ETHERNET_SIZE > n)
                 FAIL(TRUNCATED);
-            et = be16(b + p + 12);
-            p += 14;
-            for (int v = 0; v < 4 && is_vlan(et); v++) {
-                if (p + 4 > n)
+            et = be16(b + p + ETHERNET_ETHERTYPE);
+            p += ETHERNET_SIZE;
+            for (int v = 0; v < MAX_VLAN_TAGS && IS_VLAN_TPID(et); v++) {
+                if (p + VLAN_TAG_SIZE > n)
                     FAIL(TRUNCATED);
-                et = be16(b + p + 2);
-                p += 4;
+                et = be16(b + p + VLAN_TAG_ETHERTYPE);
+                p += VLAN_TAG_SIZE;
             }
             if ((et == 0x0800 || et == 0x86DD) && !ip_tunnel(b, n, p, et))
-                DONE(frame, 1);
+                DONE(frame, INNER_ETHERNET);
             what = W_ETH_TYPE;
             continue;
         }
@@ -370,34 +380,34 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
             for (int i = 0;; i++) {
                 if (i == MAX_MPLS_LABELS)
                     return TOO_DEEP;
-                if (p + 4 > n)
+                if (p + MPLS_LABEL_SIZE > n)
                     return TRUNCATED;
-                int bos = b[p + 2] & 1;
-                p += 4;
+                int bos = b[p + MPLS_LABEL_LABEL_TC_BOS] & 1;
+                p += MPLS_LABEL_SIZE;
                 if (bos)
                     break;
             }
-            add_layer(&t, 6, 0, 0, none);
+            add_layer(&t, TUNNEL_MPLS, 0, 0, none);
             if (p >= n)
                 return TRUNCATED;
             int nib = b[p] >> 4;
             if (nib == 4 || nib == 6)
                 what = W_IP;
-            else if (nib == 0) {
-                p += 4;
+            else if (nib == 0) { /* a pseudowire control word, then an Ethernet frame */
+                p += PW_CONTROL_WORD;
                 what = W_FRAME;
             } else
                 return NOT_IP;
             continue;
         }
         if (what == W_PPPOE) {
-            if (p + 8 > n)
+            if (p + PPPOE_SIZE > n)
                 return TRUNCATED;
-            if (b[p] != 0x11 || b[p + 1] != 0)
+            if (b[p + PPPOE_VERSION_TYPE] != 0x11 || b[p + PPPOE_CODE] != 0)
                 FAIL(NOT_IP);
-            add_layer(&t, 7, be16(b + p + 2), 0, none);
-            uint32_t proto = be16(b + p + 6);
-            p += 8;
+            add_layer(&t, TUNNEL_PPPOE, be16(b + p + PPPOE_SESSION), 0, none);
+            uint32_t proto = be16(b + p + PPPOE_PPP_PROTOCOL);
+            p += PPPOE_SIZE;
             if (proto != 0x0021 && proto != 0x0057)
                 return NOT_IP;
             what = W_IP;
@@ -411,70 +421,71 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
         int64_t body, end;
         uint64_t e[4];
         if (v == 4) {
-            if (p + 20 > n)
+            if (p + IPV4_SIZE > n)
                 FAIL(TRUNCATED);
-            int64_t ihl = (int64_t)(b[p] & 15) * 4, tot = be16(b + p + 2);
-            proto = b[p + 9];
+            int64_t ihl = (int64_t)(b[p + IPV4_VERSION_IHL] & 15) * 4;
+            int64_t tot = be16(b + p + IPV4_TOTAL_LENGTH);
+            proto = b[p + IPV4_PROTOCOL];
             e[0] = e[2] = 0;
-            e[1] = be32(b + p + 12) | V4_MAPPED;
-            e[3] = be32(b + p + 16) | V4_MAPPED;
+            e[1] = be32(b + p + IPV4_SRC) | V4_MAPPED;
+            e[3] = be32(b + p + IPV4_DST) | V4_MAPPED;
             body = p + ihl;
             end = p + tot;
-            if (ihl < 20 || (be16(b + p + 6) & 0x3FFF) || tot < ihl)
-                DONE(p, 12);
+            if (ihl < IPV4_SIZE || (be16(b + p + IPV4_FRAGMENT) & 0x3FFF) || tot < ihl)
+                DONE(p, INNER_IP);
         } else if (v == 6) {
-            if (p + 40 > n)
+            if (p + IPV6_SIZE > n)
                 FAIL(TRUNCATED);
-            proto = b[p + 6];
-            e[0] = be64(b + p + 8);
-            e[1] = be64(b + p + 16);
-            e[2] = be64(b + p + 24);
-            e[3] = be64(b + p + 32);
-            body = p + 40;
-            end = p + 40 + be16(b + p + 4);
+            proto = b[p + IPV6_NEXT_HEADER];
+            e[0] = be64(b + p + IPV6_SRC);
+            e[1] = be64(b + p + IPV6_SRC + 8);
+            e[2] = be64(b + p + IPV6_DST);
+            e[3] = be64(b + p + IPV6_DST + 8);
+            body = p + IPV6_SIZE;
+            end = body + be16(b + p + IPV6_PAYLOAD_LENGTH);
         } else
-            DONE(p, 12);
+            DONE(p, INNER_IP);
         if (proto == 4 || proto == 41) {
-            add_layer(&t, 1, 0, 1, e);
+            add_layer(&t, TUNNEL_IPIP, 0, 1, e);
             p = body;
             what = W_IP;
             continue;
         }
         if (proto == 47) {
-            if (body + 4 > n)
+            if (body + GRE_SIZE > n)
                 FAIL(TRUNCATED);
-            uint32_t fl = be16(b + body), gp = be16(b + body + 2);
+            uint32_t fl = be16(b + body + GRE_FLAGS_VERSION), gp = be16(b + body + GRE_PROTOCOL);
             if (fl & 7)
-                DONE(p, 12);
-            int64_t q = body + 4;
+                DONE(p, INNER_IP);
+            int64_t q = body + GRE_SIZE;
             uint64_t gkey = 0;
-            if (fl & 0x8000)
-                q += 4;
-            if (fl & 0x2000) {
-                if (q + 4 > n)
+            if (fl & 0x8000) /* a checksum word */
+                q += GRE_WORD;
+            if (fl & 0x2000) { /* a key word */
+                if (q + GRE_WORD > n)
                     FAIL(TRUNCATED);
                 gkey = be32(b + q);
-                q += 4;
+                q += GRE_WORD;
             }
-            if (fl & 0x1000)
-                q += 4;
+            if (fl & 0x1000) /* a sequence number word */
+                q += GRE_WORD;
             if (gp != 0x0800 && gp != 0x86DD && gp != 0x6558 && gp != 0x8847 && gp != 0x8848
                 && gp != 0x88BE && gp != 0x22EB)
-                DONE(p, 12);
-            add_layer(&t, 2, gkey, 1, e);
+                DONE(p, INNER_IP);
+            add_layer(&t, TUNNEL_GRE, gkey, 1, e);
             if (q > n || q > end)
                 return BAD_LENGTH;
             if (gp == 0x88BE && !(fl & 0x1000)) {
-                add_layer(&t, 3, 0, 0, none);
+                add_layer(&t, TUNNEL_ERSPAN, 0, 0, none);
                 p = q;
                 what = W_FRAME;
             } else if (gp == 0x88BE || gp == 0x22EB) {
-                int64_t hl = gp == 0x88BE ? 8 : 12;
+                int64_t hl = gp == 0x88BE ? ERSPAN2_SIZE : ERSPAN3_SIZE;
                 if (q + hl > n)
                     return TRUNCATED;
-                if (gp == 0x22EB && (b[q + 11] & 1))
-                    hl += 8;
-                add_layer(&t, 3, be16(b + q + 2) & 0x3FF, 0, none);
+                if (gp == 0x22EB && (b[q + ERSPAN3_FLAGS + 1] & 1)) /* the O flag */
+                    hl += ERSPAN3_SUBHEADER;
+                add_layer(&t, TUNNEL_ERSPAN, be16(b + q + ERSPAN2_SESSION) & 0x3FF, 0, none);
                 p = q + hl;
                 what = W_FRAME;
             } else {
@@ -486,37 +497,39 @@ static int peel_one(const uint8_t *b, int64_t n, int32_t lt, int64_t *inner, int
                 return BAD_LENGTH;
             continue;
         }
-        if (proto == 17 && body + 8 <= n) {
-            uint32_t dp = be16(b + body + 2);
-            int64_t ulen = be16(b + body + 4);
-            if (dp == 4789) {
-                if (body + 16 > n)
+        if (proto == 17 && body + UDP_SIZE <= n) {
+            uint32_t dp = be16(b + body + UDP_DPORT);
+            int64_t ulen = be16(b + body + UDP_LENGTH);
+            int64_t h = body + UDP_SIZE; /* the VXLAN or GENEVE header */
+            if (dp == VXLAN_PORT) {
+                if (h + VXLAN_SIZE > n)
                     FAIL(TRUNCATED);
-                if (ulen < 16 || body + ulen > end) {
-                    add_layer(&t, 4, 0, 1, e);
+                if (ulen < UDP_SIZE + VXLAN_SIZE || body + ulen > end) {
+                    add_layer(&t, TUNNEL_VXLAN, 0, 1, e);
                     return BAD_LENGTH;
                 }
-                add_layer(&t, 4, (uint64_t)be32(b + body + 12) >> 8, 1, e);
-                p = body + 16;
+                /* the 24-bit VNI: the word at it, less the reserved byte after */
+                add_layer(&t, TUNNEL_VXLAN, (uint64_t)be32(b + h + VXLAN_VNI) >> 8, 1, e);
+                p = h + VXLAN_SIZE;
                 what = W_FRAME;
                 continue;
             }
-            if (dp == 6081) {
-                if (body + 16 > n)
+            if (dp == GENEVE_PORT) {
+                if (h + GENEVE_SIZE > n)
                     FAIL(TRUNCATED);
-                int64_t hl = 8 + (int64_t)(b[body + 8] & 0x3F) * 4;
-                add_layer(&t, 5, (uint64_t)be32(b + body + 12) >> 8, 1, e);
-                if (ulen < 8 + hl || body + ulen > end)
+                int64_t hl = GENEVE_SIZE + (int64_t)(b[h + GENEVE_VERSION_OPTLEN] & 0x3F) * 4;
+                add_layer(&t, TUNNEL_GENEVE, (uint64_t)be32(b + h + GENEVE_VNI) >> 8, 1, e);
+                if (ulen < UDP_SIZE + hl || body + ulen > end)
                     return BAD_LENGTH;
-                p = body + 8 + hl;
-                et = be16(b + body + 10);
+                p = h + hl;
+                et = be16(b + h + GENEVE_PROTOCOL);
                 what = W_ETH_TYPE;
                 if (p > n)
                     return TRUNCATED;
                 continue;
             }
         }
-        DONE(p, 12);
+        DONE(p, INNER_IP);
     }
 #undef FAIL
 #undef DONE
@@ -574,28 +587,50 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode", NULL, -1, methods};
 
-/* The constants nagleprobe/decode.py and encap.py write too, exported for
- * tests/test_constants.py to pin them equal. */
+/* The names of COMPILED_COLUMNS, in order, as a tuple of str. */
+static PyObject *column_names(void)
+{
+#define COLUMN_NAME(name, type) #name,
+    static const char *const names[N_COMPILED_COLUMNS] = {COMPILED_COLUMNS(COLUMN_NAME)};
+#undef COLUMN_NAME
+    PyObject *t = PyTuple_New(N_COMPILED_COLUMNS);
+    for (int j = 0; t != NULL && j < N_COMPILED_COLUMNS; j++) {
+        PyObject *s = PyUnicode_FromString(names[j]);
+        if (s == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, j, s);
+    }
+    return t;
+}
+
+/* The constants of _columns.h this module was built with, exported for decode.py (the
+ * order of the column buffers) and for tests/test_constants.py to pin them to Python's. */
 PyMODINIT_FUNC PyInit__decode(void)
 {
-    PyObject *m = PyModule_Create(&module), *mapped, *mul;
+    PyObject *m = PyModule_Create(&module), *mapped, *mul, *columns;
     if (m == NULL)
         return NULL;
     mapped = PyLong_FromUnsignedLongLong(V4_MAPPED);
     mul = PyLong_FromUnsignedLongLong(MIX_MULTIPLIER);
+    columns = column_names();
     if (PyModule_AddIntConstant(m, "SYN", SYN) < 0
         || PyModule_AddIntConstant(m, "MAX_VLAN_TAGS", MAX_VLAN_TAGS) < 0
         || PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0
         || PyModule_AddIntConstant(m, "MAX_MPLS_LABELS", MAX_MPLS_LABELS) < 0
         || PyModule_AddIntConstant(m, "MIX_SHIFT", MIX_SHIFT) < 0
         || PyModule_AddObjectRef(m, "V4_MAPPED", mapped) < 0
-        || PyModule_AddObjectRef(m, "MIX_MULTIPLIER", mul) < 0) {
+        || PyModule_AddObjectRef(m, "MIX_MULTIPLIER", mul) < 0
+        || PyModule_AddObjectRef(m, "COMPILED_COLUMNS", columns) < 0) {
         Py_XDECREF(mapped);
         Py_XDECREF(mul);
+        Py_XDECREF(columns);
         Py_DECREF(m);
         return NULL;
     }
     Py_DECREF(mapped);
     Py_DECREF(mul);
+    Py_DECREF(columns);
     return m;
 }

@@ -27,10 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FIN 0x01
-#define SYN 0x02
-#define RST 0x04
-#define ACK 0x10
+#include "_columns.h"
 
 #define NIN 13
 #define NOUT 9

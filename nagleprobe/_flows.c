@@ -11,12 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FIN 0x01
-#define SYN 0x02
-#define RST 0x04
-#define ACK 0x10
-#define MIX_MULTIPLIER 0x9E3779B97F4A7C15ULL /* the 4-tuple hash (tuples.mix) */
-#define MIX_SHIFT 29
+#include "_columns.h"
 
 #define NIN 7
 #define NOUT 11
@@ -24,7 +19,7 @@
 
 /* Release the n argument buffers, then: raise MemoryError if `nomem`, else ValueError(`error`)
  * if `error`, else return None. */
-static PyObject *done(Py_buffer *b, int n, int nomem, const char *error)
+static PyObject *release_buffers(Py_buffer *b, int n, int nomem, const char *error)
 {
     for (int j = 0; j < n; j++)
         PyBuffer_Release(&b[j]);
@@ -168,7 +163,7 @@ static PyObject *segments(PyObject *self, PyObject *args)
     if (!ok || !inc_row || !inc_ack) {
         PyMem_Free(inc_row);
         PyMem_Free(inc_ack);
-        return done(b, NIN + NOUT, ok, "segments: inconsistent columns");
+        return release_buffers(b, NIN + NOUT, ok, "segments: inconsistent columns");
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t s = 0, e; s < n; s = e) {
@@ -181,7 +176,7 @@ static PyObject *segments(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyMem_Free(inc_row);
     PyMem_Free(inc_ack);
-    return done(b, NIN + NOUT, 0, NULL);
+    return release_buffers(b, NIN + NOUT, 0, NULL);
 }
 
 /* place_rows(tid, live, cursor, chunk, which, rows, taken) -> (k, last): a held chunk's
@@ -254,7 +249,7 @@ static PyObject *tally(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; ok && i < n; i++)
         ok &= tid[i] >= 0 && tid[i] < ntup;
     if (!ok)
-        return done(b, 4, 0, "tally: inconsistent arrays");
+        return release_buffers(b, 4, 0, "tally: inconsistent arrays");
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         rows[tid[i]]++;
@@ -262,7 +257,7 @@ static PyObject *tally(PyObject *self, PyObject *args)
             last[tid[i]] = ts[i];
     }
     Py_END_ALLOW_THREADS
-    return done(b, 4, 0, NULL);
+    return release_buffers(b, 4, 0, NULL);
 }
 
 /* take_rows(sources, which, rows, outs): outs[c][i] = sources[c][which[i]][rows[i]] for every
@@ -418,7 +413,7 @@ static PyObject *tuple_ids(PyObject *self, PyObject *args)
             ok &= b[j].len == n * size[j];
     ok &= b[10].buf == NULL || b[10].len == n * 8;
     if (!ok)
-        return done(b, 12, 0, "tuple_ids: inconsistent columns or table");
+        return release_buffers(b, 12, 0, "tuple_ids: inconsistent columns or table");
     const uint64_t *shi = b[0].buf, *slo = b[1].buf, *dhi = b[2].buf, *dlo = b[3].buf;
     const uint16_t *sp = b[4].buf, *dp = b[5].buf;
     const uint32_t *tun = b[11].buf;
@@ -464,10 +459,10 @@ static PyObject *reslot(PyObject *self, PyObject *args)
     for (Py_ssize_t s = 0; ok && s < nslots; s++)
         ok &= slots[s] == -1;
     if (!ok)
-        return done(b, 2, 0, "reslot: inconsistent table");
+        return release_buffers(b, 2, 0, "reslot: inconsistent table");
     for (Py_ssize_t t = 0; t < count; t++)
         slots[probe(slots, nslots - 1, words, words + t * 5)] = t;
-    return done(b, 2, 0, NULL);
+    return release_buffers(b, 2, 0, NULL);
 }
 
 /* neighbours(flow, dir, has_data, data, after, same, other): for every row (rows sorted by
@@ -491,7 +486,7 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; ok && i < n; i++)
         ok &= dir[i] <= 1;
     if (!ok)
-        return done(b, 5, 0, "neighbours: inconsistent columns");
+        return release_buffers(b, 5, 0, "neighbours: inconsistent columns");
     Py_BEGIN_ALLOW_THREADS
     int64_t last[2] = {-1, -1};
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -504,7 +499,7 @@ static PyObject *neighbours(PyObject *self, PyObject *args)
             last[dir[i]] = i;
     }
     Py_END_ALLOW_THREADS
-    return done(b, 5, 0, NULL);
+    return release_buffers(b, 5, 0, NULL);
 }
 
 /* turn_stats(flow, dir, ts, payload, acked_by, quick_ns, typical, count, smallest, upper, late)
@@ -549,7 +544,7 @@ static PyObject *turn_stats(PyObject *self, PyObject *args)
         ok &= dir[i] <= 1 && flow[i] >= 0 && 2 * flow[i] + 1 < groups && by[i] < n
               && (i == 0 || flow[i] >= flow[i - 1]);
     if (!ok)
-        return done(b, 9, 0, "turn_stats: inconsistent columns");
+        return release_buffers(b, 9, 0, "turn_stats: inconsistent columns");
     int64_t *count = b[5].buf, *smallest = b[6].buf, *upper = b[7].buf, *late = b[8].buf;
     Py_ssize_t nlate = 0;
     Py_BEGIN_ALLOW_THREADS

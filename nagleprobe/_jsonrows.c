@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_columns.h"
+
 enum { LIT, INT, FLOAT, BOOL, TEXT, MAYBE, INTLIST, SPARSE };
 
 typedef struct {
@@ -288,7 +290,7 @@ bad_or_err:
     return -1;
 }
 
-static int row(Buf *b, const Op *ops, Py_ssize_t nops, Py_ssize_t r)
+static int write_row(Buf *b, const Op *ops, Py_ssize_t nops, Py_ssize_t r)
 {
     for (Py_ssize_t i = 0; i < nops; i++) {
         const Op *op = &ops[i];
@@ -406,7 +408,7 @@ static PyObject *render(PyObject *self, PyObject *args)
         if (r > start)
             rc = put(&b, ",", 1);
         if (rc == 0)
-            rc = row(&b, ops, nops, r);
+            rc = write_row(&b, ops, nops, r);
     }
     Py_END_ALLOW_THREADS
     if (rc < 0) {

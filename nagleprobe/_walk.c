@@ -1,5 +1,5 @@
-/* The one loop numpy cannot vectorise: where each pcap record (pcapng block) starts; and,
- * since it is faster than numpy's gathers, reading header words at known offsets.
+/* The one loop numpy cannot vectorise: where each pcap record (pcapng block) starts; and
+ * reading header words at known offsets in one pass, without numpy's temporaries.
  *
  * walk_headers: the pcap records of a buffer and their header fields (read._walk_python
  * plus numpy gathers without the compiled part). walk_blocks: the pcapng packet blocks.
@@ -9,6 +9,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_columns.h"
+
 /* The 32-bit word at q, in the file's byte order. */
 static inline uint32_t word(const unsigned char *q, int big)
 {
@@ -17,7 +19,8 @@ static inline uint32_t word(const unsigned char *q, int big)
 }
 
 /* Release the n argument buffers; then raise `exc`(`error`) if `error`, else return `ok`. */
-static PyObject *done(Py_buffer *b, int n, PyObject *exc, const char *error, PyObject *ok)
+static PyObject *release_buffers(Py_buffer *b, int n, PyObject *exc, const char *error,
+                                 PyObject *ok)
 {
     for (int j = 0; j < n; j++)
         PyBuffer_Release(&b[j]);
@@ -54,14 +57,17 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
     int64_t *off = b[1].buf, *ts = b[2].buf, *cl = b[3].buf, *wl = b[4].buf;
     Py_ssize_t k = 0, cap = b[1].len / (Py_ssize_t)sizeof(int64_t);
     int ok = start >= 0 && b[2].len == b[1].len && b[3].len == b[1].len && b[4].len == b[1].len;
-    int64_t p = (int64_t)start + 8, lim = (int64_t)b[0].len - 8;
+    /* p: at the caplen field of the next record header; the fields after it must be in buf */
+    int64_t p = (int64_t)start + PCAP_RECORD_CAPLEN;
+    int64_t lim = (int64_t)b[0].len - (PCAP_RECORD_SIZE - PCAP_RECORD_CAPLEN);
     Py_ssize_t first = -1;
     int64_t prev = anchor; /* the latest time before the record */
     Py_BEGIN_ALLOW_THREADS
     while (ok && p <= lim && k < cap) {
-        const unsigned char *q = buf + p;
-        uint32_t c = word(q, big), frac = word(q - 4, big), w = word(q + 4, big);
-        int64_t t = (int64_t)word(q - 8, big) * 1000000000 + (int64_t)frac * mul;
+        const unsigned char *h = buf + p - PCAP_RECORD_CAPLEN;
+        uint32_t c = word(h + PCAP_RECORD_CAPLEN, big), frac = word(h + PCAP_RECORD_TS_FRAC, big);
+        uint32_t w = word(h + PCAP_RECORD_WIRELEN, big);
+        int64_t t = (int64_t)word(h + PCAP_RECORD_TS_SEC, big) * 1000000000 + (int64_t)frac * mul;
         if (first < 0) {
             int bad = frac_lim >= 0 && (long long)frac >= frac_lim;
             if (caplim >= 0) {
@@ -74,16 +80,17 @@ static PyObject *walk_headers(PyObject *self, PyObject *args)
             if (bad)
                 first = k;
         }
-        off[k] = p - 8;
+        off[k] = p - PCAP_RECORD_CAPLEN;
         ts[k] = t;
         cl[k] = c;
         wl[k] = w;
         k++;
-        p += (int64_t)c + 16;
+        p += (int64_t)c + PCAP_RECORD_SIZE;
     }
     Py_END_ALLOW_THREADS
-    return done(b, 5, PyExc_ValueError, ok ? NULL : "walk_headers: bad start or output buffers",
-                Py_BuildValue("nLn", k, (long long)p, first));
+    return release_buffers(b, 5, PyExc_ValueError,
+                           ok ? NULL : "walk_headers: bad start or output buffers",
+                           Py_BuildValue("nLn", k, (long long)p, first));
 }
 
 /* walk_blocks(buf, pos, big_endian, max_block, out) -> (count, pos, blocks): from offset
@@ -104,11 +111,12 @@ static PyObject *walk_blocks(PyObject *self, PyObject *args)
     int64_t *o = (int64_t *)out.buf;
     Py_ssize_t n = buf.len, cap = out.len / (Py_ssize_t)sizeof(int64_t), k = 0, blocks = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (pos >= 0 && pos + 8 <= n && k < cap) {
+    while (pos >= 0 && pos + BLOCK_SIZE <= n && k < cap) {
         const unsigned char *q = b + pos;
-        uint32_t bt = word(q, big), bl = word(q + 4, big);
-        if ((bt != 6 && bt != 3 && bt != 2) || bl < 12 || (bl & 3) || (long long)bl > max_block
-            || pos + (Py_ssize_t)bl > n || word(q + bl - 4, big) != bl)
+        uint32_t bt = word(q + BLOCK_TYPE, big), bl = word(q + BLOCK_LENGTH, big);
+        if ((bt != BT_EPB && bt != BT_SPB && bt != BT_PB) || bl < MIN_BLOCK_LEN || (bl & 3)
+            || (long long)bl > max_block || pos + (Py_ssize_t)bl > n
+            || word(q + bl - TRAILER_SIZE, big) != bl)
             break;
         o[k++] = pos;
         pos += bl;
@@ -147,8 +155,8 @@ static PyObject *u32_rows(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     Py_INCREF(Py_None);
-    return done(b, 3, PyExc_IndexError, ok ? NULL : "u32_rows: a row runs past the buffer",
-                Py_None);
+    return release_buffers(b, 3, PyExc_IndexError,
+                           ok ? NULL : "u32_rows: a row runs past the buffer", Py_None);
 }
 
 static PyMethodDef methods[] = {

@@ -20,7 +20,6 @@ row; the copying holds one reader chunk (32 MiB) and its blocks.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -28,17 +27,40 @@ import numpy as np
 
 from . import __version__
 from .errors import CaptureError
+from .layouts import (
+    BLOCK,
+    BT_EPB,
+    BT_IDB,
+    BT_PB,
+    BT_SHB,
+    BT_SPB,
+    EPB,
+    IDB,
+    IF_TSRESOL,
+    OPT_COMMENT,
+    OPT_END,
+    OPTION,
+    PCAP_FILE,
+    PCAP_NS,
+    PCAP_RECORD,
+    PCAP_US,
+    PCAPNG_BOM,
+    SHB,
+    SHB_USERAPPL,
+    TRAILER,
+)
 from .output import Output, open_output, refuse_inputs
-from .read import PCAP_NS, PCAP_US, CaptureReader, open_uncompressed, u32_rows
+from .read import CaptureReader, open_uncompressed, u32_rows
 from .selection import worst_first
 
 if TYPE_CHECKING:
     from .report import Report
 
 WHAT = "the annotated capture"  # the output, in messages
-BT_SHB, BT_IDB, BT_EPB, BT_PB, BT_SPB = 0x0A0D0D0A, 1, 6, 2, 3
-OPT_END, OPT_COMMENT, SHB_USERAPPL, IF_SNAPLEN, IF_TSRESOL = 0, 1, 4, 0, 9
 MAX_OPTION = 65535  # an option's length field is 16 bits
+END_OF_OPTIONS = OPTION.pack(code=OPT_END, length=0)  # the same bytes in either byte order
+# the words of an Enhanced Packet Block's header, by field (all 32-bit)
+EPB_WORD = {name: EPB.offset(name) // 4 for name, _ in EPB.fields}
 SHB_LISTED_FLOWS = 200  # flows named one by one in the section header's comment
 ROLES = ("small", "ack", "released")
 COPY_PIECE = 1 << 20  # bytes copied at a time between commented pcapng blocks
@@ -138,34 +160,41 @@ def capture_comment(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _option(code: int, value: bytes, e: str) -> bytes:
+def _option(code: int, value: bytes, big: bool) -> bytes:
     value = value[:MAX_OPTION]
-    return struct.pack(e + "HH", code, len(value)) + value + b"\0" * (-len(value) & 3)
+    return OPTION.pack(big, code=code, length=len(value)) + value + b"\0" * (-len(value) & 3)
 
 
-def _options_end(block: bytes, at: int, e: str) -> int:
+def _options_end(block: bytes, at: int, big: bool) -> int:
     """Where the options from `at` end, before their end-of-options marker (the block's
     trailing length if they have none or do not parse: they are then kept whole)."""
-    end = len(block) - 4
+    end = len(block) - TRAILER.size
+    option = OPTION.struct(big).unpack_from
     p = at
-    while p + 4 <= end:
-        code, ln = struct.unpack_from(e + "HH", block, p)
+    while p + OPTION.size <= end:
+        code, ln = option(block, p)
         if code == OPT_END:
             return p
-        p += 4 + ln + (-ln & 3)
+        p += OPTION.size + ln + (-ln & 3)
     return end
 
 
-def _with_options(block: bytes, opts_at: int, extra: bytes, e: str,
-                  section_length_at: int | None = None) -> bytes:
-    """`block` with the options `extra` added after its own, lengths updated."""
-    keep = _options_end(block, opts_at, e)
-    body = bytearray(block[:keep] + extra + b"\0\0\0\0")
-    total = len(body) + 4
-    struct.pack_into(e + "I", body, 4, total)
-    if section_length_at is not None:
-        struct.pack_into(e + "q", body, section_length_at, -1)
-    return bytes(body) + struct.pack(e + "I", total)
+def _with_options(block: bytes, opts_at: int, extra: bytes, big: bool,
+                  section: bool = False) -> bytes:
+    """`block` with the options `extra` added after its own, lengths updated (and, for a
+    `section` header, its section length set to -1: unknown)."""
+    body = bytearray(block[:_options_end(block, opts_at, big)] + extra + END_OF_OPTIONS)
+    if section:
+        SHB.field_struct("section_length", big).pack_into(body, SHB.offset("section_length"), -1)
+    return _with_length(body, big)
+
+
+def _with_length(block: bytes, big: bool) -> bytes:
+    """A block (header, body, no trailer) with its length word set and the trailing copy."""
+    n = len(block) + TRAILER.size
+    at = BLOCK.offset("length")
+    return (bytes(block[:at]) + TRAILER.pack(big, length=n) + bytes(block[at + TRAILER.size:])
+            + TRAILER.pack(big, length=n))
 
 
 def annotate(path: str, output: str, report: Report | None = None, *,
@@ -199,20 +228,20 @@ def annotate(path: str, output: str, report: Report | None = None, *,
 def _pcap_to_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Comments,
                     report: Report) -> tuple[int, int, int]:
     with open_uncompressed(path) as raw:
-        head = raw.read(24)
-    magic = int.from_bytes(head[:4], "little")
-    big = magic not in (PCAP_US, PCAP_NS)
-    ns = int.from_bytes(head[:4], "big" if big else "little") == PCAP_NS
-    snaplen, network = struct.unpack((">" if big else "<") + "II", head[16:24])
-    e = "<"
-    shb_opts = (_option(OPT_COMMENT, capture_comment(report).encode("utf-8"), e)
-                + _option(SHB_USERAPPL, f"nagleprobe {__version__}".encode(), e))
-    shb = struct.pack(e + "IIIHHq", BT_SHB, 0, 0x1A2B3C4D, 1, 0, -1) + shb_opts + b"\0" * 4
-    idb = (struct.pack(e + "IIHHI", BT_IDB, 0, network & 0xFFFF, 0, snaplen)
-           + _option(IF_TSRESOL, bytes([9 if ns else 6]), e) + b"\0" * 4)
+        head = raw.read(PCAP_FILE.size)
+    big = int.from_bytes(head[:4], "little") not in (PCAP_US, PCAP_NS)
+    fh = PCAP_FILE.unpack(head, big=big)
+    ns = fh["magic"] == PCAP_NS
+    big_out = False  # the copy is little-endian
+    shb_opts = (_option(OPT_COMMENT, capture_comment(report).encode("utf-8"), big_out)
+                + _option(SHB_USERAPPL, f"nagleprobe {__version__}".encode(), big_out))
+    shb = SHB.pack(big_out, type=BT_SHB, length=0, bom=PCAPNG_BOM, major=1, minor=0,
+                   section_length=-1) + shb_opts + END_OF_OPTIONS
+    idb = (IDB.pack(big_out, type=BT_IDB, length=0, linktype=fh["network"] & 0xFFFF, reserved=0,
+                    snaplen=fh["snaplen"])
+           + _option(IF_TSRESOL, bytes([9 if ns else 6]), big_out) + END_OF_OPTIONS)
     for block in (shb, idb):
-        n = len(block) + 4
-        out.write(block[:4] + struct.pack(e + "I", n) + block[8:] + struct.pack(e + "I", n))
+        out.write(_with_length(block, big_out))
     per_s = 1_000_000_000 if ns else 1_000_000  # the file's time units per second
     packets = commented = 0
     for batch in reader:
@@ -220,11 +249,11 @@ def _pcap_to_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Co
             sl = slice(a, a + GROUP)
             frame = batch.frame[sl]
             want = np.flatnonzero(comments.wanted(frame))
-            extra = [b"".join(_option(OPT_COMMENT, t, e) for t in texts)
+            extra = [b"".join(_option(OPT_COMMENT, t, big_out) for t in texts)
                      for texts in comments.texts(frame[want])]
             # the times as the file has them (the batch's are on the joined clock after a
             # step of it: see read/clock.py)
-            sec_frac = u32_rows(batch.data, batch.offset[sl] - 16, 2, big)
+            sec_frac = u32_rows(batch.data, batch.offset[sl] - PCAP_RECORD.size, 2, big)
             units = sec_frac[:, 0] * per_s + sec_frac[:, 1]
             out.write(_epbs(batch.data, batch.offset[sl], batch.caplen[sl], batch.wirelen[sl],
                             units, want, extra))
@@ -240,7 +269,7 @@ def _epbs(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirelen: np.
     k = len(offset)
     opt = np.zeros(k, dtype=np.int64)
     opt[want] = [len(x) + 4 for x in extra]
-    blen = 32 + caplen + (-caplen & 3) + opt
+    blen = EPB.size + TRAILER.size + caplen + (-caplen & 3) + opt
     at = np.zeros(k + 1, dtype=np.int64)
     np.cumsum(blen, out=at[1:])
     out = np.zeros(int(at[-1]), dtype=np.uint8)
@@ -248,12 +277,12 @@ def _epbs(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirelen: np.
         return memoryview(out)
     words = out.view("<u4")
     w = at[:-1] >> 2
-    words[w] = BT_EPB
-    words[w + 1] = blen
-    words[w + 3] = units >> 32
-    words[w + 4] = units & 0xFFFFFFFF
-    words[w + 5] = caplen
-    words[w + 6] = wirelen
+    words[w + EPB_WORD["type"]] = BT_EPB
+    words[w + EPB_WORD["length"]] = blen
+    words[w + EPB_WORD["ts_hi"]] = units >> 32
+    words[w + EPB_WORD["ts_lo"]] = units & 0xFFFFFFFF
+    words[w + EPB_WORD["caplen"]] = caplen
+    words[w + EPB_WORD["origlen"]] = wirelen
     words[(at[1:] >> 2) - 1] = blen
     # the packet bytes: the same runs of bytes, at other places (one masked copy; the masks
     # repeat an in/out pattern by the runs' lengths)
@@ -262,10 +291,11 @@ def _epbs(data: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirelen: np.
     gaps = np.r_[0, offset[1:] - (offset[:-1] + caplen[:-1])]
     src = np.repeat(np.tile([False, True], k), np.stack([gaps, caplen], axis=1).reshape(-1))
     dst = np.repeat(np.tile([False, True, False], k),
-                    np.stack([np.full(k, 28), caplen, blen - 28 - caplen], axis=1).reshape(-1))
+                    np.stack([np.full(k, EPB.size), caplen, blen - EPB.size - caplen],
+                             axis=1).reshape(-1))
     out[dst] = data[lo:hi][src]
     for i, x in zip(want.tolist(), extra):
-        p = int(at[i] + 28 + caplen[i] + (-caplen[i] & 3))
+        p = int(at[i] + EPB.size + caplen[i] + (-caplen[i] & 3))
         out[p:p + len(x)] = np.frombuffer(x, dtype=np.uint8)
     return memoryview(out)
 
@@ -292,18 +322,18 @@ def _copy_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Comme
             if i % GROUP == 0:  # the comments of the next GROUP frames
                 texts = comments.texts(fr[i:i + GROUP])
             _copy(raw, out, p - pos)
-            head = raw.read(8)
-            e = "<" if int.from_bytes(head[:4], "little") in (BT_EPB, BT_PB, BT_SPB) else ">"
-            btype, blen = struct.unpack(e + "II", head)
-            block = head + raw.read(blen - 8)
+            head = raw.read(BLOCK.size)
+            big = int.from_bytes(head[:4], "little") not in (BT_EPB, BT_PB, BT_SPB)
+            btype, blen = BLOCK.struct(big).unpack(head)
+            block = head + raw.read(blen - BLOCK.size)
             pos = p + blen
             if btype == BT_SPB:  # no options in a Simple Packet Block
                 out.write(block)
                 spb += 1
                 continue
-            caplen = struct.unpack_from(e + "I", block, 20)[0]
-            extra = b"".join(_option(OPT_COMMENT, t, e) for t in texts[i % GROUP])
-            out.write(_with_options(block, 28 + caplen + (-caplen & 3), extra, e))
+            caplen = EPB.unpack(block, 0, big)["caplen"]  # (a Packet Block's is there too)
+            extra = b"".join(_option(OPT_COMMENT, t, big) for t in texts[i % GROUP])
+            out.write(_with_options(block, EPB.size + caplen + (-caplen & 3), extra, big))
             commented += 1
         _copy(raw, out, None)
     return packets, commented, spb
@@ -311,12 +341,13 @@ def _copy_pcapng(path: str, reader: CaptureReader, out: Output, comments: _Comme
 
 def _copy_first_shb(raw: BinaryIO, out: Output, comment: str) -> int:
     """Copy the first section header with `comment` added; the input offset after it."""
-    head = raw.read(12)
-    e = "<" if head[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
-    blen = struct.unpack_from(e + "I", head, 4)[0]
-    block = head + raw.read(blen - 12)
-    out.write(_with_options(block, 24, _option(OPT_COMMENT, comment.encode("utf-8"), e), e,
-                            section_length_at=16))
+    bom_at = SHB.offset("bom")
+    head = raw.read(bom_at + 4)
+    big = head[bom_at:] != PCAPNG_BOM.to_bytes(4, "little")
+    blen = BLOCK.unpack(head, 0, big)["length"]
+    block = head + raw.read(blen - len(head))
+    extra = _option(OPT_COMMENT, comment.encode("utf-8"), big)
+    out.write(_with_options(block, SHB.size, extra, big, section=True))
     return blen
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import encap
 from .columns import Columns
+from .layouts import IPV4, IPV6, TCP
 from .links import Drops, gather, link_layer
 from .read import RecordBatch
 
@@ -50,6 +51,9 @@ TCP_COLUMNS: dict[str, np.dtype] = {
     "ipid": np.dtype(np.uint16),  # IPv4 identification (0 for IPv6): tells copies from resends
     "tunnel": np.dtype(np.uint32),  # 0, or the number of the tunnel it came through (encap.py)
 }
+# the columns the compiled loop writes (the batch gives frame and ts_ns, the peeler tunnel),
+# in TCP_COLUMNS order: the order its buffers are passed in (nagleprobe/_columns.h)
+COMPILED_COLUMNS = tuple(k for k in TCP_COLUMNS if k not in ("frame", "ts_ns", "tunnel"))
 
 FIN, SYN, RST, PSH, ACK, URG, ECE, CWR, NS = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x100
 # as Wireshark names the bits, lowest first (NS is AE, AccECN, today)
@@ -59,6 +63,16 @@ V4_MAPPED = 0x0000FFFF00000000
 # An IP length of 0 (TSO/GSO super-frames, IPv6 jumbograms) is taken from the record's wire
 # length; beyond this it is a corrupt record, not a real segment (Linux BIG TCP stops at 512 KiB).
 MAX_LENGTH_FROM_WIRE = 1 << 24
+# the fields the numpy decoder reads (nagleprobe/layouts.py), as indexes into the views of
+# its gathered headers: bytes, then big-endian 16-, 32- and 64-bit words
+V4_VERSION_IHL, V4_PROTOCOL = IPV4.offset("version_ihl"), IPV4.offset("protocol")
+V4_LENGTH, V4_ID, V4_FRAGMENT = (IPV4.word(f, 2) for f in ("total_length", "id", "fragment"))
+V4_SRC, V4_DST = IPV4.word("src", 4), IPV4.word("dst", 4)
+V6_PAYLOAD_LENGTH, V6_NEXT_HEADER = IPV6.word("payload_length", 2), IPV6.offset("next_header")
+V6_SRC, V6_DST = IPV6.word("src", 8), IPV6.word("dst", 8)  # each two words: high, low
+TCP_SPORT, TCP_DPORT, TCP_WINDOW = (TCP.word(f, 2) for f in ("sport", "dport", "window"))
+TCP_SEQ, TCP_ACK = TCP.word("seq", 4), TCP.word("ack", 4)
+TCP_OFFSET = TCP.offset("offset_flags")  # data offset (high nibble), NS; the flags after
 
 
 def format_address(ipver: int, hi: int, lo: int) -> str:
@@ -73,18 +87,18 @@ def format_address(ipver: int, hi: int, lo: int) -> str:
 def _ipv4(data, batch, rows, l3, drops):
     """-> rows, l4, avail (bytes after the IP header per IP lengths), src_lo, dst_lo, ipid."""
     end = batch.offset[rows] + batch.caplen[rows]
-    fits = l3 + 20 <= end
+    fits = l3 + IPV4.size <= end
     if not fits.all():
         drops.add("truncated-headers", len(fits) - int(fits.sum()))
         rows, l3, end = rows[fits], l3[fits], end[fits]
-    h = gather(data, l3, 20)
-    ihl = (h[:, 0] & 0x0F).astype(np.int64) * 4
-    good = ((h[:, 0] >> 4) == 4) & (ihl >= 20)
+    h = gather(data, l3, IPV4.size)
+    ihl = (h[:, V4_VERSION_IHL] & 0x0F).astype(np.int64) * 4
+    good = ((h[:, V4_VERSION_IHL] >> 4) == 4) & (ihl >= IPV4.size)
     h16 = h.view(">u2")
     h32 = h.view(">u4")
-    tot = h16[:, 1].astype(np.int64)
-    notcp = h[:, 9] != 6
-    frag = (h16[:, 3] & 0x3FFF) != 0
+    tot = h16[:, V4_LENGTH].astype(np.int64)
+    notcp = h[:, V4_PROTOCOL] != 6
+    frag = (h16[:, V4_FRAGMENT] & 0x3FFF) != 0
     tso = tot == 0
     if tso.any():
         wire = batch.wirelen[rows]
@@ -98,7 +112,7 @@ def _ipv4(data, batch, rows, l3, drops):
     ok &= ~notcp
     fr = ok & frag
     ok &= ~frag
-    bad2 = ok & (tot < ihl + 20)
+    bad2 = ok & (tot < ihl + TCP.size)
     ok &= ~bad2
     if not ok.all():
         drops.add("bad-header", int(bad1.sum()) + int(bad2.sum()))
@@ -107,27 +121,28 @@ def _ipv4(data, batch, rows, l3, drops):
         drops.add("ip-fragment", int(fr.sum()))
         sel = np.nonzero(ok)[0]
         rows, l3, ihl, tot, h16, h32 = rows[sel], l3[sel], ihl[sel], tot[sel], h16[sel], h32[sel]
-    src = h32[:, 3].astype(np.uint64) | np.uint64(V4_MAPPED)
-    dst = h32[:, 4].astype(np.uint64) | np.uint64(V4_MAPPED)
-    return rows, l3 + ihl, tot - ihl, src, dst, h16[:, 2].astype(np.uint16)
+    src = h32[:, V4_SRC].astype(np.uint64) | np.uint64(V4_MAPPED)
+    dst = h32[:, V4_DST].astype(np.uint64) | np.uint64(V4_MAPPED)
+    return rows, l3 + ihl, tot - ihl, src, dst, h16[:, V4_ID].astype(np.uint16)
 
 
 def _ipv6(data, batch, rows, l3, drops):
     """-> rows, l4, avail, src_hi, src_lo, dst_hi, dst_lo."""
     end = batch.offset[rows] + batch.caplen[rows]
-    fits = l3 + 40 <= end
+    fits = l3 + IPV6.size <= end
     if not fits.all():
         drops.add("truncated-headers", len(fits) - int(fits.sum()))
         rows, l3, end = rows[fits], l3[fits], end[fits]
-    h = gather(data, l3, 40)
+    h = gather(data, l3, IPV6.size)
     good = (h[:, 0] >> 4) == 6
-    plen = h.view(">u2")[:, 2].astype(np.int64)
-    nh = h[:, 6]
+    plen = h.view(">u2")[:, V6_PAYLOAD_LENGTH].astype(np.int64)
+    nh = h[:, V6_NEXT_HEADER]
     jumbo = plen == 0
     if jumbo.any():
-        plen = np.where(jumbo, batch.wirelen[rows] - (l3 - batch.offset[rows]) - 40, plen)
+        plen = np.where(jumbo, batch.wirelen[rows] - (l3 - batch.offset[rows]) - IPV6.size,
+                        plen)
         good &= ~(jumbo & (plen > MAX_LENGTH_FROM_WIRE))
-    l4 = l3 + 40
+    l4 = l3 + IPV6.size
     avail = plen.copy()
     ext = good & np.isin(nh, V6_EXT)
     tcp = good & (nh == 6)
@@ -140,7 +155,7 @@ def _ipv6(data, batch, rows, l3, drops):
                 drops.add(res, 1)
             else:
                 ok[i] = True
-                l4[i] = l3[i] + 40 + res
+                l4[i] = l3[i] + IPV6.size + res
                 avail[i] = plen[i] - res
     drops.add("not-tcp", int((good & ~tcp & ~ext).sum()))
     h64 = h.view(">u8")
@@ -148,12 +163,12 @@ def _ipv6(data, batch, rows, l3, drops):
         sel = np.nonzero(ok)[0]
         rows, l4, avail, h64 = rows[sel], l4[sel], avail[sel], h64[sel]
     h64 = h64.astype(np.uint64)
-    return rows, l4, avail, h64[:, 1], h64[:, 2], h64[:, 3], h64[:, 4]
+    return rows, l4, avail, h64[:, V6_SRC], h64[:, V6_SRC + 1], h64[:, V6_DST], h64[:, V6_DST + 1]
 
 
 def _walk_v6_ext(data: np.ndarray, l3: int, end: int, nh: int) -> int | str:
     """Length of the extension headers before TCP, or a skip reason."""
-    b = data[l3 + 40:end].tobytes()
+    b = data[l3 + IPV6.size:end].tobytes()
     p = 0
     while nh in V6_EXT:
         if p + 8 > len(b):
@@ -246,8 +261,7 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     if _compiled is None or len(batch.offset) == 0:
         return _decode_rest(batch, skipped, compiled=False)
     n = len(batch.offset)
-    out = {k: np.empty(n, dtype=t) for k, t in TCP_COLUMNS.items()
-           if k not in ("frame", "ts_ns", "tunnel")}
+    out = {k: np.empty(n, dtype=TCP_COLUMNS[k]) for k in _compiled.COMPILED_COLUMNS}
     slow = np.empty(n, np.int64)
     k, s = _compiled.decode(batch.data, np.ascontiguousarray(batch.offset, np.int64),
                             np.ascontiguousarray(batch.caplen, np.int64),
@@ -379,20 +393,20 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> Columns:
 
     # TCP fixed header
     end = batch.offset[rows] + batch.caplen[rows]
-    fits = l4 + 20 <= end
+    fits = l4 + TCP.size <= end
     if not fits.all():
         drops.add("truncated-headers", len(fits) - int(fits.sum()))
         sel = np.nonzero(fits)[0]
         rows, l4, avail, end = rows[sel], l4[sel], avail[sel], end[sel]
         shi, slo, dhi, dlo, ipver = shi[sel], slo[sel], dhi[sel], dlo[sel], ipver[sel]
         ipid = ipid[sel]
-    t = gather(data, l4, 20)
-    doff = (t[:, 12] >> 4).astype(np.int64) * 4
+    t = gather(data, l4, TCP.size)
+    doff = (t[:, TCP_OFFSET] >> 4).astype(np.int64) * 4
     beyond = l4 + doff > end
     # a header longer than the IP length is bad, or truncated when also cut short (as before)
-    trunc = (doff >= 20) & beyond & (doff > avail)
+    trunc = (doff >= TCP.size) & beyond & (doff > avail)
     drops.add("truncated-headers", int(trunc.sum()))
-    bad = (doff < 20) | (doff > avail)
+    bad = (doff < TCP.size) | (doff > avail)
     if bad.any():
         drops.add("bad-header", int((bad & ~trunc).sum()))
         sel = np.nonzero(~bad)[0]
@@ -405,11 +419,11 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     # window scale the window.
     cut = l4 + doff > end
     drops.add("options-cut", int(np.count_nonzero(cut)))
-    olen = np.where(cut, 20, doff)  # header bytes whose options are read
+    olen = np.where(cut, TCP.size, doff)  # header bytes whose options are read
     m = len(rows)
     t16 = t.view(">u2")
     t32 = t.view(">u4")
-    flags = ((t[:, 12].astype(np.uint16) & 1) << 8) | t[:, 13]
+    flags = ((t[:, TCP_OFFSET].astype(np.uint16) & 1) << 8) | t[:, TCP_OFFSET + 1]
 
     # TCP options
     mss = np.full(m, -1, np.int32)
@@ -417,13 +431,13 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> Columns:
     sack_ok = np.zeros(m, np.uint8)
     tsval = np.zeros(m, np.uint32)
     has_ts = np.zeros(m, np.uint8)
-    withopt = np.nonzero(olen > 20)[0]
+    withopt = np.nonzero(olen > TCP.size)[0]
     if len(withopt):
         slow = np.zeros(m, bool)
         slow[withopt] = True
-        big = withopt[olen[withopt] >= 32]
+        big = withopt[olen[withopt] >= TCP.size + 12]
         if len(big):
-            o = gather(data, l4[big] + 20, 12)
+            o = gather(data, l4[big] + TCP.size, 12)
             nopnop = (o[:, 0] == 1) & (o[:, 1] == 1) & (o[:, 2] == 8) & (o[:, 3] == 10)
             first = (o[:, 0] == 8) & (o[:, 1] == 10)
             at4 = np.ascontiguousarray(o[:, 4:8]).view(">u4")[:, 0]  # NOP NOP TS
@@ -434,10 +448,10 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> Columns:
             has_ts[big[hit]] = 1
             slow[big[hit]] = False
         slow |= (flags & SYN) != 0
-        slow &= olen > 20
+        slow &= olen > TCP.size
         rest = np.nonzero(slow)[0]
         if len(rest):
-            got = _tcp_options_rows(data, l4[rest] + 20, olen[rest] - 20)
+            got = _tcp_options_rows(data, l4[rest] + TCP.size, olen[rest] - TCP.size)
             for col, vals in zip((mss, wscale, sack_ok, tsval, has_ts), got):
                 col[rest] = vals
 
@@ -449,12 +463,12 @@ def _decode_plain(batch: RecordBatch, skipped: collections.Counter) -> Columns:
         "src_lo": slo,
         "dst_hi": dhi,
         "dst_lo": dlo,
-        "sport": t16[:, 0].astype(np.uint16),
-        "dport": t16[:, 1].astype(np.uint16),
-        "seq": t32[:, 1].astype(np.uint32),
-        "ack": t32[:, 2].astype(np.uint32),
+        "sport": t16[:, TCP_SPORT].astype(np.uint16),
+        "dport": t16[:, TCP_DPORT].astype(np.uint16),
+        "seq": t32[:, TCP_SEQ].astype(np.uint32),
+        "ack": t32[:, TCP_ACK].astype(np.uint32),
         "flags": flags.astype(np.uint16),
-        "window": t16[:, 7].astype(np.uint16),
+        "window": t16[:, TCP_WINDOW].astype(np.uint16),
         "payload": (avail - doff).astype(np.int32),
         "mss": mss,
         "wscale": wscale,

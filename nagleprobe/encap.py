@@ -12,7 +12,8 @@ labels are left out of the key (each direction has its own labels); UDP source p
 (VXLAN/GENEVE pick them per flow and direction).
 
 `peel_one` is the reference, packet by packet; nagleprobe/_decode.c `peel` does the same
-compiled (tests/test_encap.py checks that they agree); `peel` picks it when built.
+compiled (tests/test_encap.py checks that they agree); `peel` picks it when built. Both read
+the headers as nagleprobe/layouts.py declares them (the C through nagleprobe/_columns.h).
 """
 
 from __future__ import annotations
@@ -21,6 +22,26 @@ import ipaddress
 
 import numpy as np
 
+from .layouts import (
+    ERSPAN2,
+    ERSPAN3,
+    ERSPAN3_SUBHEADER,
+    ETHERNET,
+    GENEVE_HEADER,
+    GRE_HEADER,
+    GRE_WORD,
+    IPV4,
+    IPV6,
+    LOOPBACK,
+    MPLS_LABEL,
+    PPPOE_HEADER,
+    PW_CONTROL_WORD,
+    SLL,
+    SLL2,
+    UDP,
+    VLAN_TAG,
+    VXLAN_HEADER,
+)
 from .tuples import MIX_MULTIPLIER, MIX_SHIFT
 
 MAX_DEPTH = 8  # encapsulation layers before a record is skipped as a loop
@@ -43,6 +64,31 @@ VXLAN_PORT, GENEVE_PORT = 4789, 6081
 
 _M64 = (1 << 64) - 1
 
+# The sizes and field offsets the peeler reads, from nagleprobe/layouts.py, bound once (it
+# runs record by record); named as nagleprobe/_columns.h names them for _decode.c's peel.
+ETHERNET_SIZE, ETHERNET_ETHERTYPE = ETHERNET.size, ETHERNET.offset("ethertype")
+SLL_SIZE, SLL_PROTOCOL = SLL.size, SLL.offset("protocol")
+SLL2_SIZE, SLL2_PROTOCOL = SLL2.size, SLL2.offset("protocol")
+LOOPBACK_SIZE = LOOPBACK.size
+VLAN_TAG_SIZE, VLAN_TAG_ETHERTYPE = VLAN_TAG.size, VLAN_TAG.offset("ethertype")
+MPLS_LABEL_SIZE, MPLS_LABEL_TC_BOS = MPLS_LABEL.size, MPLS_LABEL.offset("label_tc_bos")
+PPPOE_SIZE, PPPOE_VERSION_TYPE, PPPOE_CODE, PPPOE_SESSION, PPPOE_PPP_PROTOCOL = (
+    PPPOE_HEADER.size, *map(PPPOE_HEADER.offset, ("version_type", "code", "session",
+                                                  "ppp_protocol")))
+IPV4_SIZE, IPV4_VERSION_IHL, IPV4_TOTAL_LENGTH, IPV4_FRAGMENT, IPV4_PROTOCOL = (
+    IPV4.size, *map(IPV4.offset, ("version_ihl", "total_length", "fragment", "protocol")))
+IPV4_SRC, IPV4_DST = IPV4.offset("src"), IPV4.offset("dst")
+IPV6_SIZE, IPV6_PAYLOAD_LENGTH, IPV6_NEXT_HEADER, IPV6_SRC, IPV6_DST = (
+    IPV6.size, *map(IPV6.offset, ("payload_length", "next_header", "src", "dst")))
+GRE_SIZE, GRE_FLAGS_VERSION, GRE_PROTOCOL = (
+    GRE_HEADER.size, GRE_HEADER.offset("flags_version"), GRE_HEADER.offset("protocol"))
+UDP_SIZE, UDP_DPORT, UDP_LENGTH = UDP.size, UDP.offset("dport"), UDP.offset("length")
+VXLAN_SIZE, VXLAN_VNI = VXLAN_HEADER.size, VXLAN_HEADER.offset("vni")
+GENEVE_SIZE, GENEVE_VERSION_OPTLEN, GENEVE_PROTOCOL, GENEVE_VNI = (
+    GENEVE_HEADER.size, *map(GENEVE_HEADER.offset, ("version_optlen", "protocol", "vni")))
+ERSPAN2_SIZE, ERSPAN2_SESSION = ERSPAN2.size, ERSPAN2.offset("session")
+ERSPAN3_SIZE, ERSPAN3_FLAGS = ERSPAN3.size, ERSPAN3.offset("flags")
+
 
 def _mix_words(h: int, words: tuple[int, ...]) -> int:
     """tuples.mix of a row, continued from h (as _decode.c mixes a tunnel's key)."""
@@ -63,10 +109,10 @@ def _skip_vlan_tags(b: bytes, p: int, et: int) -> tuple[int, int]:
     for _ in range(MAX_VLAN_TAGS):
         if et not in VLAN_TPIDS:
             break
-        if p + 4 > len(b):
+        if p + VLAN_TAG_SIZE > len(b):
             return et, -1
-        et = _be16(b, p + 2)
-        p += 4
+        et = _be16(b, p + VLAN_TAG_ETHERTYPE)
+        p += VLAN_TAG_SIZE
     return et, p
 
 
@@ -75,17 +121,17 @@ def _link(b: bytes, lt: int) -> tuple[str, int, int] | None:
     (an ethertype at offset-2 names it) or "ip"; None for link types without tunnels."""
     n = len(b)
     if lt == 1:
-        if n < 14:
+        if n < ETHERNET_SIZE:
             return None
-        return ("eth", 14, _be16(b, 12))
+        return ("eth", ETHERNET_SIZE, _be16(b, ETHERNET_ETHERTYPE))
     if lt == 113:
-        return ("eth", 16, _be16(b, 14)) if n >= 16 else None
+        return ("eth", SLL_SIZE, _be16(b, SLL_PROTOCOL)) if n >= SLL_SIZE else None
     if lt == 276:
-        return ("eth", 20, _be16(b, 0)) if n >= 20 else None
+        return ("eth", SLL2_SIZE, _be16(b, SLL2_PROTOCOL)) if n >= SLL2_SIZE else None
     if lt in (12, 101, 228, 229):
         return ("ip", 0, 0)
     if lt in (0, 108):
-        return ("ip", 4, 0) if n >= 4 else None
+        return ("ip", LOOPBACK_SIZE, 0) if n >= LOOPBACK_SIZE else None
     return None
 
 
@@ -130,9 +176,9 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             return TOO_DEEP, 0, 0, 0, []
         if what == "eframe":  # an Ethernet frame at p (inside a tunnel)
             frame = p
-            if p + 14 > n:
+            if p + ETHERNET_SIZE > n:
                 return fail(TRUNCATED)
-            et, p = _skip_vlan_tags(b, p + 14, _be16(b, p + 12))
+            et, p = _skip_vlan_tags(b, p + ETHERNET_SIZE, _be16(b, p + ETHERNET_ETHERTYPE))
             if p < 0:
                 return fail(TRUNCATED)
             if et not in (0x8847, 0x8848, 0x8864):
@@ -156,10 +202,10 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             for i in range(MAX_MPLS_LABELS + 1):
                 if i == MAX_MPLS_LABELS:
                     return TOO_DEEP, 0, 0, 0, []
-                if p + 4 > n:
+                if p + MPLS_LABEL_SIZE > n:
                     return TRUNCATED, 0, 0, 0, []
-                bos = b[p + 2] & 1
-                p += 4
+                bos = b[p + MPLS_LABEL_TC_BOS] & 1
+                p += MPLS_LABEL_SIZE
                 if bos:
                     break
             add(MPLS, 0, ())
@@ -169,19 +215,19 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             if nib in (4, 6):
                 what = "ip"
             elif nib == 0:  # pseudowire control word, then an Ethernet frame
-                p += 4
+                p += PW_CONTROL_WORD
                 what = "eframe"
             else:
                 return NOT_IP, 0, 0, 0, []
             continue
         if what == "pppoe":
-            if p + 8 > n:
+            if p + PPPOE_SIZE > n:
                 return TRUNCATED, 0, 0, 0, []
-            if b[p] != 0x11 or b[p + 1] != 0:
+            if b[p + PPPOE_VERSION_TYPE] != 0x11 or b[p + PPPOE_CODE] != 0:
                 return fail(NOT_IP)
-            add(PPPOE, _be16(b, p + 2), ())
-            proto = _be16(b, p + 6)
-            p += 8
+            add(PPPOE, _be16(b, p + PPPOE_SESSION), ())
+            proto = _be16(b, p + PPPOE_PPP_PROTOCOL)
+            p += PPPOE_SIZE
             if proto not in (0x0021, 0x0057):
                 return NOT_IP, 0, 0, 0, []
             what = "ip"
@@ -191,23 +237,25 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             return fail(TRUNCATED)
         v = b[p] >> 4
         if v == 4:
-            if p + 20 > n:
+            if p + IPV4_SIZE > n:
                 return fail(TRUNCATED)
-            ihl = (b[p] & 15) * 4
-            proto = b[p + 9]
-            tot = _be16(b, p + 2)
-            frag = _be16(b, p + 6) & 0x3FFF
-            ends = (int.from_bytes(b[p + 12:p + 16], "big") | 0xFFFF00000000,
-                    int.from_bytes(b[p + 16:p + 20], "big") | 0xFFFF00000000)
+            ihl = (b[p + IPV4_VERSION_IHL] & 15) * 4
+            proto = b[p + IPV4_PROTOCOL]
+            tot = _be16(b, p + IPV4_TOTAL_LENGTH)
+            frag = _be16(b, p + IPV4_FRAGMENT) & 0x3FFF
+            ends = (int.from_bytes(b[p + IPV4_SRC:p + IPV4_SRC + 4], "big") | 0xFFFF00000000,
+                    int.from_bytes(b[p + IPV4_DST:p + IPV4_DST + 4], "big") | 0xFFFF00000000)
             body, end = p + ihl, p + tot
-            if ihl < 20 or frag or tot < ihl:
+            if ihl < IPV4_SIZE or frag or tot < ihl:
                 return done(p, INNER_IP)
         elif v == 6:
-            if p + 40 > n:
+            if p + IPV6_SIZE > n:
                 return fail(TRUNCATED)
-            proto = b[p + 6]
-            ends = (int.from_bytes(b[p + 8:p + 24], "big"), int.from_bytes(b[p + 24:p + 40], "big"))
-            body, end = p + 40, p + 40 + _be16(b, p + 4)
+            proto = b[p + IPV6_NEXT_HEADER]
+            ends = (int.from_bytes(b[p + IPV6_SRC:p + IPV6_SRC + 16], "big"),
+                    int.from_bytes(b[p + IPV6_DST:p + IPV6_DST + 16], "big"))
+            body = p + IPV6_SIZE
+            end = body + _be16(b, p + IPV6_PAYLOAD_LENGTH)
         else:
             return done(p, INNER_IP)
         if proto in (4, 41):
@@ -215,22 +263,22 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
             p, what = body, "ip"
             continue
         if proto == 47:
-            if body + 4 > n:
+            if body + GRE_SIZE > n:
                 return fail(TRUNCATED)
-            fl, gp = _be16(b, body), _be16(b, body + 2)
+            fl, gp = _be16(b, body + GRE_FLAGS_VERSION), _be16(b, body + GRE_PROTOCOL)
             if fl & 7:  # version 1 is PPTP's enhanced GRE
                 return done(p, INNER_IP)
-            q = body + 4
+            q = body + GRE_SIZE
             gkey = 0
-            if fl & 0x8000:
-                q += 4
-            if fl & 0x2000:
-                if q + 4 > n:
+            if fl & 0x8000:  # a checksum word
+                q += GRE_WORD
+            if fl & 0x2000:  # a key word
+                if q + GRE_WORD > n:
                     return fail(TRUNCATED)
-                gkey = int.from_bytes(b[q:q + 4], "big")
-                q += 4
-            if fl & 0x1000:
-                q += 4
+                gkey = int.from_bytes(b[q:q + GRE_WORD], "big")
+                q += GRE_WORD
+            if fl & 0x1000:  # a sequence number word
+                q += GRE_WORD
             if gp not in (0x0800, 0x86DD, 0x6558, 0x8847, 0x8848, 0x88BE, 0x22EB):
                 return done(p, INNER_IP)
             add(GRE, gkey, ends)
@@ -240,38 +288,39 @@ def peel_one(b: bytes, lt: int) -> tuple[int, int, int, int, list[tuple[int, int
                 add(ERSPAN, 0, ())
                 p, what = q, "eframe"
             elif gp in (0x88BE, 0x22EB):  # type II (8 bytes) / III (12, +8 with O)
-                hl = 8 if gp == 0x88BE else 12
+                hl = ERSPAN2_SIZE if gp == 0x88BE else ERSPAN3_SIZE
                 if q + hl > n:
                     return TRUNCATED, 0, 0, 0, []
-                if gp == 0x22EB and b[q + 11] & 1:
-                    hl += 8
-                add(ERSPAN, _be16(b, q + 2) & 0x3FF, ())
+                if gp == 0x22EB and b[q + ERSPAN3_FLAGS + 1] & 1:  # the O flag
+                    hl += ERSPAN3_SUBHEADER
+                add(ERSPAN, _be16(b, q + ERSPAN2_SESSION) & 0x3FF, ())
                 p, what = q + hl, "eframe"
             else:
                 p, et, what = q, gp, "et"
             if p > end:
                 return BAD_LENGTH, 0, 0, 0, []
             continue
-        if proto == 17 and body + 8 <= n:
-            dport = _be16(b, body + 2)
-            ulen = _be16(b, body + 4)
+        if proto == 17 and body + UDP_SIZE <= n:
+            dport = _be16(b, body + UDP_DPORT)
+            ulen = _be16(b, body + UDP_LENGTH)
+            h = body + UDP_SIZE  # the VXLAN or GENEVE header
             if dport == VXLAN_PORT:
-                if body + 16 > n:
+                if h + VXLAN_SIZE > n:
                     return fail(TRUNCATED)
-                if ulen < 16 or body + ulen > end:
+                if ulen < UDP_SIZE + VXLAN_SIZE or body + ulen > end:
                     add(VXLAN, 0, ends)
                     return BAD_LENGTH, 0, 0, 0, []
-                add(VXLAN, int.from_bytes(b[body + 12:body + 15], "big"), ends)
-                p, what = body + 16, "eframe"
+                add(VXLAN, int.from_bytes(b[h + VXLAN_VNI:h + VXLAN_VNI + 3], "big"), ends)
+                p, what = h + VXLAN_SIZE, "eframe"
                 continue
             if dport == GENEVE_PORT:
-                if body + 16 > n:
+                if h + GENEVE_SIZE > n:
                     return fail(TRUNCATED)
-                hl = 8 + (b[body + 8] & 0x3F) * 4
-                add(GENEVE, int.from_bytes(b[body + 12:body + 15], "big"), ends)
-                if ulen < 8 + hl or body + ulen > end:
+                hl = GENEVE_SIZE + (b[h + GENEVE_VERSION_OPTLEN] & 0x3F) * 4
+                add(GENEVE, int.from_bytes(b[h + GENEVE_VNI:h + GENEVE_VNI + 3], "big"), ends)
+                if ulen < UDP_SIZE + hl or body + ulen > end:
                     return BAD_LENGTH, 0, 0, 0, []
-                p, et, what = body + 8 + hl, _be16(b, body + 10), "et"
+                p, et, what = h + hl, _be16(b, h + GENEVE_PROTOCOL), "et"
                 if p > n:
                     return TRUNCATED, 0, 0, 0, []
                 continue
@@ -282,18 +331,19 @@ def _ip_tunnel(b: bytes, p: int, et: int) -> bool:
     """Whether the IP header at p carries a tunnel (so peeling goes on)."""
     n = len(b)
     if et == 0x0800:
-        if p + 20 > n:
+        if p + IPV4_SIZE > n:
             return False
-        proto, body = b[p + 9], p + (b[p] & 15) * 4
-        if _be16(b, p + 6) & 0x3FFF:
+        proto, body = b[p + IPV4_PROTOCOL], p + (b[p + IPV4_VERSION_IHL] & 15) * 4
+        if _be16(b, p + IPV4_FRAGMENT) & 0x3FFF:
             return False
     else:
-        if p + 40 > n:
+        if p + IPV6_SIZE > n:
             return False
-        proto, body = b[p + 6], p + 40
+        proto, body = b[p + IPV6_NEXT_HEADER], p + IPV6_SIZE
     if proto in (4, 41, 47):
         return True
-    return proto == 17 and body + 4 <= n and _be16(b, body + 2) in (VXLAN_PORT, GENEVE_PORT)
+    return (proto == 17 and body + UDP_DPORT + 2 <= n
+            and _be16(b, body + UDP_DPORT) in (VXLAN_PORT, GENEVE_PORT))
 
 
 def _address(x: int) -> str:

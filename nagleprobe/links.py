@@ -1,6 +1,7 @@
 """Link layers for the numpy decoder: where each record's network header starts, per link
 type (Ethernet with VLAN tags, Linux cooked v1/v2, raw IP, BSD loopback, PPP and HDLC,
-NFLOG, PKTAP, 802.11 with radiotap/PPI/Prism), and what is dropped on the way."""
+NFLOG, PKTAP, 802.11 with radiotap/PPI/Prism), and what is dropped on the way. The headers'
+sizes and field offsets are those declared in nagleprobe/layouts.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .encap import MAX_VLAN_TAGS, VLAN_TPIDS
+from .layouts import (
+    ETHERNET,
+    HDLC,
+    LLC_SNAP,
+    LOOPBACK,
+    NFLOG,
+    NFLOG_TLV,
+    PKTAP,
+    PPI,
+    PRISM,
+    RADIOTAP,
+    SLL,
+    SLL2,
+    VLAN_TAG,
+    WLAN,
+)
 from .read import RecordBatch
 
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
@@ -22,7 +39,7 @@ def gather(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """(len(at), width) uint8 block of the bytes at each offset (caller checked bounds).
 
     Fancy-indexes rows of a sliding-window view, so numpy copies `width` contiguous bytes per
-    row instead of gathering byte by byte (about 4x faster).
+    row instead of gathering byte by byte.
     """
     if len(data) < width:  # only for empty selections of tiny batches
         data = np.concatenate([data, np.zeros(width, np.uint8)])
@@ -81,40 +98,40 @@ def _classify_ethertype(et: np.ndarray, ok: np.ndarray, drops: Drops) -> np.ndar
 
 
 def _link_en10mb(data, off, cap, drops):
-    ok = cap >= 14
+    ok = cap >= ETHERNET.size
     drops.add("truncated-headers", len(ok) - int(ok.sum()))
-    at = np.where(ok, off + 12, 0)  # never read beyond a short record
+    at = np.where(ok, off + ETHERNET.offset("ethertype"), 0)  # never read beyond a short record
     et = np.where(ok, be16(data, at), 0)
-    hdr = np.full(len(off), 14, dtype=np.int64)
+    hdr = np.full(len(off), ETHERNET.size, dtype=np.int64)
     for _ in range(MAX_VLAN_TAGS):
         tagged = ok & np.isin(et, VLAN_TPIDS)
         if not tagged.any():
             break
         t = np.nonzero(tagged)[0]
-        fits = cap[t] >= hdr[t] + 4
+        fits = cap[t] >= hdr[t] + VLAN_TAG.size
         short = t[~fits]
         if len(short):
             drops.add("truncated-headers", len(short))
             ok[short] = False
             et[short] = 0
         t = t[fits]
-        et[t] = be16(data, off[t] + hdr[t] + 2)
-        hdr[t] += 4
+        et[t] = be16(data, off[t] + hdr[t] + VLAN_TAG.offset("ethertype"))
+        hdr[t] += VLAN_TAG.size
     return off + hdr, _classify_ethertype(et, ok, drops)
 
 
 def _link_sll(data, off, cap, drops):
-    ok = cap >= 16
+    ok = cap >= SLL.size
     drops.add("truncated-headers", len(ok) - int(ok.sum()))
-    et = np.where(ok, be16(data, np.where(ok, off + 14, 0)), 0)
-    return off + 16, _classify_ethertype(et, ok, drops)
+    et = np.where(ok, be16(data, np.where(ok, off + SLL.offset("protocol"), 0)), 0)
+    return off + SLL.size, _classify_ethertype(et, ok, drops)
 
 
 def _link_sll2(data, off, cap, drops):
-    ok = cap >= 20
+    ok = cap >= SLL2.size
     drops.add("truncated-headers", len(ok) - int(ok.sum()))
-    et = np.where(ok, be16(data, np.where(ok, off, 0)), 0)
-    return off + 20, _classify_ethertype(et, ok, drops)
+    et = np.where(ok, be16(data, np.where(ok, off + SLL2.offset("protocol"), 0)), 0)
+    return off + SLL2.size, _classify_ethertype(et, ok, drops)
 
 
 def _link_raw(data, off, cap, drops):
@@ -142,21 +159,21 @@ def _family(fam: np.ndarray, ok: np.ndarray, drops: Drops) -> np.ndarray:
 
 
 def _link_null(data, off, cap, drops):
-    ok = cap >= 4
+    ok = cap >= LOOPBACK.size
     drops.add("truncated-headers", len(ok) - int(ok.sum()))
-    b = gather(data, np.where(ok, off, 0), 4).astype(np.int64)
+    b = gather(data, np.where(ok, off, 0), LOOPBACK.size).astype(np.int64)
     le = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
     be = b[:, 3] | (b[:, 2] << 8) | (b[:, 1] << 16) | (b[:, 0] << 24)
     fam = np.where(le <= 0xFFFF, le, be)  # written in the capturing host's byte order
-    return off + 4, _family(fam, ok, drops)
+    return off + LOOPBACK.size, _family(fam, ok, drops)
 
 
 def _link_loop(data, off, cap, drops):
-    ok = cap >= 4
+    ok = cap >= LOOPBACK.size
     drops.add("truncated-headers", len(ok) - int(ok.sum()))
-    b = gather(data, np.where(ok, off, 0), 4).astype(np.int64)
+    b = gather(data, np.where(ok, off, 0), LOOPBACK.size).astype(np.int64)
     fam = b[:, 3] | (b[:, 2] << 8) | (b[:, 1] << 16) | (b[:, 0] << 24)
-    return off + 4, _family(fam, ok, drops)
+    return off + LOOPBACK.size, _family(fam, ok, drops)
 
 
 def _le16(data: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -198,23 +215,24 @@ def _link_ppp(data, off, cap, drops):
 def _link_ppp_hdlc(data, off, cap, drops):
     """PPP in HDLC framing (50): address, control, then a PPP protocol, or with Cisco's
     address 0x0F / 0x8F an Ethertype."""
-    ok = _short(cap >= 4, drops)
+    ok = _short(cap >= HDLC.size, drops)
     at = np.where(ok, off, 0)
     cisco = ok & ((data[at] == 0x0F) | (data[at] == 0x8F))
-    ver, _ = _ppp_protocol(data, off + 2, ok & ~cisco, Drops(collections.Counter()))
-    et = be16(data, at + 2)
+    proto = HDLC.offset("protocol")
+    ver, _ = _ppp_protocol(data, off + proto, ok & ~cisco, Drops(collections.Counter()))
+    et = be16(data, at + proto)
     ver = np.where(cisco, np.where(et == ETH_IPV4, 4, np.where(et == ETH_IPV6, 6, 0)), ver)
     ver = ver.astype(np.int8)
     ver[~ok] = 0
     drops.add("not-ip", int((ok & (ver == 0)).sum()))
-    return off + 4, ver
+    return off + HDLC.size, ver
 
 
 def _link_c_hdlc(data, off, cap, drops):
     """Cisco HDLC (104): address, control, Ethertype."""
-    ok = _short(cap >= 4, drops)
-    et = np.where(ok, be16(data, np.where(ok, off + 2, 0)), 0)
-    return off + 4, _classify_ethertype(et, ok, drops)
+    ok = _short(cap >= HDLC.size, drops)
+    et = np.where(ok, be16(data, np.where(ok, off + HDLC.offset("protocol"), 0)), 0)
+    return off + HDLC.size, _classify_ethertype(et, ok, drops)
 
 
 NFLOG_PAYLOAD = 9
@@ -226,20 +244,22 @@ def _link_nflog(data, off, cap, drops):
     n = len(off)
     l3 = np.zeros(n, np.int64)
     found = np.zeros(n, bool)
-    ok = _short(cap >= 4, drops)
+    ok = _short(cap >= NFLOG.size, drops)
     end = off + cap
-    pos = off + 4
+    pos = off + NFLOG.size
     live = np.flatnonzero(ok)
+    tlv = NFLOG_TLV.size
     for _ in range(MAX_NFLOG_TLVS):
-        live = live[pos[live] + 4 <= end[live]]
+        live = live[pos[live] + tlv <= end[live]]
         if not len(live):
             break
         p = pos[live]
-        ln, typ = _le16(data, p), _le16(data, p + 2) & 0x7FFF
-        hit = (typ == NFLOG_PAYLOAD) & (ln > 4) & (p + ln <= end[live])
-        l3[live[hit]] = p[hit] + 4
+        ln = _le16(data, p + NFLOG_TLV.offset("length"))
+        typ = _le16(data, p + NFLOG_TLV.offset("type")) & 0x7FFF
+        hit = (typ == NFLOG_PAYLOAD) & (ln > tlv) & (p + ln <= end[live])
+        l3[live[hit]] = p[hit] + tlv
         found[live[hit]] = True
-        go = ~hit & (ln >= 4)
+        go = ~hit & (ln >= tlv)
         live = live[go]
         pos[live] = p[go] + ((ln[go] + 3) & ~3)
     drops.add("not-ip", int((ok & ~found).sum()))
@@ -271,38 +291,40 @@ def _inner(data, off, cap, inner_lt, ok, drops):
 def _link_pktap(data, off, cap, drops):
     """PKTAP (258; 149 as macOS writes it): a header of its own length, record type and
     link type of the packet after it (little-endian), then that packet."""
-    ok = _short(cap >= 12, drops)
+    ok = _short(cap >= PKTAP.size, drops)
     at = np.where(ok, off, 0)
-    hl, dlt = _le32(data, at), _le32(data, at + 8)
-    ok &= _short(~ok | ((hl >= 12) & (hl <= cap)), drops)
+    hl, dlt = _le32(data, at + PKTAP.offset("length")), _le32(data, at + PKTAP.offset("dlt"))
+    ok &= _short(~ok | ((hl >= PKTAP.size) & (hl <= cap)), drops)
     return _inner(data, off + hl, cap - hl, dlt, ok, drops)
 
 
 def _link_radiotap(data, off, cap, drops):
     """802.11 with a radiotap header (127): its length is at byte 2 (little-endian)."""
-    ok = _short(cap >= 4, drops)
-    hl = _le16(data, np.where(ok, off, 0) + 2)
-    ok &= _short(~ok | ((hl >= 8) & (hl <= cap)), drops)
+    at = RADIOTAP.offset("length")
+    ok = _short(cap >= at + 2, drops)
+    hl = _le16(data, np.where(ok, off, 0) + at)
+    ok &= _short(~ok | ((hl >= RADIOTAP.size) & (hl <= cap)), drops)
     return _inner(data, off + hl, cap - hl, np.full(len(off), 105), ok, drops)
 
 
 def _link_ppi(data, off, cap, drops):
     """PPI (192): length (2 bytes at 2) and link type (4 bytes at 4), little-endian."""
-    ok = _short(cap >= 8, drops)
+    ok = _short(cap >= PPI.size, drops)
     at = np.where(ok, off, 0)
-    hl, dlt = _le16(data, at + 2), _le32(data, at + 4)
-    ok &= _short(~ok | ((hl >= 8) & (hl <= cap)), drops)
+    hl, dlt = _le16(data, at + PPI.offset("length")), _le32(data, at + PPI.offset("dlt"))
+    ok &= _short(~ok | ((hl >= PPI.size) & (hl <= cap)), drops)
     return _inner(data, off + hl, cap - hl, dlt, ok, drops)
 
 
 def _link_prism(data, off, cap, drops):
     """802.11 with a Prism monitor header (119): its length at byte 4 (host byte order,
     little-endian here), or an AVS header (magic 0x8021100x, big-endian length)."""
-    ok = _short(cap >= 8, drops)
+    ok = _short(cap >= PRISM.size, drops)
     at = np.where(ok, off, 0)
+    ln = at + PRISM.offset("length")
     avs = (be16(data, at) == 0x8021) & ((be16(data, at + 2) & 0xFFF0) == 0x1000)
-    hl = np.where(avs, (be16(data, at + 4) << 16) | be16(data, at + 6), _le32(data, at + 4))
-    ok &= _short(~ok | ((hl >= 8) & (hl <= cap)), drops)
+    hl = np.where(avs, (be16(data, ln) << 16) | be16(data, ln + 2), _le32(data, ln))
+    ok &= _short(~ok | ((hl >= PRISM.size) & (hl <= cap)), drops)
     return _inner(data, off + hl, cap - hl, np.full(len(off), 105), ok, drops)
 
 
@@ -310,18 +332,18 @@ def _link_80211(data, off, cap, drops):
     """IEEE 802.11 data frames (105) carrying LLC/SNAP: the MAC header (24 bytes, +6 with
     four addresses, +2 QoS, +4 HT control), then AA AA 03 00 00 00 and an Ethertype.
     Protected (encrypted) frames are skipped as `encrypted`, others as not-ip."""
-    ok = _short(cap >= 24, drops)
+    ok = _short(cap >= WLAN.size, drops)
     at = np.where(ok, off, 0)
     fc0, fc1 = data[at].astype(np.int64), data[at + 1].astype(np.int64)
     data_frame = ok & (((fc0 >> 2) & 3) == 2) & (((fc0 >> 4) & 4) == 0)  # data, not null
     qos = ((fc0 >> 4) & 8) != 0
-    hdr = 24 + np.where((fc1 & 3) == 3, 6, 0) + np.where(qos, 2, 0) \
+    hdr = WLAN.size + np.where((fc1 & 3) == 3, 6, 0) + np.where(qos, 2, 0) \
         + np.where(qos & ((fc1 & 0x80) != 0), 4, 0)
     protected = data_frame & ((fc1 & 0x40) != 0)
     drops.add("encrypted", int(protected.sum()))
     drops.add("not-ip", int((ok & ~data_frame).sum()))
     ok = data_frame & ~protected
-    fits = cap >= hdr + 8
+    fits = cap >= hdr + LLC_SNAP.size
     drops.add("truncated-headers", int((ok & ~fits).sum()))
     ok &= fits
     s = np.where(ok, off + hdr, 0)
@@ -329,8 +351,8 @@ def _link_80211(data, off, cap, drops):
         & (data[s + 3] == 0) & (data[s + 4] == 0) & (data[s + 5] == 0)
     drops.add("not-ip", int((ok & ~snap).sum()))
     ok &= snap
-    et = np.where(ok, be16(data, s + 6), 0)
-    return off + hdr + 8, _classify_ethertype(et, ok, drops)
+    et = np.where(ok, be16(data, s + LLC_SNAP.offset("ethertype")), 0)
+    return off + hdr + LLC_SNAP.size, _classify_ethertype(et, ok, drops)
 
 
 _LINK = {

@@ -2,6 +2,7 @@
 sit in the test extra, and the package says it is typed (PEP 561)."""
 
 import ast
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -54,6 +55,20 @@ def test_the_package_is_marked_typed_and_ships_the_marker():
     assert (ROOT / "nagleprobe" / "py.typed").is_file()
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert "py.typed" in data["package-data"]["nagleprobe"]
+
+
+def test_the_headers_the_c_modules_include_ship_and_rebuild_them():
+    """An sdist built from pyproject's package data compiles: every local header a C module
+    includes is package data, and setup.py names it so a changed header rebuilds them."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    setup = (ROOT / "setup.py").read_text()
+    included = {h for c in (ROOT / "nagleprobe").glob("*.c")
+                for h in re.findall(r'^#include "([^"]+)"', c.read_text(), re.MULTILINE)}
+    assert included == {"_columns.h"}
+    for header in included:
+        assert (ROOT / "nagleprobe" / header).is_file()
+        assert header in data["package-data"]["nagleprobe"]
+        assert f'"nagleprobe/{header}"' in setup
 
 
 def test_fleets_and_urls_are_extras_and_the_base_install_does_not_load_them():

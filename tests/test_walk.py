@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from capgen import LT_EN10MB, LT_RAW, Iface, Section, pcapng_bytes
-from nagleprobe import read
+from nagleprobe import layouts, read
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 compiled = pytest.mark.skipif(read.walk._compiled is None,
@@ -147,7 +147,7 @@ def test_compiled_header_words_refuse_offsets_past_the_buffer():
 def test_the_compiled_block_walk_takes_exactly_the_lengths_the_predicate_allows(length):
     walk = pytest.importorskip("nagleprobe._walk", reason="compiled walk not built")
     block = bytearray(max(length, 12) + 8)  # room for the block and the next one's header
-    struct.pack_into("<II", block, 0, read.BT_EPB, length)
+    struct.pack_into("<II", block, 0, layouts.BT_EPB, length)
     if length >= 12:
         struct.pack_into("<I", block, length - 4, length)  # its trailing copy
     out = np.empty(4, dtype=np.int64)

@@ -17,8 +17,9 @@ one bounded record.  Damage is handled the same way everywhere:
   matches (pcapng) starts, and counts the skipped stretch in `CaptureInfo.skipped`;
 * with `strict=True` every such warning is raised as a `CaptureError` instead.
 
-The package, one concern per module: `formats` (the formats as data: magic numbers, block
-types and layouts, limits, link types; `RecordBatch`, `CaptureInfo`), `source` (files,
+The package, one concern per module: `formats` (the formats as data: the packet blocks' words
+from the byte layouts of `nagleprobe.layouts`, limits, link types; `RecordBatch`,
+`CaptureInfo`), `source` (files,
 stdin, gzip, URLs), `walk` (where records start: compiled `_walk.c` or numpy/Python),
 `pcap` and `pcapng` (each format's reading and resynchronisation), `damage` (the damage
 policy and its limits), `clock` (implausible times, steps of the clock, time resolution)
@@ -27,18 +28,11 @@ and `reader` (`CaptureReader`, the facade over them).
 
 from .damage import MAX_WARNINGS, RESYNC_WINDOW_S
 from .formats import (
-    BT_EPB,
-    BT_IDB,
-    BT_PB,
-    BT_SPB,
     KNOWN_BLOCKS,
     LINKTYPE_NAMES,
     MAX_BLOCK,
     MAX_CAPLEN,
     MIN_BLOCK,
-    PCAP_NS,
-    PCAP_US,
-    PCAPNG_SHB,
     SUPPORTED_LINKTYPES,
     CaptureInfo,
     RecordBatch,
@@ -49,9 +43,8 @@ from .reader import CaptureReader, read_capture
 from .source import URL_TIMEOUT_S, open_uncompressed, open_url, url_scheme
 from .walk import u32_rows, u32_rows_numpy, walk_headers, walk_python
 
-__all__ = ["BT_EPB", "BT_IDB", "BT_PB", "BT_SPB", "KNOWN_BLOCKS", "LINKTYPE_NAMES", "MAX_BLOCK",
-           "MAX_CAPLEN", "MAX_WARNINGS", "MIN_BLOCK", "PCAP_NS", "PCAP_US", "PCAPNG_SHB",
-           "RESYNC_WINDOW_S", "SUPPORTED_LINKTYPES", "URL_TIMEOUT_S", "CaptureInfo",
+__all__ = ["KNOWN_BLOCKS", "LINKTYPE_NAMES", "MAX_BLOCK", "MAX_CAPLEN", "MAX_WARNINGS",
+           "MIN_BLOCK", "RESYNC_WINDOW_S", "SUPPORTED_LINKTYPES", "URL_TIMEOUT_S", "CaptureInfo",
            "CaptureReader", "RecordBatch", "block_length_ok", "linktype_name", "open_uncompressed",
            "open_url", "read_capture", "u32_rows", "u32_rows_numpy", "url_scheme", "walk_headers",
            "walk_python"]

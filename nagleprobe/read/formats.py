@@ -1,5 +1,6 @@
-"""The capture formats as data: magic numbers, block types, limits, link types, and the
-record batches and capture facts the reader hands on."""
+"""The capture formats as data: limits, the packet blocks' words (from the byte layouts in
+nagleprobe/layouts.py), link types, and the record batches and capture facts the reader
+hands on."""
 
 from __future__ import annotations
 
@@ -7,22 +8,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import layouts
 from ..encap import Tunnels
+from ..layouts import BT_EPB, BT_IDB, BT_PB, BT_SHB, BT_SPB
 from ..weirds import Weird
 
 MAX_CAPLEN = 262144  # libpcap's MAXIMUM_SNAPLEN
 MAX_BLOCK = 16 << 20  # Wireshark's MAX_BLOCK_SIZE for pcapng blocks
 
-PCAP_US = 0xA1B2C3D4
-PCAP_NS = 0xA1B23C4D
-PCAP_KUZNETSOV = 0xA1B2CD34
-PCAPNG_SHB = 0x0A0D0D0A
-PCAPNG_BOM = 0x1A2B3C4D
-BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB = 1, 2, 3, 4, 5, 6
 # block types of the pcapng spec that are not packets: skipped silently (journal export,
 # decryption secrets, custom blocks); anything else is counted as "unknown-block-type"
-KNOWN_BLOCKS = frozenset({BT_IDB, BT_PB, BT_SPB, BT_NRB, BT_ISB, BT_EPB, 9, 10, 0xBAD,
-                          0x40000BAD, PCAPNG_SHB})
+KNOWN_BLOCKS = frozenset({BT_IDB, BT_PB, BT_SPB, layouts.BT_NRB, layouts.BT_ISB, BT_EPB, 9, 10,
+                          0xBAD, 0x40000BAD, BT_SHB})
 
 
 @dataclass(frozen=True)
@@ -37,18 +34,22 @@ class PacketBlock:
     overhead: int  # bytes of a block that are not packet data (with the trailing length)
 
 
-# Enhanced and obsolete Packet Blocks share one layout (a PB's first word holds the
-# interface id in 16 bits and a drop count in the other 16); a Simple Packet Block has only
-# the original length, its interface is the section's first.
-PACKET_BLOCKS = {
-    BT_EPB: PacketBlock("EPB", ("ifid", "ts_hi", "ts_lo", "caplen", "origlen"), 8, 28, 32),
-    BT_PB: PacketBlock("PB", ("ifid_drops", "ts_hi", "ts_lo", "caplen", "origlen"), 8, 28, 32),
-    BT_SPB: PacketBlock("SPB", ("origlen",), 8, 12, 16),
-}
+def _packet_block(name: str, layout: layouts.Layout) -> PacketBlock:
+    words = tuple(k for k, _ in layout.fields[len(layouts.BLOCK.fields):])
+    return PacketBlock(name, words, layout.offset(words[0]), layout.size,
+                       layout.size + layouts.TRAILER.size)
+
+
+# a Simple Packet Block's interface is the section's first
+PACKET_BLOCKS = {BT_EPB: _packet_block("EPB", layouts.EPB), BT_PB: _packet_block("PB", layouts.PB),
+                 BT_SPB: _packet_block("SPB", layouts.SPB)}
 EPB, SPB = PACKET_BLOCKS[BT_EPB], PACKET_BLOCKS[BT_SPB]
 # the shortest block of each type (a packet block with no packet bytes; an IDB's fields)
-MIN_BLOCK = {**{t: b.overhead for t, b in PACKET_BLOCKS.items()}, BT_IDB: 20}
-MIN_BLOCK_LEN, MIN_SHB_LEN = 12, 28  # type, length and trailing length; a section header's
+MIN_BLOCK = {**{t: b.overhead for t, b in PACKET_BLOCKS.items()},
+             BT_IDB: layouts.IDB.size + layouts.TRAILER.size}
+# type, length and trailing length; a section header's
+MIN_BLOCK_LEN = layouts.BLOCK.size + layouts.TRAILER.size
+MIN_SHB_LEN = layouts.SHB.size + layouts.TRAILER.size
 
 
 def block_length_ok(bl, least: int = MIN_BLOCK_LEN):  # noqa: ANN001, ANN201 (int or array)
@@ -87,7 +88,7 @@ class RecordBatch:
     frame: np.ndarray  # int64, 1-based frame number (counts every packet record)
     # int64, where each packet's block starts in a pcapng file, counting uncompressed bytes:
     # for copying blocks as they are (`annotate`); None if not known, and for pcap (whose
-    # records `annotate` rewrites from `data`: 9 ms per 10 M packets not spent)
+    # records `annotate` rewrites from `data`)
     start: np.ndarray | None = None
     # the capture's tunnel numbering, which the decoder extends (encap.Tunnels)
     tunnels: Tunnels | None = None

@@ -3,12 +3,12 @@ a corrupt record (a chain of plausible headers says where records start again)."
 
 from __future__ import annotations
 
-import struct
 from typing import Iterator
 
 import numpy as np
 
 from ..errors import CaptureError
+from ..layouts import ETHERNET, PCAP_FILE, PCAP_NS, PCAP_RECORD, PCAP_US, SLL
 from .damage import (
     ETHERTYPES,
     NS_WINDOW,
@@ -19,8 +19,12 @@ from .damage import (
     RESYNC_MAX_WIRELEN,
     RESYNC_SPAN,
 )
-from .formats import MAX_CAPLEN, PCAP_NS, PCAP_US, SUPPORTED_LINKTYPES, RecordBatch, linktype_name
+from .formats import MAX_CAPLEN, SUPPORTED_LINKTYPES, RecordBatch, linktype_name
 from .walk import first_decided, u32_rows, walk_headers
+
+HEADER = PCAP_RECORD.size  # a record's header: its packet bytes follow
+CAPLEN_AT = PCAP_RECORD.offset("caplen")  # where walk_headers' positions point
+WIRELEN_AT = PCAP_RECORD.offset("wirelen")
 
 
 class PcapRecords:
@@ -28,24 +32,26 @@ class PcapRecords:
 
     # ------------------------------------------------------------------ pcap
     def _open_pcap(self, head: bytes) -> None:
-        rest = self._read(20)
-        if len(rest) < 20:
-            raise CaptureError(self.path, f"truncated pcap file header: {4 + len(rest)} of "
-                               "24 bytes", f"byte {4 + len(rest)}")
+        rest = self._read(PCAP_FILE.size - len(head))
+        got = len(head) + len(rest)
+        if got < PCAP_FILE.size:
+            raise CaptureError(self.path, f"truncated pcap file header: {got} of "
+                               f"{PCAP_FILE.size} bytes", f"byte {got}")
         le = int.from_bytes(head, "little")
         self._big = le not in (PCAP_US, PCAP_NS)
-        magic = int.from_bytes(head, "big" if self._big else "little")
-        self._ts_frac_mul = 1000 if magic == PCAP_US else 1
-        self._frac_lim = 1_000_000 if magic == PCAP_US else 1_000_000_000
-        e = ">" if self._big else "<"
-        major, minor, _zone, _sigfigs, snaplen, network = struct.unpack(e + "HHiIII", rest)
+        fh = PCAP_FILE.unpack(head + rest, big=self._big)
+        self._ts_frac_mul = 1000 if fh["magic"] == PCAP_US else 1
+        self._frac_lim = 1_000_000 if fh["magic"] == PCAP_US else 1_000_000_000
+        major, minor, snaplen = fh["major"], fh["minor"], fh["snaplen"]
         if major != 2:
-            raise CaptureError(self.path, f"unsupported pcap version {major}.{minor}", "byte 4")
-        lt = network & 0xFFFF
+            raise CaptureError(self.path, f"unsupported pcap version {major}.{minor}",
+                               f"byte {PCAP_FILE.offset('major')}")
+        lt = fh["network"] & 0xFFFF
         if lt not in SUPPORTED_LINKTYPES:
             raise CaptureError(self.path, f"unsupported link type {lt} ({linktype_name(lt)}); "
                                "nagleprobe reads EN10MB, LINUX_SLL, LINUX_SLL2, RAW, IPV4, "
-                               "IPV6, NULL and LOOP captures", "byte 20")
+                               "IPV6, NULL and LOOP captures",
+                               f"byte {PCAP_FILE.offset('network')}")
         self._linktype = lt
         self._linktypes = np.zeros(0, np.int32)
         self._snaplen = snaplen if 0 < snaplen <= MAX_CAPLEN else MAX_CAPLEN
@@ -53,7 +59,7 @@ class PcapRecords:
         # the record rejected for its time alone: its length, where it ends, its time
         self._jump_len = self._jump_end = self._jump_ts = -1
         self.info.link_types.append(linktype_name(lt))
-        self._pos = 24
+        self._pos = PCAP_FILE.size
 
     def _pcap_chunks(self) -> Iterator[RecordBatch]:
         big = self._big
@@ -94,7 +100,7 @@ class PcapRecords:
                     buf, big, p, self._ts_frac_mul, self._frac_lim,
                     (min(MAX_CAPLEN, self._snaplen), self._anchor, NS_WINDOW))
                 k = len(st)
-                end = w - 8  # where the record after the walked ones starts
+                end = w - CAPLEN_AT  # where the record after the walked ones starts
                 bad = self._pcap_first_bad(data, st, ts, cl, wl, first) if first >= 0 else None
                 if bad is not None:
                     j = bad[0]
@@ -103,7 +109,7 @@ class PcapRecords:
                 elif k and end > n:  # the last record runs past the buffer: carry it over
                     k -= 1
                     end = int(st[k])
-                    need = int(cl[k]) + 16
+                    need = int(cl[k]) + HEADER
                 if k:
                     yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k])
                     buf, data = self._unmap_lost(buf, data)  # (a file truncated meanwhile)
@@ -115,7 +121,7 @@ class PcapRecords:
                 if jump and k == 0 and end == p:  # (cannot happen: the resync set the anchor)
                     jump = 0
                 # where the record ends, should it be whole with a wrong time (see above)
-                self._jump_len = 16 + int(cl[j])
+                self._jump_len = HEADER + int(cl[j])
                 self._jump_end, self._jump_ts = base + end + self._jump_len, int(ts[j])
                 self._corrupt(f"corrupt record: {problem}", "record", self._frames + 1,
                               base + end, defer=jump != 0)
@@ -123,7 +129,8 @@ class PcapRecords:
                 need = 0
                 # a deletion in the last record read puts the next header a little earlier
                 # (and its time off: a time far back may be either)
-                p = end if jump > 0 else max(end - RESYNC_BACK, int(st[k - 1]) + 16 if k else p)
+                p = end if jump > 0 else max(end - RESYNC_BACK,
+                                             int(st[k - 1]) + HEADER if k else p)
             carry = bytes(buf[p:]) if p < n else b""
             # let _fill reuse the buffer, and the heap the walk's arrays, once the batches
             # are dropped
@@ -154,7 +161,8 @@ class PcapRecords:
             return j, "original length 0", 0
         if c > w:
             return j, f"captured length {c} exceeds the original length {w}", 0
-        frac = int(u32_rows(data, st[j:j + 1] + 4, 1, self._big)[0, 0])
+        frac = int(u32_rows(data, st[j:j + 1] + PCAP_RECORD.offset("ts_frac"), 1,
+                            self._big)[0, 0])
         if frac >= self._frac_lim:
             return j, f"time fraction {frac} is not below {self._frac_lim}", 0
         prev = int(ts[0]) if self._anchor is None else self._anchor
@@ -176,14 +184,14 @@ class PcapRecords:
         if len(self._linktypes) < k:  # one read-only column for every batch: no fill per chunk
             self._linktypes = np.full(max(k, 2 * len(self._linktypes)), self._linktype, np.int32)
             self._linktypes.flags.writeable = False
-        return RecordBatch(data=data, offset=st + 16, caplen=caplen, wirelen=wirelen, ts_ns=ts,
+        return RecordBatch(data=data, offset=st + HEADER, caplen=caplen, wirelen=wirelen, ts_ns=ts,
                            linktype=self._linktypes[:k], frame=frame, tunnels=self.info.tunnels)
 
     def _pcap_plausible(self, data: np.ndarray, pos: np.ndarray
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Could a record header start at each of `pos` (the header alone)? (mask, caplen,
         ts_ns)."""
-        h = u32_rows(data, pos, 4, self._big)
+        h = u32_rows(data, pos, len(PCAP_RECORD.fields), self._big)  # the header's words
         cl, wl = h[:, 2], h[:, 3]
         ok = ((h[:, 1] < self._frac_lim) & (cl <= self._snaplen) & (cl <= wl) & (wl > 0)
               & (wl <= RESYNC_MAX_WIRELEN))
@@ -193,12 +201,13 @@ class PcapRecords:
         """Does the record whose header is at each of `pos` start like a frame of the file's
         link type (records too short to tell pass)?"""
         lt, n = self._linktype, len(data)
-        at = pos + 16
+        at = pos + HEADER
         if lt == 1:  # Ethernet: a known EtherType or an 802.3 length
-            can = (cl >= 14) & (at + 14 <= n)
+            can = (cl >= ETHERNET.size) & (at + ETHERNET.size <= n)
             et = np.zeros(len(pos), np.int64)
             i = np.flatnonzero(can)
-            et[i] = (data[at[i] + 12].astype(np.int64) << 8) | data[at[i] + 13]
+            e = at[i] + ETHERNET.offset("ethertype")
+            et[i] = (data[e].astype(np.int64) << 8) | data[e + 1]
             return ~can | (et <= 1500) | np.isin(et, ETHERTYPES)
         if lt in (12, 101, 228, 229):  # raw IP: version 4 or 6
             can = (cl >= 1) & (at < n)
@@ -207,10 +216,11 @@ class PcapRecords:
             v[i] = data[at[i]] >> 4
             return ~can | (v == 4) | (v == 6)
         if lt == 113:  # SLL: packet type 0-4
-            can = (cl >= 2) & (at + 2 <= n)
+            pt = SLL.offset("packet_type")
+            can = (cl >= pt + 2) & (at + pt + 2 <= n)
             v = np.zeros(len(pos), np.int64)
             i = np.flatnonzero(can)
-            v[i] = (data[at[i]].astype(np.int64) << 8) | data[at[i] + 1]
+            v[i] = (data[at[i] + pt].astype(np.int64) << 8) | data[at[i] + pt + 1]
             return ~can | (v <= 4)
         return np.ones(len(pos), bool)
 
@@ -226,10 +236,11 @@ class PcapRecords:
         time: a step of the clock back (or a gap forward) kept by RESYNC_CHAIN_FAR records."""
         n = len(data)
         q = start
-        while q <= n - 16:
-            m = min(n - 15 - q, RESYNC_SPAN)
-            if not data[q + 12:q + m + 15].any():  # zeros (a zeroed page, a gzip bomb): no
-                q += m                               # header there has a wire length
+        while q <= n - HEADER:
+            m = min(n - HEADER + 1 - q, RESYNC_SPAN)
+            # zeros (a zeroed page, a gzip bomb): no header there has a wire length
+            if not data[q + WIRELEN_AT:q + m - 1 + WIRELEN_AT + 4].any():
+                q += m
                 continue
             c = np.arange(q, q + m, dtype=np.int64)
             ok, cl, ts = self._pcap_plausible(data, c)
@@ -269,14 +280,14 @@ class PcapRecords:
             enough = undecided & (want <= step)
             status[enough] = 1
             undecided &= ~enough
-            end = p + 16 + length  # end of this record = start of the next header
+            end = p + HEADER + length  # end of this record = start of the next header
             done = undecided & (end == n) & eof & (step + 1 >= at_eof)
             status[done] = 1
             undecided &= ~done
-            short = undecided & (end + 16 > n)
+            short = undecided & (end + HEADER > n)
             if not eof:
                 status[short] = 2
-                need[short] = end[short] + 16 - c[short]
+                need[short] = end[short] + HEADER - c[short]
             undecided &= ~short
             idx = np.flatnonzero(undecided)
             if not len(idx):

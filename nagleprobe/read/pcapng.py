@@ -3,28 +3,39 @@ length copies checked in bulk, and resynchronisation after a corrupt block."""
 
 from __future__ import annotations
 
-import struct
 from array import array
 from typing import Iterator
 
 import numpy as np
 
 from ..errors import CaptureError
+from ..layouts import (
+    BLOCK,
+    BT_EPB,
+    BT_IDB,
+    BT_PB,
+    BT_SHB,
+    BT_SPB,
+    IDB,
+    IF_TSOFFSET,
+    IF_TSRESOL,
+    OPT_END,
+    OPTION,
+    PCAPNG_BOM,
+    SHB,
+    TRAILER,
+    TSOFFSET,
+)
 from ..weirds import Weird
 from . import walk
 from .damage import RESYNC_SPAN
 from .formats import (
-    BT_EPB,
-    BT_IDB,
-    BT_PB,
-    BT_SPB,
     EPB,
     KNOWN_BLOCKS,
     MAX_BLOCK,
     MIN_BLOCK,
     MIN_BLOCK_LEN,
     MIN_SHB_LEN,
-    PCAPNG_SHB,
     SPB,
     Interface,
     RecordBatch,
@@ -32,6 +43,11 @@ from .formats import (
     linktype_name,
 )
 from .walk import KNOWN_BLOCK_ARRAY, first_decided, u32, u32_rows
+
+# a section header's byte-order magic as the file has it -> whether the section is big-endian
+BYTE_ORDER = {PCAPNG_BOM.to_bytes(4, "little"): False, PCAPNG_BOM.to_bytes(4, "big"): True}
+BOM_AT, BOM_END = SHB.offset("bom"), SHB.offset("bom") + 4
+LENGTH_AT = BLOCK.offset("length")
 
 
 class PcapngBlocks:
@@ -67,14 +83,15 @@ class PcapngBlocks:
                 described = array("q", (0, len(self._ifaces)))
                 bad = None
                 big = self._big
-                unpack = struct.Struct(">II" if big else "<II").unpack_from
-                trailer = struct.Struct(">I" if big else "<I").unpack_from
-                lim = n - 8
+                unpack = BLOCK.struct(big).unpack_from
+                trailer = TRAILER.struct(big).unpack_from
+                lim = n - BLOCK.size
                 checked = 0  # starts[:checked] have had their trailing length checked
-                max_block, epb, spb, pb = MAX_BLOCK, BT_EPB, BT_SPB, BT_PB
+                min_block, max_block = MIN_BLOCK_LEN, MAX_BLOCK
+                epb, spb, pb = BT_EPB, BT_SPB, BT_PB
                 while pos <= lim:
                     if walk._compiled is not None:  # a run of packet blocks, compiled
-                        out = np.empty((n - pos) // 12 + 1, dtype=np.int64)
+                        out = np.empty((n - pos) // MIN_BLOCK_LEN + 1, dtype=np.int64)
                         k, pos, passed = walk._compiled.walk_blocks(buf, pos, big, max_block, out)
                         all_checked = checked == len(starts)
                         starts.frombytes(out[:k].tobytes())
@@ -89,7 +106,7 @@ class PcapngBlocks:
                     # copies are compared in bulk before any other block is read, and at the end.
                     # (block_length_ok written out: without the compiled walk this runs per block)
                     if (bt == epb or bt == spb or bt == pb) and (
-                            12 <= bl <= max_block and not bl & 3 and end <= n):
+                            min_block <= bl <= max_block and not bl & 3 and end <= n):
                         append(pos)
                         pos = end
                         block_no += 1
@@ -98,7 +115,7 @@ class PcapngBlocks:
                     checked = len(starts)
                     if j is not None:
                         break
-                    if bt != PCAPNG_SHB:
+                    if bt != BT_SHB:
                         if not block_length_ok(bl):
                             bad = (pos, f"block length {bl} is invalid (must be a multiple of 4 "
                                    f"between {MIN_BLOCK_LEN} and {MAX_BLOCK})")
@@ -106,7 +123,7 @@ class PcapngBlocks:
                         if end > n:
                             need = bl
                             break
-                        tl, = trailer(buf, end - 4)
+                        tl, = trailer(buf, end - TRAILER.size)
                         if tl != bl:
                             bad = (pos, f"block length {bl} does not match the length {tl} "
                                    "at the end of the block")
@@ -127,18 +144,15 @@ class PcapngBlocks:
                         block_no += 1
                         continue
                     # a section header: its byte-order magic sets how the section is read
-                    if pos + 12 > n:
+                    if pos + BOM_END > n:
                         break
-                    bom = buf[pos + 8:pos + 12]
-                    if bom == b"\x4d\x3c\x2b\x1a":
-                        big = False
-                    elif bom == b"\x1a\x2b\x3c\x4d":
-                        big = True
-                    else:
+                    bom = bytes(buf[pos + BOM_AT:pos + BOM_END])
+                    big = BYTE_ORDER.get(bom)
+                    if big is None:
                         bad = (pos, f"section header with a bad byte-order magic {bom.hex()}")
                         break
-                    unpack = struct.Struct(">II" if big else "<II").unpack_from
-                    trailer = struct.Struct(">I" if big else "<I").unpack_from
+                    unpack = BLOCK.struct(big).unpack_from
+                    trailer = TRAILER.struct(big).unpack_from
                     bt, bl = unpack(buf, pos)
                     if not block_length_ok(bl, MIN_SHB_LEN):
                         bad = (pos, f"section header block length {bl} is invalid")
@@ -146,12 +160,12 @@ class PcapngBlocks:
                     if pos + bl > n:
                         need = bl
                         break
-                    tl, = trailer(buf, pos + bl - 4)
+                    tl, = trailer(buf, pos + bl - TRAILER.size)
                     if tl != bl:
                         bad = (pos, f"block length {bl} does not match the length {tl} "
                                "at the end of the block")
                         break
-                    major = struct.unpack_from(">H" if big else "<H", buf, pos + 12)[0]
+                    major = SHB.unpack(buf, pos, big)["major"]
                     if major != 1:
                         bad = (pos, f"unsupported pcapng version {major}")
                         break
@@ -165,8 +179,8 @@ class PcapngBlocks:
                 if j is not None:  # a packet block walked over had a wrong length
                     block_no -= len(starts) - j
                     at = starts[j]
-                    bl, = trailer(buf, at + 4)
-                    tl, = trailer(buf, at + bl - 4)
+                    bl, = trailer(buf, at + LENGTH_AT)
+                    tl, = trailer(buf, at + bl - TRAILER.size)
                     bad = (at, f"block length {bl} does not match the length {tl} at the end "
                            "of the block")
                     need = 0
@@ -191,8 +205,8 @@ class PcapngBlocks:
         if len(starts) <= first:
             return None
         st = np.frombuffer(starts, dtype=np.int64)[first:].copy()  # no view left: `starts` grows
-        bl = u32_rows(data, st + 4, 1, big)[:, 0]
-        bad = np.flatnonzero(u32_rows(data, st + bl - 4, 1, big)[:, 0] != bl)
+        bl = u32_rows(data, st + LENGTH_AT, 1, big)[:, 0]
+        bad = np.flatnonzero(u32_rows(data, st + bl - TRAILER.size, 1, big)[:, 0] != bl)
         return first + int(bad[0]) if len(bad) else None
 
     def _pcapng_resync(self, data: np.ndarray, start: int, eof: bool) -> tuple[int, bool, int]:
@@ -202,18 +216,17 @@ class PcapngBlocks:
         n = len(data)
         big = self._big
         q = start
-        while q <= n - 12:
-            m = min(n - 11 - q, RESYNC_SPAN)
+        while q <= n - BOM_END:  # candidates whose header, to a section's magic, is in `data`
+            m = min(n - BOM_END + 1 - q, RESYNC_SPAN)
             c = np.arange(q, q + m, dtype=np.int64)
-            h = u32_rows(data, c, 2, big)
+            h = u32_rows(data, c, len(BLOCK.fields), big)
             bt, bl = h[:, 0], h[:, 1]
             ok = np.isin(bt, KNOWN_BLOCK_ARRAY) & block_length_ok(bl)
-            shb = np.flatnonzero(bt == PCAPNG_SHB)
+            shb = np.flatnonzero(bt == BT_SHB)
             for i in shb:  # a section header has its own byte order
-                bom = bytes(data[q + i + 8:q + i + 12])
-                if bom in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
-                    sbig = bom[0] == 0x1A
-                    v = int(u32(data, c[i:i + 1] + 4, sbig)[0])
+                sbig = BYTE_ORDER.get(bytes(data[q + i + BOM_AT:q + i + BOM_END]))
+                if sbig is not None:
+                    v = int(u32(data, c[i:i + 1] + LENGTH_AT, sbig)[0])
                     if block_length_ok(v, MIN_SHB_LEN):
                         ok[i] = True
                         bl[i] = v
@@ -225,10 +238,10 @@ class PcapngBlocks:
                 tl = np.full(len(c), -1, np.int64)
                 ic = np.flatnonzero(complete)
                 if len(ic):
-                    tl[ic] = u32(data, end[ic] - 4, big)
+                    tl[ic] = u32(data, end[ic] - TRAILER.size, big)
                     for j in ic[np.isin(idx[ic], shb)]:  # SHB trailers in their own order
-                        sbig = data[c[j] + 8] == 0x1A
-                        tl[j] = int(u32(data, end[j:j + 1] - 4, bool(sbig))[0])
+                        sbig = BYTE_ORDER[bytes(data[c[j] + BOM_AT:c[j] + BOM_END])]
+                        tl[j] = int(u32(data, end[j:j + 1] - TRAILER.size, sbig)[0])
                 status = np.where(complete & (tl == bl), 1, np.where(~complete & (not eof), 2, 0))
                 decided = first_decided(c, status, bl)
                 if decided:
@@ -237,29 +250,30 @@ class PcapngBlocks:
         return (n if eof else q), False, 0
 
     def _parse_idb(self, buf: bytes, pos: int, bl: int, big: bool, where: str) -> str | None:
-        e = ">" if big else "<"
         if bl < MIN_BLOCK[BT_IDB]:
             return f"interface description block length {bl} is too short"
-        lt, _res, snaplen = struct.unpack_from(e + "HHI", buf, pos + 8)
-        iface = Interface(lt, snaplen)
+        idb = IDB.unpack(buf, pos, big)
+        lt = idb["linktype"]
+        iface = Interface(lt, idb["snaplen"])
         number = len(self._ifaces) - self._sec_base
-        o, end = pos + 16, pos + bl - 4
-        while o + 4 <= end:
-            code, ln = struct.unpack_from(e + "HH", buf, o)
-            if code == 0:
+        o, end = pos + IDB.size, pos + bl - TRAILER.size
+        option = OPTION.struct(big).unpack_from
+        while o + OPTION.size <= end:
+            code, ln = option(buf, o)
+            if code == OPT_END:
                 break
-            v = o + 4
+            v = o + OPTION.size
             if v + ln > end:
                 self._idb_problem(f"interface {number}: option {code} of length {ln} runs past "
                                   "the end of its block", where, "its options after it ignored")
                 break
-            if code == 9 and ln >= 1:
+            if code == IF_TSRESOL and ln >= 1:
                 problem = iface.set_tsresol(buf[v])
                 if problem:
                     self._idb_problem(f"interface {number}: {problem}", where,
                                       "its times read as microseconds (the default)")
-            elif code == 14 and ln >= 8:
-                iface.set_tsoffset(struct.unpack_from(e + "q", buf, v)[0])
+            elif code == IF_TSOFFSET and ln >= TSOFFSET.size:
+                iface.set_tsoffset(TSOFFSET.unpack(buf, v, big)["seconds"])
             o = v + ((ln + 3) & ~3)
         # identical interfaces share one object: 2 M tiny interface blocks cost a list
         key = (iface.linktype, iface.snaplen, iface.tsmul, iface.tsdiv, iface.tsshift,
@@ -325,7 +339,7 @@ class PcapngBlocks:
             # the words of formats.PACKET_BLOCKS: f[:, 0] ifid, 1-2 time, 3 caplen, 4 origlen
             idx = np.nonzero(~spb & ~too_short)[0]
             if len(idx):
-                # the usual case, only EPBs and PBs: slices, not index lists (much faster)
+                # the usual case, only EPBs and PBs: slices (views), not index lists (copies)
                 every = len(idx) == hi - lo
                 g = slice(lo, hi) if every else lo + idx
                 at = s if every else s[idx]

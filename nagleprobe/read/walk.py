@@ -9,7 +9,8 @@ from array import array
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .formats import KNOWN_BLOCKS, PCAPNG_SHB
+from ..layouts import BT_SHB
+from .formats import KNOWN_BLOCKS
 
 try:
     from .. import _walk as _compiled
@@ -55,7 +56,7 @@ def u32_rows_numpy(buf: np.ndarray, idx: np.ndarray, width: int, big: bool) -> n
     return win[idx].view(dt).astype(np.int64)
 
 
-KNOWN_BLOCK_ARRAY = np.array(sorted(KNOWN_BLOCKS - {PCAPNG_SHB}), dtype=np.int64)
+KNOWN_BLOCK_ARRAY = np.array(sorted(KNOWN_BLOCKS - {BT_SHB}), dtype=np.int64)
 
 
 def first_decided(c: np.ndarray, status: np.ndarray,
