@@ -127,3 +127,10 @@ def test_no_module_is_over_about_500_lines():
     long = {str(p.relative_to(PACKAGE)): n for p in sorted(PACKAGE.rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_the_internals_page_names_every_module():
+    page = (PACKAGE.parent / "docs" / "internals.md").read_text()
+    modules = {p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_")} | {
+        p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert {m for m in modules if f"`{m}`" not in page and f"`{m}/`" not in page} == set()
