@@ -1,0 +1,285 @@
+"""Name the message a stall held back, in the application protocol's own terms.
+
+Pure functions on bytes. `recognise(outstanding, held, earlier)` takes one direction's TCP
+payload around a stall: `outstanding` the segment left unacknowledged (S1), `held` the
+segment Nagle's algorithm held until the peer's delayed ACK (S2), and `earlier` what the
+same direction sent just before S1 (oldest first; it may start in the middle of a message).
+It walks the protocol's framing from a message boundary, at the start of S1 or else of
+`earlier`, to the cut between S1 and S2, and says which messages (or which parts of one)
+the cut separated; None when no protocol known here frames the bytes consistently.
+
+The advice follows the boundary: parts of one message written apart (a length prefix and
+its body, headers and body, a TLS record's header and body) call for one write per message
+("coalesce"); whole independent messages written one after another call for TCP_NODELAY
+("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+NOT_CAPTURED = "payload not captured"  # said where the capture holds none of the payload
+COALESCE, NODELAY = "coalesce", "nodelay"
+
+
+@dataclass(frozen=True)
+class Message:
+    """What a stall's outstanding and held bytes were, and the fix in the protocol's terms."""
+
+    protocol: str  # "tls", "http/1.1", "dns"
+    held: str  # what the held segment carried, e.g. "the 36-byte DNS query"
+    before: str  # what was outstanding, e.g. "its 2-byte length prefix"
+    split: str  # the boundary the writes fell on, e.g. "prefix/body"
+    fix: str  # the sentence an engineer acts on
+    advice: str  # COALESCE or NODELAY
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One protocol message in a stream: bytes [start, end), its header ending at `body`."""
+
+    start: int
+    body: int
+    end: int
+    name: str  # e.g. "TLS application-data record", "DNS query", "response"
+
+
+# a framing: the units of a stream walked from offset 0 (the last may be cut by its end),
+# or None when the bytes there are not that protocol
+Walker = Callable[[bytes], "list[Unit] | None"]
+
+
+def recognise(outstanding: bytes, held: bytes, earlier: bytes = b"") -> Message | None:
+    """The messages the cut between `outstanding` and `held` separated, or None."""
+    if not outstanding or not held:
+        return None
+    for protocol, walk, say in _PROTOCOLS:
+        for start in (len(earlier), 0) if earlier else (0,):
+            stream = (earlier + outstanding + held)[start:]
+            units = walk(stream)
+            if units:
+                cut = len(earlier) + len(outstanding) - start
+                m = say(units, len(outstanding), cut)
+                if m is not None:
+                    return m
+    return None
+
+
+def _locate(units: list[Unit], s1: int, cut: int) -> tuple[list[Unit], list[Unit], Unit | None]:
+    """(units wholly in S1 before the cut, units starting at or after the cut, the unit
+    the cut falls inside or None); `s1` is how many bytes before the cut S1 holds."""
+    first = cut - s1
+    before = [u for u in units if u.start >= first and u.end <= cut]
+    after = [u for u in units if u.start >= cut]
+    inside = next((u for u in units if u.start < cut < u.end), None)
+    return before, after, inside
+
+
+def _count(units: list[Unit]) -> str:
+    """'the 214-byte TLS handshake record' or '2 TLS application-data records (214 B, 46 B)'."""
+    if len(units) == 1:
+        return f"the {units[0].end - units[0].start}-byte {units[0].name}"
+    names = {u.name for u in units}
+    name = names.pop() + "s" if len(names) == 1 else "messages"
+    sizes = ", ".join(f"{u.end - u.start} B" for u in units[:4])
+    return f"{len(units)} {name} ({sizes}{', ...' if len(units) > 4 else ''})"
+
+
+# ---------------------------------------------------------------------- TLS
+TLS_TYPES = {20: "change-cipher-spec", 21: "alert", 22: "handshake", 23: "application-data",
+             24: "heartbeat"}
+TLS_MAX_RECORD = (1 << 14) + 2048  # RFC 8446: ciphertext at most 2^14 + 256 (1.2: + 2048)
+
+
+def _tls_units(data: bytes) -> list[Unit] | None:
+    units, at = [], 0
+    while at + 5 <= len(data):
+        kind, major, minor, n = data[at], data[at + 1], data[at + 2], int.from_bytes(
+            data[at + 3:at + 5], "big")
+        if kind not in TLS_TYPES or major != 3 or minor > 4 or not 0 < n <= TLS_MAX_RECORD:
+            return units if len(units) >= 2 else None
+        units.append(Unit(at, at + 5, at + 5 + n, f"TLS {TLS_TYPES[kind]} record"))
+        at += 5 + n
+    return units or None
+
+
+def _tls_say(units: list[Unit], s1: int, cut: int) -> Message | None:
+    before, after, inside = _locate(units, s1, cut)
+    if inside is not None:
+        size = inside.end - inside.start
+        if cut == inside.body:
+            return Message("tls", f"the {size - 5}-byte body of a {inside.name}",
+                           f"its 5-byte record header", "header/body",
+                           f"the {inside.name}'s 5-byte header and its {size - 5}-byte body "
+                           "were written apart: write each record in one call", COALESCE)
+        return Message("tls", f"the last {inside.end - cut} bytes of a {size}-byte "
+                       f"{inside.name}", f"its first {cut - inside.start} bytes",
+                       "within a record", f"a {size}-byte {inside.name} was written in two "
+                       "pieces: write each record in one call", COALESCE)
+    if not before or not after:
+        return None
+    return Message("tls", _count(after), _count(before), "record/record",
+                   f"{_count(before)} and {_count(after)} went out in separate writes (each "
+                   "write to a TLS socket is its own record): write what one message needs "
+                   "in one call", COALESCE)
+
+
+# ---------------------------------------------------------------------- HTTP/1.x
+_REQUEST = re.compile(rb"([A-Z]{3,10}) \S+ HTTP/1\.[01]\r\n")
+_STATUS = re.compile(rb"HTTP/1\.[01] (\d{3})[^\r\n]*\r\n")
+_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.I)
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r\n]*chunked", re.I)
+_EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue", re.I)
+
+
+def _http_units(data: bytes) -> list[Unit] | None:
+    units: list[Unit] = []
+    at = 0
+    while at < len(data):
+        req, status = _REQUEST.match(data, at), _STATUS.match(data, at)
+        if not (req or status):
+            break
+        name = (f"{req.group(1).decode()} request" if req
+                else f"{status.group(1).decode()} response")
+        head_end = data.find(b"\r\n\r\n", at)
+        if head_end < 0:  # headers cut by the end of what is known
+            units.append(Unit(at, len(data), len(data), name))
+            break
+        body = head_end + 4
+        head = data[at:body]
+        if _EXPECT.search(head):
+            name += " (Expect: 100-continue)"
+        length = _LENGTH.search(head)
+        if _CHUNKED.search(head):
+            end = _chunks_end(data, body)
+        elif length:
+            end = body + int(length.group(1))
+        else:
+            bodiless = req or status.group(1)[:1] == b"1" or status.group(1) in (b"204", b"304")
+            end = body if bodiless else len(data)  # a response ended by closing
+        units.append(Unit(at, body, end, name))
+        at = end
+    return units or None
+
+
+def _chunks_end(data: bytes, at: int) -> int:
+    """Where a chunked body starting at `at` ends (past the data known: its end)."""
+    while True:
+        line = data.find(b"\r\n", at)
+        if line < 0:
+            return max(len(data), at + 1)
+        try:
+            n = int(data[at:line].split(b";")[0], 16)
+        except ValueError:
+            return max(len(data), at + 1)
+        if n == 0:
+            trailer = data.find(b"\r\n\r\n", line)
+            return trailer + 4 if trailer >= 0 else max(len(data), line + 2)
+        at = line + 2 + n + 2
+
+
+def _http_say(units: list[Unit], s1: int, cut: int) -> Message | None:
+    before, after, inside = _locate(units, s1, cut)
+    if inside is not None:
+        kind = "request" if "request" in inside.name else "response"
+        heads, body = inside.body - inside.start, inside.end - inside.body
+        if cut == inside.body:
+            return Message("http/1.1", f"the {body}-byte body of the {inside.name}",
+                           f"the {kind} headers ({heads} B)", "headers/body",
+                           f"the {kind} headers ({heads} B) and body ({body} B) were written "
+                           "separately: write them in one call", COALESCE)
+        if cut > inside.body:
+            return Message("http/1.1", f"the last {inside.end - cut} bytes of the body of the "
+                           f"{inside.name}", f"the {kind} headers and {cut - inside.body} bytes"
+                           " of its body", "body/body", f"the {kind} body was written in "
+                           "pieces: write the whole body in one call", COALESCE)
+        return Message("http/1.1", f"the rest of the {inside.name}'s headers",
+                       f"the first {cut - inside.start} bytes of its headers", "headers/headers",
+                       f"the {kind} headers were written in pieces: write them in one call",
+                       COALESCE)
+    if not before or not after:
+        return None
+    return Message("http/1.1", f"the next {after[0].name} ({after[0].end - after[0].start} B)",
+                   _count(before), "message/message", "whole HTTP messages were written one "
+                   "after another and each waited for the previous one's ACK: set TCP_NODELAY "
+                   "(or write pipelined messages together)", NODELAY)
+
+
+# ---------------------------------------------------------------------- DNS over TCP
+def _dns_units(data: bytes) -> list[Unit] | None:
+    units, at = [], 0
+    while at + 2 <= len(data):
+        n = int.from_bytes(data[at:at + 2], "big")
+        msg = data[at + 2:at + 2 + n]
+        cut_short = len(msg) < n  # the last message, cut by the end of what is known
+        if n < 12 or not (_dns_header_ok(msg) or (cut_short and units and len(msg) < 12)):
+            return None
+        qr = "response" if msg[2] & 0x80 else "query"
+        units.append(Unit(at, at + 2, at + 2 + n, f"DNS {qr}"))
+        at += 2 + n
+    return units or None
+
+
+def _dns_header_ok(msg: bytes) -> bool:
+    """A DNS header (with its first question's name, when that is known) is plausible."""
+    if len(msg) < 12:
+        return False
+    opcode = (msg[2] >> 3) & 0x0F
+    qd, an, ns, ar = (int.from_bytes(msg[i:i + 2], "big") for i in (4, 6, 8, 10))
+    if opcode not in (0, 1, 2, 4, 5) or msg[3] & 0x40 or not 1 <= qd <= 4:
+        return False
+    if max(an, ns, ar) > 4096:
+        return False
+    return _name_ok(msg, 12)
+
+
+def _name_ok(msg: bytes, at: int) -> bool:
+    """The domain name at `at` is well formed as far as `msg` goes (a question's name has
+    no compression pointers before it)."""
+    total = 0
+    while at < len(msg):
+        n = msg[at]
+        if n == 0:
+            return True
+        if n > 63:
+            return False
+        total += n + 1
+        if total > 255:
+            return False
+        at += 1 + n
+    return True
+
+
+def _dns_say(units: list[Unit], s1: int, cut: int) -> Message | None:
+    before, after, inside = _locate(units, s1, cut)
+    if inside is not None:
+        size = inside.end - inside.body
+        if cut == inside.body:
+            return Message("dns", f"the {size}-byte {inside.name}", "its 2-byte length prefix",
+                           "prefix/body", f"the 2-byte DNS length prefix and the {size}-byte "
+                           f"{inside.name[4:]} were written in two writes: write both in one "
+                           "call", COALESCE)
+        return Message("dns", f"the last {inside.end - cut} bytes of a {size}-byte "
+                       f"{inside.name}", f"its length prefix and first {cut - inside.body} "
+                       "bytes", "within a message", f"a {size}-byte {inside.name} was written "
+                       "in pieces: write the length prefix and the message in one call",
+                       COALESCE)
+    if not before or not after:
+        return None
+    return Message("dns", _count(after), _count(before), "message/message",
+                   "independent DNS messages waited for each other's ACK: set TCP_NODELAY "
+                   "(or send pipelined queries in one write)", NODELAY)
+
+
+_PROTOCOLS: list[tuple[str, Walker, Callable[[list[Unit], int, int], Message | None]]] = [
+    ("tls", _tls_units, _tls_say),
+    ("http/1.1", _http_units, _http_say),
+    ("dns", _dns_units, _dns_say),
+]
+
+
+def protocols() -> Iterator[str]:
+    """The protocols `recognise` knows."""
+    return (p for p, _, _ in _PROTOCOLS)
