@@ -11,7 +11,7 @@ the cut separated; None when no protocol known here frames the bytes consistentl
 The advice follows the boundary: parts of one message written apart (a length prefix and
 its body, headers and body, a TLS record's header and body) call for one write per message
 ("coalesce"); whole independent messages written one after another call for TCP_NODELAY
-("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP.
+("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ COALESCE, NODELAY = "coalesce", "nodelay"
 class Message:
     """What a stall's outstanding and held bytes were, and the fix in the protocol's terms."""
 
-    protocol: str  # "tls", "http/1.1", "dns"
+    protocol: str  # "tls", "http/1.1", "dns", "postgresql"
     held: str  # what the held segment carried, e.g. "the 36-byte DNS query"
     before: str  # what was outstanding, e.g. "its 2-byte length prefix"
     split: str  # the boundary the writes fell on, e.g. "prefix/body"
@@ -273,10 +273,69 @@ def _dns_say(units: list[Unit], s1: int, cut: int) -> Message | None:
                    "(or send pipelined queries in one write)", NODELAY)
 
 
+# ---------------------------------------------------------------------- PostgreSQL
+PG_FRONTEND = {"B": "Bind", "C": "Close", "D": "Describe", "E": "Execute", "F": "FunctionCall",
+               "H": "Flush", "P": "Parse", "Q": "Query", "S": "Sync", "X": "Terminate",
+               "d": "CopyData", "c": "CopyDone", "f": "CopyFail", "p": "password"}
+PG_BACKEND = {"1": "ParseComplete", "2": "BindComplete", "3": "CloseComplete",
+              "A": "NotificationResponse", "C": "CommandComplete", "D": "DataRow",
+              "E": "ErrorResponse", "G": "CopyInResponse", "H": "CopyOutResponse",
+              "I": "EmptyQueryResponse", "K": "BackendKeyData", "N": "NoticeResponse",
+              "R": "Authentication", "S": "ParameterStatus", "T": "RowDescription",
+              "V": "FunctionCallResponse", "W": "CopyBothResponse", "Z": "ReadyForQuery",
+              "c": "CopyDone", "d": "CopyData", "n": "NoData", "s": "PortalSuspended",
+              "t": "ParameterDescription"}
+PG_FIXED = {"H": 4, "S": 4, "c": 4, "X": 4}  # frontend messages of one length (Flush, Sync...)
+PG_MAX = 1 << 30
+
+
+def _pg_units(data: bytes) -> list[Unit] | None:
+    """Type byte + 4-byte length messages of either direction, named for the direction only
+    its own message types show (Parse, Bind, Query: the client; ReadyForQuery...: the
+    server)."""
+    raw, at = [], 0
+    while at + 5 <= len(data):
+        kind, n = chr(data[at]), int.from_bytes(data[at + 1:at + 5], "big")
+        if kind not in PG_FRONTEND and kind not in PG_BACKEND or not 4 <= n < PG_MAX:
+            return None
+        raw.append((at, kind, n))
+        at += 1 + n
+    kinds = {k for _, k, _ in raw}
+    front = kinds & set("BFPQXp") and not kinds & set("123AGIKNRTVWZnst")
+    back = kinds & set("123AGIKNRTVWZnst") and not kinds & set("BFPQXp")
+    if not raw or not (front or back) or len(raw) < 2:
+        return None
+    if front and any(PG_FIXED.get(k, n) != n for _, k, n in raw):
+        return None
+    names = PG_FRONTEND if front else PG_BACKEND
+    return [Unit(a, a + 5, a + 1 + n, f"PostgreSQL {names[k]} message") for a, k, n in raw]
+
+
+def _pg_say(units: list[Unit], s1: int, cut: int) -> Message | None:
+    before, after, inside = _locate(units, s1, cut)
+    if inside is not None:
+        return Message("postgresql", f"the last {inside.end - cut} bytes of the "
+                       f"{inside.end - inside.start}-byte {inside.name[11:]}",
+                       f"its first {cut - inside.start} bytes", "within a message",
+                       f"a {inside.name} was written in pieces: write it in one call",
+                       COALESCE)
+    if not before or not after:
+        return None
+    held = ", ".join(u.name[11:-8] for u in after[:6]) + (", ..." if len(after) > 6 else "")
+    held_bytes = sum(u.end - u.start for u in after)
+    return Message("postgresql", f"the {held} messages ({held_bytes} B)" if len(after) > 1
+                   else f"the {after[0].end - after[0].start}-byte {after[0].name[11:]}",
+                   _count(before)[:4] + _count(before)[4:].replace("PostgreSQL ", ""),
+                   "message/message", f"the messages of one query ({_count(before)} and "
+                   f"then {held}) were sent in separate writes: write the whole "
+                   "query, through its Sync, in one call", COALESCE)
+
+
 _PROTOCOLS: list[tuple[str, Walker, Callable[[list[Unit], int, int], Message | None]]] = [
     ("tls", _tls_units, _tls_say),
     ("http/1.1", _http_units, _http_say),
     ("dns", _dns_units, _dns_say),
+    ("postgresql", _pg_units, _pg_say),
 ]
 
 

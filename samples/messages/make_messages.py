@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Make the real captures of application protocols stalled by Nagle + delayed ACK.
 
-Run as root from the repository root (needs iproute2, tcpdump, openssl, dnsmasq, dnspython):
+Run as root from the repository root (needs iproute2, tcpdump, openssl,
+dnsmasq, dnspython, PostgreSQL, pg8000):
 
     sudo python3 samples/messages/make_messages.py             # all scenarios
     sudo python3 samples/messages/make_messages.py http1_lo    # some of them
@@ -146,6 +147,47 @@ def dns_lo(log: Log, tmp: str) -> None:
             os.kill(int(f.read()), 15)
 
 
+def postgres_lo(log: Log, tmp: str) -> None:
+    """PostgreSQL answers 18 INSERTs of a 12000-byte text parameter from pg8000: its Bind
+    message is larger than the 8 KiB write buffer and goes out at once; the Flush, Execute,
+    Flush and Sync messages after it wait in the buffer for the flush at Sync, then Nagle."""
+    import pg8000.core
+    import pg8000.native
+
+    data = os.path.join(tmp, "pg")
+    os.chmod(tmp, 0o755)
+    os.mkdir(data, 0o700)
+    os.chown(data, 65534, 65534)  # nobody: PostgreSQL does not run as root
+    as_nobody = ["runuser", "-u", "nobody", "--"]
+    subprocess.run([*as_nobody, "initdb", "-D", data, "-U", "postgres", "--auth=trust"],
+                   check=True, capture_output=True)
+    pg = subprocess.Popen([*as_nobody, "postgres", "-D", data, "-k", data, "-h", HOST,
+                           "-p", "5432", "-c", "fsync=off"], stderr=subprocess.DEVNULL)
+    write = pg8000.core._write
+
+    def logged(sock, d):  # each message pg8000 writes into its buffer, in order
+        log.add("client", len(d), chr(d[0]) if d[:1].isalpha() else "startup")
+        return write(sock, d)
+
+    try:
+        for _ in range(50):
+            try:
+                conn = pg8000.native.Connection("postgres", host=HOST, port=5432)
+                break
+            except Exception:
+                time.sleep(0.2)
+        conn.run("CREATE TABLE notes (body text)")
+        pg8000.core._write = logged
+        for _ in range(3 * REQUESTS):  # the server's ACK is delayed only now and then
+            conn.run("INSERT INTO notes VALUES (:b)", b="x" * 12000)
+        pg8000.core._write = write
+        conn.close()
+    finally:
+        pg8000.core._write = write
+        pg.terminate()
+        pg.wait(10)
+
+
 def _recv(s: socket.socket, n: int) -> bytes:
     out = b""
     while len(out) < n:
@@ -156,7 +198,7 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (http1_lo, tls_lo, dns_lo)}
+SCENARIOS = {f.__name__: f for f in (http1_lo, tls_lo, dns_lo, postgres_lo)}
 
 
 def inside(name: str) -> None:
@@ -168,11 +210,13 @@ def inside(name: str) -> None:
         pass
     time.sleep(0.3)
     log = Log()
-    with tempfile.TemporaryDirectory() as tmp:
-        SCENARIOS[name](log, tmp)
-    time.sleep(0.5)
-    cap.send_signal(2)
-    cap.wait(10)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            SCENARIOS[name](log, tmp)
+        time.sleep(0.5)
+    finally:
+        cap.send_signal(2)
+        cap.wait(10)
     (HERE / f"{name}.writes.json").write_text(json.dumps(log.writes, indent=1) + "\n")
 
 

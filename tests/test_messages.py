@@ -1,0 +1,277 @@
+"""messages: the held message of a stall named in the application protocol's own terms;
+payloads: the TCP payload bytes of chosen frames read back from a capture.
+
+The real captures in samples/messages were made by make_messages.py, which logged every
+write of the side that split its messages (<name>.writes.json): the names are checked
+against those writes, not against the recogniser's own output."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import dpkt
+import pytest
+
+import nagleprobe
+from nagleprobe.messages import COALESCE, NODELAY, NOT_CAPTURED, recognise
+from nagleprobe.payloads import payloads, stall_messages
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+MESSAGES = SAMPLES / "messages"
+TLS13_OVERHEAD = 5 + 1 + 16  # record header, inner content type, AEAD tag
+
+
+def writes(name: str) -> list[dict]:
+    return json.loads((MESSAGES / f"{name}.writes.json").read_text())
+
+
+def named(name: str):
+    path = str(MESSAGES / f"{name}.pcap")
+    report = nagleprobe.analyze(path)
+    assert report.stall_count > 0, f"{name}: the capture shows no stall"
+    return report, stall_messages(report, path)
+
+
+def sizes_of(log: list[dict], what: str) -> set[int]:
+    return {w["bytes"] for w in log if w["what"] == what}
+
+
+# ---------------------------------------------------------------------- real traffic
+def test_dns_prefix_written_apart_from_the_query():
+    """The client wrote each query's 2-byte length prefix and the query in two calls."""
+    report, named_ = named("dns_lo")
+    queries = sizes_of(writes("dns_lo"), "query")
+    assert len(named_) == report.stall_count
+    for (_, stall), (_, m) in zip(report.stalls.iterrows(), named_.iterrows()):
+        assert stall["sender"] == "client"
+        assert m["protocol"] == "dns"
+        assert m["before_message"] == "its 2-byte length prefix"
+        assert stall["held_bytes"] in queries
+        assert m["held_message"] == f"the {stall['held_bytes']}-byte DNS query"
+        assert m["split"] == "prefix/body" and m["advice"] == COALESCE
+        assert "write both in one call" in m["fix"]
+
+
+def test_http1_response_headers_written_apart_from_the_body():
+    """http.server flushed the response headers, then wrote the file."""
+    report, named_ = named("http1_lo")
+    log = writes("http1_lo")
+    (headers,), (body,) = sizes_of(log, "headers"), sizes_of(log, "body")
+    for (_, stall), (_, m) in zip(report.stalls.iterrows(), named_.iterrows()):
+        assert stall["sender"] == "server"
+        assert m["protocol"] == "http/1.1"
+        assert m["before_message"] == f"the response headers ({headers} B)"
+        assert m["held_message"] == f"the {body}-byte body of the 200 response"
+        assert m["split"] == "headers/body" and m["advice"] == COALESCE
+        assert f"({headers} B) and body ({body} B) were written separately" in m["fix"]
+
+
+def test_tls_each_write_is_a_record():
+    """Over TLS 1.3 the headers and the body are two records; a stall's held record is the
+    body's (or, after the session tickets the server sent unprompted, both)."""
+    report, named_ = named("tls_lo")
+    log = writes("tls_lo")
+    (headers,), (body,) = sizes_of(log, "headers"), sizes_of(log, "body")
+    h, b = headers + TLS13_OVERHEAD, body + TLS13_OVERHEAD
+    record = "TLS application-data record"
+    seen = set()
+    for (_, stall), (_, m) in zip(report.stalls.iterrows(), named_.iterrows()):
+        assert stall["sender"] == "server" and m["protocol"] == "tls"
+        assert m["split"] == "record/record" and m["advice"] == COALESCE
+        if m["before_message"] == f"the {h}-byte {record}":
+            assert m["held_message"] == f"the {b}-byte {record}"
+            seen.add("headers/body")
+        else:  # the first response, behind the tickets: both of its records held
+            assert m["held_message"] == f"2 {record}s ({h} B, {b} B)"
+            assert stall["held_bytes"] == h + b
+            seen.add("tickets")
+    assert "headers/body" in seen
+
+
+def test_postgres_query_messages_written_after_a_large_bind():
+    """pg8000 sent its Bind (larger than its write buffer) at once and the Flush, Execute,
+    Flush, Sync after it in the next write."""
+    report, named_ = named("postgres_lo")
+    log = writes("postgres_lo")
+    (bind,) = sizes_of(log, "B")
+    whats = [w["what"] for w in log]
+    after = log[whats.index("B") + 1:]
+    tail = after[:[w["what"] for w in after].index("S") + 1]  # up to the Sync flushed
+    names = {"H": "Flush", "E": "Execute", "S": "Sync"}
+    held = ", ".join(names[w["what"]] for w in tail)
+    for (_, stall), (_, m) in zip(report.stalls.iterrows(), named_.iterrows()):
+        assert stall["sender"] == "client" and m["protocol"] == "postgresql"
+        assert m["before_message"] == f"the {bind}-byte Bind message"
+        assert stall["held_bytes"] == sum(w["bytes"] for w in tail)
+        assert m["held_message"] == f"the {held} messages ({stall['held_bytes']} B)"
+        assert m["advice"] == COALESCE
+
+
+# ---------------------------------------------------------------------- payloads
+def dpkt_payloads(path: Path, link=dpkt.ethernet.Ethernet) -> dict[int, bytes]:
+    out = {}
+    with open(path, "rb") as f:
+        for frame, (_, buf) in enumerate(dpkt.pcap.Reader(f), start=1):
+            ip = link(buf).data
+            if isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)) and isinstance(ip.data, dpkt.tcp.TCP):
+                out[frame] = bytes(ip.data.data)
+    return out
+
+
+@pytest.mark.parametrize("name", ["dns_lo", "http1_lo", "tls_lo"])
+def test_payloads_match_dpkt(name):
+    path = MESSAGES / f"{name}.pcap"
+    expected = dpkt_payloads(path)
+    assert any(expected.values())
+    assert payloads(str(path), expected) == expected
+
+
+def test_payloads_of_linux_cooked_capture_match_dpkt():
+    path = SAMPLES / "proxy_any.pcap"
+    expected = dpkt_payloads(path, dpkt.sll.SLL)
+    some = sorted(expected)[::3]
+    assert payloads(str(path), some) == {f: expected[f] for f in some}
+
+
+def test_payloads_only_frames_asked_for_and_tcp():
+    path = str(MESSAGES / "http1_lo.pcap")
+    got = payloads(path, [13, 13, 99999])
+    assert list(got) == [13] and len(got[13]) == 24
+    assert payloads(path, []) == {}
+
+
+def cut_copy(src: Path, dst: Path, keep: int) -> None:
+    """Synthetic: `src` (a little-endian microsecond pcap of Ethernet/IPv4/TCP) with every
+    record cut `keep` bytes after its TCP header, as a snap length just past the headers
+    would have cut it (header lengths vary: SYN options stay whole)."""
+    data = src.read_bytes()
+    head = bytearray(data[:24])
+    struct.pack_into("<I", head, 16, 14 + 60 + 60 + keep)
+    out, at = [bytes(head)], 24
+    while at + 16 <= len(data):
+        sec, usec, cap, wire = struct.unpack_from("<IIII", data, at)
+        record = data[at + 16:at + 16 + cap]
+        ip = dpkt.ethernet.Ethernet(record).data
+        body = record[:14 + ip.hl * 4 + ip.data.off * 4 + keep]
+        out.append(struct.pack("<IIII", sec, usec, len(body), wire) + body)
+        at += 16 + cap
+    dst.write_bytes(b"".join(out))
+
+
+def test_snaplen_cut_payload_is_what_was_captured(tmp_path):
+    src = MESSAGES / "http1_lo.pcap"
+    full = dpkt_payloads(src)
+    cut = tmp_path / "cut.pcap"
+    cut_copy(src, cut, 10)
+    got = payloads(str(cut), full)
+    assert got == {f: p[:10] for f, p in full.items()}
+
+
+def test_snaplen_cut_stalls_say_payload_not_captured(tmp_path):
+    src = MESSAGES / "http1_lo.pcap"
+    cut = tmp_path / "cut.pcap"
+    cut_copy(src, cut, 0)
+    report = nagleprobe.analyze(str(cut))
+    assert report.stall_count == nagleprobe.analyze(str(src)).stall_count
+    named_ = stall_messages(report, str(cut))
+    assert list(named_["held_message"]) == [NOT_CAPTURED] * report.stall_count
+    assert named_["protocol"].isna().all()
+
+
+# ---------------------------------------------------------------------- synthetic bytes
+def tls_record(kind: int, body: bytes) -> bytes:
+    return bytes([kind, 3, 3]) + len(body).to_bytes(2, "big") + body
+
+
+def test_synthetic_tls_record_header_written_apart_from_its_body():
+    rec = tls_record(23, bytes(300))
+    m = recognise(rec[:5], rec[5:])
+    assert m is not None and m.split == "header/body"
+    assert m.held == "the 300-byte body of a TLS application-data record"
+    assert m.before == "its 5-byte record header" and m.advice == COALESCE
+
+
+def test_synthetic_tls_record_split_inside_its_body():
+    first = tls_record(22, bytes(40))
+    rec = tls_record(23, bytes(300))
+    m = recognise(rec[:100], rec[100:], earlier=first)
+    assert m is not None and m.split == "within a record"
+    assert m.held == "the last 205 bytes of a 305-byte TLS application-data record"
+
+
+def test_synthetic_http_pipelined_requests_want_nodelay():
+    a = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+    b = b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+    m = recognise(a, b)
+    assert m is not None and m.split == "message/message" and m.advice == NODELAY
+    assert m.held == f"the next GET request ({len(b)} B)"
+
+
+def test_synthetic_http_request_body_after_expect_continue():
+    head = (b"POST /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: 5\r\n\r\n")
+    m = recognise(head, b"hello")
+    assert m is not None and m.split == "headers/body"
+    assert m.held == "the 5-byte body of the POST request (Expect: 100-continue)"
+    assert m.before == f"the request headers ({len(head)} B)"
+
+
+def test_synthetic_http_chunked_body_written_in_pieces():
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    m = recognise(b"5\r\nhello\r\n", b"0\r\n\r\n", earlier=head)
+    assert m is not None and m.split == "body/body"
+    assert m.held == "the last 5 bytes of the body of the 200 response"
+
+
+def test_synthetic_http_response_starting_mid_stream_is_found_from_earlier():
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"
+    m = recognise(head[10:], b"body", earlier=head[:10])
+    assert m is not None and m.before == f"the response headers ({len(head)} B)"
+
+
+def dns_query() -> bytes:
+    """A 29-byte query for a.example (synthetic)."""
+    return (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+            b"\x01a\x07example\x00\x00\x01\x00\x01")
+
+
+def test_synthetic_dns_pipelined_queries_want_nodelay():
+    q = dns_query()
+    framed = len(q).to_bytes(2, "big") + q
+    m = recognise(framed, framed)
+    assert m is not None and m.advice == NODELAY
+    assert m.held == f"the {len(framed)}-byte DNS query"
+
+
+def test_synthetic_dns_query_split_inside():
+    q = dns_query()
+    framed = len(q).to_bytes(2, "big") + q
+    m = recognise(framed[:14], framed[14:])
+    assert m is not None and m.split == "within a message"
+    assert m.held == f"the last {len(framed) - 14} bytes of a {len(q)}-byte DNS query"
+
+
+def test_synthetic_two_bytes_before_a_non_dns_message_is_not_dns():
+    assert recognise(b"\x00\x05", b"hello") is None
+    body = b"\x00\x00\x00\x00" + bytes(20)  # a DNS header would need a question
+    assert recognise(len(body).to_bytes(2, "big"), body) is None
+
+
+def test_synthetic_postgres_frontend_split_inside_a_message():
+    q = b"Q" + (4 + 9).to_bytes(4, "big") + b"SELECT 1\x00"
+    sync = b"S\x00\x00\x00\x04"
+    m = recognise(sync + q[:7], q[7:])
+    assert m is not None and m.protocol == "postgresql"
+    assert m.held == f"the last {len(q) - 7} bytes of the {len(q)}-byte Query message"
+
+
+@pytest.mark.parametrize("outstanding, held", [
+    (b"hello world\n", b"and more\n"),
+    (bytes(range(40)), bytes(range(40, 200))),
+    (b"", b"x"),
+    (b"x", b""),
+])
+def test_synthetic_unknown_bytes_are_not_named(outstanding, held):
+    assert recognise(outstanding, held) is None
