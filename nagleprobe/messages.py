@@ -17,8 +17,8 @@ its body, headers and body, a TLS record's header and body) call for one write p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 NOT_CAPTURED = "payload not captured"  # said where the capture holds none of the payload
 COALESCE, NODELAY = "coalesce", "nodelay"
@@ -55,7 +55,7 @@ def recognise(outstanding: bytes, held: bytes, earlier: bytes = b"") -> Message 
     """The messages the cut between `outstanding` and `held` separated, or None."""
     if not outstanding or not held:
         return None
-    for protocol, walk, say in _PROTOCOLS:
+    for _, walk, say in _PROTOCOLS:
         for start in (len(earlier), 0) if earlier else (0,):
             stream = (earlier + outstanding + held)[start:]
             units = walk(stream)
@@ -77,11 +77,12 @@ def _locate(units: list[Unit], s1: int, cut: int) -> tuple[list[Unit], list[Unit
     return before, after, inside
 
 
-def _count(units: list[Unit]) -> str:
-    """'the 214-byte TLS handshake record' or '2 TLS application-data records (214 B, 46 B)'."""
+def _count(units: list[Unit], drop: str = "") -> str:
+    """'the 214-byte TLS handshake record' or '2 TLS application-data records (214 B, 46 B)'
+    (`drop`: a prefix of the names left out, e.g. "PostgreSQL ")."""
     if len(units) == 1:
-        return f"the {units[0].end - units[0].start}-byte {units[0].name}"
-    names = {u.name for u in units}
+        return f"the {units[0].end - units[0].start}-byte {units[0].name.removeprefix(drop)}"
+    names = {u.name.removeprefix(drop) for u in units}
     name = names.pop() + "s" if len(names) == 1 else "messages"
     sizes = ", ".join(f"{u.end - u.start} B" for u in units[:4])
     return f"{len(units)} {name} ({sizes}{', ...' if len(units) > 4 else ''})"
@@ -111,7 +112,7 @@ def _tls_say(units: list[Unit], s1: int, cut: int) -> Message | None:
         size = inside.end - inside.start
         if cut == inside.body:
             return Message("tls", f"the {size - 5}-byte body of a {inside.name}",
-                           f"its 5-byte record header", "header/body",
+                           "its 5-byte record header", "header/body",
                            f"the {inside.name}'s 5-byte header and its {size - 5}-byte body "
                            "were written apart: write each record in one call", COALESCE)
         return Message("tls", f"the last {inside.end - cut} bytes of a {size}-byte "
@@ -129,9 +130,9 @@ def _tls_say(units: list[Unit], s1: int, cut: int) -> Message | None:
 # ---------------------------------------------------------------------- HTTP/1.x
 _REQUEST = re.compile(rb"([A-Z]{3,10}) \S+ HTTP/1\.[01]\r\n")
 _STATUS = re.compile(rb"HTTP/1\.[01] (\d{3})[^\r\n]*\r\n")
-_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.I)
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r\n]*chunked", re.I)
-_EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue", re.I)
+_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r\n]*chunked", re.IGNORECASE)
+_EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue", re.IGNORECASE)
 
 
 def _http_units(data: bytes) -> list[Unit] | None:
@@ -315,20 +316,25 @@ def _pg_say(units: list[Unit], s1: int, cut: int) -> Message | None:
     before, after, inside = _locate(units, s1, cut)
     if inside is not None:
         return Message("postgresql", f"the last {inside.end - cut} bytes of the "
-                       f"{inside.end - inside.start}-byte {inside.name[11:]}",
+                       f"{inside.end - inside.start}-byte {_pg_kind(inside)} message",
                        f"its first {cut - inside.start} bytes", "within a message",
                        f"a {inside.name} was written in pieces: write it in one call",
                        COALESCE)
     if not before or not after:
         return None
-    held = ", ".join(u.name[11:-8] for u in after[:6]) + (", ..." if len(after) > 6 else "")
+    kinds = ", ".join(_pg_kind(u) for u in after[:6]) + (", ..." if len(after) > 6 else "")
     held_bytes = sum(u.end - u.start for u in after)
-    return Message("postgresql", f"the {held} messages ({held_bytes} B)" if len(after) > 1
-                   else f"the {after[0].end - after[0].start}-byte {after[0].name[11:]}",
-                   _count(before)[:4] + _count(before)[4:].replace("PostgreSQL ", ""),
-                   "message/message", f"the messages of one query ({_count(before)} and "
-                   f"then {held}) were sent in separate writes: write the whole "
-                   "query, through its Sync, in one call", COALESCE)
+    held = (f"the {kinds} messages ({held_bytes} B)" if len(after) > 1
+            else _count(after, "PostgreSQL "))
+    return Message("postgresql", held, _count(before, "PostgreSQL "), "message/message",
+                   f"the messages of one query ({_count(before, 'PostgreSQL ')}, then "
+                   f"{kinds}) were sent in separate writes: write the whole query, through "
+                   "its Sync, in one call", COALESCE)
+
+
+def _pg_kind(u: Unit) -> str:
+    """'Bind' of 'PostgreSQL Bind message'."""
+    return u.name.removeprefix("PostgreSQL ").removesuffix(" message")
 
 
 _PROTOCOLS: list[tuple[str, Walker, Callable[[list[Unit], int, int], Message | None]]] = [
@@ -338,7 +344,3 @@ _PROTOCOLS: list[tuple[str, Walker, Callable[[list[Unit], int, int], Message | N
     ("postgresql", _pg_units, _pg_say),
 ]
 
-
-def protocols() -> Iterator[str]:
-    """The protocols `recognise` knows."""
-    return (p for p, _, _ in _PROTOCOLS)

@@ -13,7 +13,7 @@ the record holds of it: possibly nothing.
 from __future__ import annotations
 
 import collections
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -33,12 +33,16 @@ def payloads(path: str, frames: Iterable[int]) -> dict[int, bytes]:
     if not len(wanted):
         return out
     skipped: collections.Counter = collections.Counter()
-    for batch in CaptureReader(path):
-        hit = np.flatnonzero(np.isin(batch.frame, wanted))
-        if len(hit):
-            out.update(_batch_payloads(_rows(batch, hit), skipped))
-        if len(batch.frame) and batch.frame[-1] >= wanted[-1]:
-            break
+    reader = CaptureReader(path)
+    try:
+        for batch in reader:
+            hit = np.flatnonzero(np.isin(batch.frame, wanted))
+            if len(hit):
+                out.update(_batch_payloads(_rows(batch, hit), skipped))
+            if len(batch.frame) and batch.frame[-1] >= wanted[-1]:
+                break  # past the last frame asked for: the rest is not read
+    finally:
+        reader.close()
     return out
 
 

@@ -174,8 +174,8 @@ def postgres_lo(log: Log, tmp: str) -> None:
             try:
                 conn = pg8000.native.Connection("postgres", host=HOST, port=5432)
                 break
-            except Exception:
-                time.sleep(0.2)
+            except (OSError, pg8000.native.InterfaceError, pg8000.native.DatabaseError):
+                time.sleep(0.2)  # the server is still starting
         conn.run("CREATE TABLE notes (body text)")
         pg8000.core._write = logged
         for _ in range(3 * REQUESTS):  # the server's ACK is delayed only now and then
@@ -222,7 +222,7 @@ def inside(name: str) -> None:
 
 def main(names: list[str]) -> None:
     for name in names or list(SCENARIOS):
-        subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+        subprocess.run(["ip", "netns", "del", NS], check=False, capture_output=True)
         subprocess.run(["ip", "netns", "add", NS], check=True)
         try:
             subprocess.run(["ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up"],
@@ -230,7 +230,7 @@ def main(names: list[str]) -> None:
             subprocess.run(["ip", "netns", "exec", NS, sys.executable, __file__, "--inside",
                             name], check=True)
         finally:
-            subprocess.run(["ip", "netns", "del", NS], capture_output=True)
+            subprocess.run(["ip", "netns", "del", NS], check=False, capture_output=True)
         print(f"{name}: {HERE / (name + '.pcap')}")
 
 
