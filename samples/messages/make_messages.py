@@ -88,16 +88,21 @@ def http_server(log: Log, root: str, tls: ssl.SSLContext | None):
     return srv
 
 
-def http1_lo(log: Log, tmp: str) -> None:
-    """http.server answers 6 keep-alive GETs of a 24-byte file from http.client."""
+def get_file(log: Log, tmp: str, tls: ssl.SSLContext | None,
+             conn: http.client.HTTPConnection) -> None:
+    """`conn` GETs a 24-byte file REQUESTS times on one connection from `http_server`."""
     Path(tmp, "status.json").write_bytes(b'{"ok": true, "n": 1234}\n')
-    srv = http_server(log, tmp, None)
-    conn = http.client.HTTPConnection(HOST, 8080)
+    srv = http_server(log, tmp, tls)
     for _ in range(REQUESTS):
         conn.request("GET", "/status.json")
         conn.getresponse().read()
     conn.close()
     srv.shutdown()
+
+
+def http1_lo(log: Log, tmp: str) -> None:
+    """http.server answers 6 keep-alive GETs of a 24-byte file from http.client."""
+    get_file(log, tmp, None, http.client.HTTPConnection(HOST, 8080))
 
 
 def tls_lo(log: Log, tmp: str) -> None:
@@ -107,18 +112,11 @@ def tls_lo(log: Log, tmp: str) -> None:
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=localhost", "-keyout", key, "-out", cert],
                    check=True, capture_output=True)
-    Path(tmp, "status.json").write_bytes(b'{"ok": true, "n": 1234}\n')
     sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     sctx.minimum_version = ssl.TLSVersion.TLSv1_3
     sctx.load_cert_chain(cert, key)
-    srv = http_server(log, tmp, sctx)
     cctx = ssl.create_default_context(cafile=cert)
-    conn = http.client.HTTPSConnection("localhost", 8443, context=cctx)
-    for _ in range(REQUESTS):
-        conn.request("GET", "/status.json")
-        conn.getresponse().read()
-    conn.close()
-    srv.shutdown()
+    get_file(log, tmp, sctx, http.client.HTTPSConnection("localhost", 8443, context=cctx))
 
 
 def dns_lo(log: Log, tmp: str) -> None:
