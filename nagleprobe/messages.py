@@ -11,7 +11,7 @@ the cut separated; None when no protocol known here frames the bytes consistentl
 The advice follows the boundary: parts of one message written apart (a length prefix and
 its body, headers and body, a TLS record's header and body) call for one write per message
 ("coalesce"); whole independent messages written one after another call for TCP_NODELAY
-("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL.
+("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL, SMTP, MQTT.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ COALESCE, NODELAY = "coalesce", "nodelay"
 class Message:
     """What a stall's outstanding and held bytes were, and the fix in the protocol's terms."""
 
-    protocol: str  # "tls", "http/1.1", "dns", "postgresql"
+    protocol: str  # "tls", "http/1.1", "dns", "postgresql", "smtp", "mqtt"
     held: str  # what the held segment carried, e.g. "the 36-byte DNS query"
     before: str  # what was outstanding, e.g. "its 2-byte length prefix"
     split: str  # the boundary the writes fell on, e.g. "prefix/body"
@@ -83,9 +83,11 @@ def _count(units: list[Unit], drop: str = "") -> str:
     if len(units) == 1:
         return f"the {units[0].end - units[0].start}-byte {units[0].name.removeprefix(drop)}"
     names = {u.name.removeprefix(drop) for u in units}
-    name = names.pop() + "s" if len(names) == 1 else "messages"
-    sizes = ", ".join(f"{u.end - u.start} B" for u in units[:4])
-    return f"{len(units)} {name} ({sizes}{', ...' if len(units) > 4 else ''})"
+    one = len(names) == 1
+    sizes = ", ".join(f"{u.end - u.start} B" if one else f"{u.name.removeprefix(drop)} "
+                      f"{u.end - u.start} B" for u in units[:4])
+    more = ", ..." if len(units) > 4 else ""
+    return f"{len(units)} {names.pop() + 's' if one else 'messages'} ({sizes}{more})"
 
 
 # ---------------------------------------------------------------------- TLS
@@ -337,10 +339,100 @@ def _pg_kind(u: Unit) -> str:
     return u.name.removeprefix("PostgreSQL ").removesuffix(" message")
 
 
+# ---------------------------------------------------------------------- SMTP
+_SMTP_VERBS = (b"EHLO", b"HELO", b"MAIL", b"RCPT", b"DATA", b"BDAT", b"RSET", b"NOOP", b"QUIT",
+               b"VRFY", b"STARTTLS", b"AUTH")
+_BDAT = re.compile(rb"BDAT (\d{1,9})( LAST)?\r\n", re.IGNORECASE)
+
+
+def _smtp_units(data: bytes) -> list[Unit] | None:
+    """Client command lines, each BDAT line followed by its chunk (RFC 3030)."""
+    units: list[Unit] = []
+    at = 0
+    while at < len(data):
+        if not data[at:at + 8].upper().startswith(_SMTP_VERBS):
+            return units if units and at >= len(data) else None
+        line = data.find(b"\r\n", at)
+        end = len(data) if line < 0 else line + 2
+        verb = data[at:at + 4].upper().decode()
+        units.append(Unit(at, end, end, f"SMTP {verb} command line"))
+        bdat = _BDAT.match(data, at)
+        if bdat:
+            n = int(bdat.group(1))
+            units.append(Unit(end, end, end + n, "SMTP BDAT chunk"))
+            end += n
+        at = end
+    return units or None
+
+
+def _smtp_say(units: list[Unit], s1: int, cut: int) -> Message | None:
+    before, after, inside = _locate(units, s1, cut)
+    if inside is not None or not before or not after:
+        return None
+    last, first = before[-1], after[0]
+    if first.name == "SMTP BDAT chunk":
+        n = first.end - first.start
+        return Message("smtp", f"its {n}-byte BDAT chunk", f"the BDAT command line "
+                       f"({last.end - last.start} B)", "command/data", f"each BDAT command "
+                       f"line and its {n}-byte chunk were written separately: write them in "
+                       "one call", COALESCE)
+    return Message("smtp", f"the next {first.name[5:]} ({first.end - first.start} B)",
+                   _count(before), "command/command", "SMTP commands waited for each "
+                   "other's ACK: set TCP_NODELAY (or send pipelined commands in one write)",
+                   NODELAY)
+
+
+# ---------------------------------------------------------------------- MQTT
+MQTT_TYPES = ("", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
+              "SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP",
+              "DISCONNECT", "AUTH")
+
+
+def _mqtt_units(data: bytes) -> list[Unit] | None:
+    """Control packets: a type/flags byte, a 1-4 byte remaining length, the rest."""
+    units, at = [], 0
+    while at < len(data):
+        kind, flags = data[at] >> 4, data[at] & 0x0F
+        if kind == 0 or (kind in (6, 8, 10) and flags != 2) or (
+                kind not in (3, 6, 8, 10) and flags) or (kind == 3 and flags & 6 == 6):
+            return None
+        n, shift, i = 0, 0, at + 1
+        while i < len(data) and i < at + 5:
+            n |= (data[i] & 0x7F) << shift
+            shift += 7
+            i += 1
+            if not data[i - 1] & 0x80:
+                break
+        else:
+            if i >= len(data):  # the length itself cut by the end of what is known
+                break
+            return None
+        units.append(Unit(at, i, i + n, f"MQTT {MQTT_TYPES[kind]}"))
+        at = i + n
+    return units if len(units) >= 2 else None
+
+
+def _mqtt_say(units: list[Unit], s1: int, cut: int) -> Message | None:
+    before, after, inside = _locate(units, s1, cut)
+    if inside is not None:
+        size = inside.end - inside.start
+        return Message("mqtt", f"the last {inside.end - cut} bytes of the {size}-byte "
+                       f"{inside.name} packet", f"its first {cut - inside.start} bytes",
+                       "within a packet", f"an {size}-byte {inside.name} packet was written "
+                       "in pieces: write each packet in one call", COALESCE)
+    if not before or not after:
+        return None
+    return Message("mqtt", _count(after), _count(before), "packet/packet",
+                   f"independent MQTT packets ({_count(before)}, then {_count(after)}) waited "
+                   "for each other's ACK: set TCP_NODELAY", NODELAY)
+
+
 _PROTOCOLS: list[tuple[str, Walker, Callable[[list[Unit], int, int], Message | None]]] = [
     ("tls", _tls_units, _tls_say),
     ("http/1.1", _http_units, _http_say),
     ("dns", _dns_units, _dns_say),
     ("postgresql", _pg_units, _pg_say),
+    ("smtp", _smtp_units, _smtp_say),
+    ("mqtt", _mqtt_units, _mqtt_say),  # last: its framing fits the most byte strings
 ]
 

@@ -114,6 +114,61 @@ def test_postgres_query_messages_written_after_a_large_bind():
         assert m["advice"] == COALESCE
 
 
+# ---------------------------------------------------------------------- field captures
+FIELD = Path("/work/shared/field")  # third-party captures, read in place
+
+
+def field(name: str):
+    """(report, named stalls, the label's notes) of a third-party capture."""
+    path = FIELD / name
+    if not path.exists():
+        pytest.skip(f"field capture {path} absent")
+    labels = {c["file"]: c for c in json.loads((FIELD / "labels.json").read_text())}
+    report = nagleprobe.analyze(str(path))
+    return report, stall_messages(report, str(path)), labels[name]["notes"]
+
+
+def test_field_dns_axfr_prefix_written_apart_from_the_query():
+    report, named_, notes = field("pos__chrissanders_dns_axfr.pcapng")
+    size = int(re.search(r"the (\d+)-byte AXFR query", notes).group(1))
+    (m,) = named_.to_dict("records")
+    assert m["protocol"] == "dns" and m["before_message"] == "its 2-byte length prefix"
+    assert m["held_message"] == f"the {size}-byte DNS query" and m["advice"] == COALESCE
+
+
+def test_field_smtp_bdat_line_written_apart_from_its_chunk():
+    """Each stall's S1 is a 'BDAT n' line, its S2 the n-byte chunk (read with dpkt)."""
+    report, named_, notes = field("pos__zeek_smtp_rfc3030-bdat-multipart-chunked.pcap")
+    assert "'BDAT n'" in notes
+    raw = dpkt_payloads(FIELD / "pos__zeek_smtp_rfc3030-bdat-multipart-chunked.pcap")
+    for (_, stall), (_, m) in zip(report.stalls.iterrows(), named_.iterrows()):
+        line = raw[stall["small_frame"]]
+        n = int(re.fullmatch(rb"BDAT (\d+)( LAST)?\r\n", line).group(1))
+        assert m["protocol"] == "smtp" and m["split"] == "command/data"
+        assert m["before_message"] == f"the BDAT command line ({len(line)} B)"
+        assert m["held_message"] == f"its {n}-byte BDAT chunk" and m["advice"] == COALESCE
+
+
+def test_field_mqtt_puback_then_publish_want_nodelay():
+    """Windows MQTT client: a 4-byte PUBACK outstanding, its next PUBLISH held."""
+    report, named_, _ = field("pos__nfstream_coap_mqtt.pcap")
+    assert len(named_) == report.stall_count > 300
+    assert (named_["protocol"] == "mqtt").all() and (named_["advice"] == NODELAY).all()
+    assert (named_["before_message"] == "the 4-byte MQTT PUBACK").all()
+    alone = named_["held_message"].str.fullmatch(r"the \d+-byte MQTT PUBLISH")
+    held = report.stalls["held_bytes"][alone]
+    assert alone.mean() > 0.9 and set(held) <= {60, 64}
+    assert (named_["held_message"][alone] == [f"the {n}-byte MQTT PUBLISH" for n in held]).all()
+
+
+def test_field_unknown_protocols_are_not_named():
+    """OpenFlow, and SMTP typed a key at a time (no command line whole), stay unnamed."""
+    for name in ("pos__tcpdump_of10_pf5240.pcap",
+                 "edge__zeek_communityid_ipv6_smtp_interactive.pcap"):
+        report, named_, _ = field(name)
+        assert report.stall_count and named_["protocol"].isna().all()
+
+
 # ---------------------------------------------------------------------- payloads
 def dpkt_payloads(path: Path, link=dpkt.ethernet.Ethernet) -> dict[int, bytes]:
     out = {}
