@@ -129,7 +129,7 @@ def field(name: str):
 
 
 def test_field_dns_axfr_prefix_written_apart_from_the_query():
-    report, named_, notes = field("pos__chrissanders_dns_axfr.pcapng")
+    _, named_, notes = field("pos__chrissanders_dns_axfr.pcapng")
     size = int(re.search(r"the (\d+)-byte AXFR query", notes).group(1))
     (m,) = named_.to_dict("records")
     assert m["protocol"] == "dns" and m["before_message"] == "its 2-byte length prefix"
