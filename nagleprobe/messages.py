@@ -46,9 +46,7 @@ class Unit:
     name: str  # e.g. "TLS application-data record", "DNS query", "response"
 
 
-# a framing: the units of a stream walked from offset 0 (the last may be cut by its end),
-# or None when the bytes there are not that protocol
-Walker = Callable[[bytes], "list[Unit] | None"]
+Walker = Callable[[bytes], "list[Unit] | None"]  # a stream's units from offset 0, or None
 
 
 def recognise(outstanding: bytes, held: bytes, earlier: bytes = b"") -> Message | None:
@@ -219,40 +217,26 @@ def _dns_units(data: bytes) -> list[Unit] | None:
         cut_short = len(msg) < n  # the last message, cut by the end of what is known
         if n < 12 or not (_dns_header_ok(msg) or (cut_short and units and len(msg) < 12)):
             return None
-        qr = "response" if msg[2] & 0x80 else "query"
+        qr = "message" if len(msg) < 3 else "response" if msg[2] & 0x80 else "query"
         units.append(Unit(at, at + 2, at + 2 + n, f"DNS {qr}"))
         at += 2 + n
     return units or None
 
 
 def _dns_header_ok(msg: bytes) -> bool:
-    """A DNS header (with its first question's name, when that is known) is plausible."""
+    """A DNS header and its first question's name (as far as `msg` goes) are plausible."""
     if len(msg) < 12:
         return False
-    opcode = (msg[2] >> 3) & 0x0F
     qd, an, ns, ar = (int.from_bytes(msg[i:i + 2], "big") for i in (4, 6, 8, 10))
-    if opcode not in (0, 1, 2, 4, 5) or msg[3] & 0x40 or not 1 <= qd <= 4:
-        return False
-    if max(an, ns, ar) > 4096:
-        return False
-    return _name_ok(msg, 12)
-
-
-def _name_ok(msg: bytes, at: int) -> bool:
-    """The domain name at `at` is well formed as far as `msg` goes (a question's name has
-    no compression pointers before it)."""
-    total = 0
-    while at < len(msg):
-        n = msg[at]
-        if n == 0:
-            return True
-        if n > 63:
+    if (msg[2] >> 3) & 0x0F not in (0, 1, 2, 4, 5) or msg[3] & 0x40 or not 1 <= qd <= 4:
+        return False  # opcode, the Z bit, a question
+    at, total = 12, 0
+    while at < len(msg) and msg[at] and max(an, ns, ar) <= 4096:
+        total += msg[at] + 1  # labels of at most 63 bytes, names of at most 255
+        if msg[at] > 63 or total > 255:
             return False
-        total += n + 1
-        if total > 255:
-            return False
-        at += 1 + n
-    return True
+        at += 1 + msg[at]
+    return max(an, ns, ar) <= 4096
 
 
 def _dns_say(units: list[Unit], s1: int, cut: int) -> Message | None:
