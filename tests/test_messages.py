@@ -170,11 +170,17 @@ def test_field_unknown_protocols_are_not_named():
 
 
 # ---------------------------------------------------------------------- payloads
-def dpkt_payloads(path: Path, link=dpkt.ethernet.Ethernet) -> dict[int, bytes]:
+def ethernet_ip(buf: bytes) -> dpkt.Packet:
+    return dpkt.ethernet.Ethernet(buf).data
+
+
+def dpkt_payloads(path: Path, ip_of=ethernet_ip) -> dict[int, bytes]:
+    """dpkt's reading of every TCP payload of a pcap, by frame; `ip_of` finds the IP packet
+    of a record."""
     out = {}
     with open(path, "rb") as f:
         for frame, (_, buf) in enumerate(dpkt.pcap.Reader(f), start=1):
-            ip = link(buf).data
+            ip = ip_of(buf)
             if isinstance(ip, (dpkt.ip.IP, dpkt.ip6.IP6)) and isinstance(ip.data, dpkt.tcp.TCP):
                 out[frame] = bytes(ip.data.data)
     return out
@@ -190,9 +196,34 @@ def test_payloads_match_dpkt(name):
 
 def test_payloads_of_linux_cooked_capture_match_dpkt():
     path = SAMPLES / "proxy_any.pcap"
-    expected = dpkt_payloads(path, dpkt.sll.SLL)
+    expected = dpkt_payloads(path, lambda buf: dpkt.sll.SLL(buf).data)
     some = sorted(expected)[::3]
     assert payloads(str(path), some) == {f: expected[f] for f in some}
+
+
+def vxlan_inner(buf: bytes) -> dpkt.Packet:
+    """dpkt's reading of a VXLAN frame's inner IP packet (UDP 4789, 8-byte VXLAN header)."""
+    outer = dpkt.ethernet.Ethernet(buf).data
+    if isinstance(outer.data, dpkt.udp.UDP) and outer.data.dport == 4789:
+        return dpkt.ethernet.Ethernet(outer.data.data[8:]).data
+    return outer
+
+
+def test_payloads_of_tunnelled_capture_match_dpkt():
+    path = SAMPLES / "vxlan_overlay.pcap"
+    expected = dpkt_payloads(path, vxlan_inner)
+    assert b"hello world\r\n" in expected.values()
+    assert payloads(str(path), expected) == expected
+
+
+@pytest.mark.parametrize("name", ["echo_split_lo", "classic_bulk_tap", "vxlan_overlay"])
+def test_samples_of_a_private_protocol_are_not_named(name):
+    """The team's own test protocol (text and bulk bytes) is none of the known ones."""
+    path = str(SAMPLES / f"{name}.pcap")
+    report = nagleprobe.analyze(path)
+    named_ = stall_messages(report, path)
+    assert report.stall_count and named_["protocol"].isna().all()
+    assert named_["held_message"].isna().all()  # payload captured: nothing to say about it
 
 
 def test_payloads_only_frames_asked_for_and_tcp():
