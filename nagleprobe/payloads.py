@@ -73,32 +73,46 @@ def _batch_payloads(batch: RecordBatch, skipped: collections.Counter) -> dict[in
     return out
 
 
-def _stream_frames(segments: pd.DataFrame, flow: int, sender: str, upto: int,
-                   limit: int) -> list[tuple[int, int]]:
-    """(frame, payload length) of the direction's new data before frame `upto`, oldest
-    first, going back until `limit` bytes (retransmissions and keepalives left out)."""
-    s = segments
-    mine = s[(s["flow"] == flow) & (s["sender"] == sender) & (s["frame"] < upto)
-             & (s["payload"] > 0) & ~s["retransmission"] & ~s["keepalive"]]
-    picked: list[tuple[int, int]] = []
-    total = 0
-    for frame, size in zip(mine["frame"].to_numpy()[::-1], mine["payload"].to_numpy()[::-1]):
-        if total >= limit:
-            break
-        picked.append((int(frame), int(size)))
-        total += int(size)
-    return picked[::-1]
+CONTEXT_FRAMES = 64  # nor more segments than this
+
+
+class _Streams:
+    """Each direction's segments of new data (retransmissions and keepalives left out), by
+    (flow, sender): frames in order and the bytes sent up to each, for looking back."""
+
+    def __init__(self, segments: pd.DataFrame) -> None:
+        s = segments[(segments["payload"] > 0) & ~segments["retransmission"]
+                     & ~segments["keepalive"]]
+        self.by = {}
+        for key, part in s.groupby(["flow", "sender"], sort=False):
+            frames = part["frame"].to_numpy(np.int64)
+            order = np.argsort(frames, kind="stable")
+            sizes = part["payload"].to_numpy(np.int64)[order]
+            self.by[key] = (frames[order], sizes, np.cumsum(sizes))
+
+    def before(self, flow: int, sender: str, upto: int, limit: int) -> list[tuple[int, int]]:
+        """(frame, payload length) of the direction's new data before frame `upto`, oldest
+        first, going back until `limit` bytes or CONTEXT_FRAMES segments."""
+        if (flow, sender) not in self.by:
+            return []
+        frames, sizes, sent = self.by[(flow, sender)]
+        end = int(np.searchsorted(frames, upto))
+        if not end:
+            return []
+        # from the oldest segment ending less than `limit` bytes before frame `upto`
+        start = int(np.searchsorted(sent, sent[end - 1] - limit, side="right"))
+        start = max(start, end - CONTEXT_FRAMES)
+        return [(int(f), int(n)) for f, n in zip(frames[start:end], sizes[start:end])]
 
 
 def stall_messages(report, path: str, context: int = CONTEXT_BYTES) -> pd.DataFrame:
     """One row per stall of `report` (an `analyze` Report of `path`), in its order:
     protocol, held_message, before_message, split, fix, advice (None where the protocol is
     not recognised; held_message says "payload not captured" where the capture has none)."""
-    stalls, segments = report.stalls, report.segments
+    streams = _Streams(report.segments)
     plan = []
-    for row in stalls.itertuples(index=False):
-        earlier = _stream_frames(segments, int(row.flow), row.sender, int(row.small_frame),
-                                 context)
+    for row in report.stalls.itertuples(index=False):
+        earlier = streams.before(int(row.flow), row.sender, int(row.small_frame), context)
         plan.append((earlier, int(row.small_frame), int(row.released_frame),
                      int(row.small_bytes), int(row.held_bytes)))
     need = {f for earlier, s1, s2, _, _ in plan for f in (s1, s2, *(e for e, _ in earlier))}
