@@ -393,7 +393,8 @@ def _mqtt_units(data: bytes) -> list[Unit] | None:
             return None
         units.append(Unit(at, i, i + n, f"MQTT {MQTT_TYPES[kind]}"))
         at = i + n
-    return units if len(units) >= 2 else None
+    # its framing fits many byte strings: only packets that end exactly where the data does
+    return units if len(units) >= 2 and at == len(data) else None
 
 
 def _mqtt_say(units: list[Unit], s1: int, cut: int) -> Message | None:

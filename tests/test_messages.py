@@ -8,12 +8,15 @@ against those writes, not against the recogniser's own output."""
 from __future__ import annotations
 
 import json
+import random
 import re
 import struct
 from pathlib import Path
 
 import dpkt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nagleprobe
 from nagleprobe.messages import COALESCE, NODELAY, NOT_CAPTURED, recognise
@@ -366,3 +369,27 @@ def test_synthetic_postgres_frontend_split_inside_a_message():
 ])
 def test_synthetic_unknown_bytes_are_not_named(outstanding, held):
     assert recognise(outstanding, held) is None
+
+
+FRAMED = st.sampled_from([b"\x16\x03\x03\x00\x05", b"\x00\x1d", b"GET / HTTP/1.1\r\n",
+                          b"HTTP/1.1 200 OK\r\n", b"Q\x00\x00\x00\x05", b"BDAT 3\r\n",
+                          b"\x30\x02", b"\r\n\r\n", b"Content-Length: 9\r\n"])
+PIECES = st.lists(st.one_of(st.binary(max_size=40), FRAMED), max_size=6).map(b"".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(PIECES, PIECES, PIECES)
+def test_synthetic_any_bytes_give_a_message_or_none(outstanding, held, earlier):
+    """Whatever the bytes (random, or pieces of the known framings), recognise answers."""
+    m = recognise(outstanding, held, earlier)
+    assert m is None or (m.held and m.before and m.fix and m.advice in (COALESCE, NODELAY))
+
+
+def test_synthetic_random_bytes_are_not_named():
+    """Seeded random payloads of the usual sizes: no framing fits them by chance."""
+    rng = random.Random(33)
+    sizes = [1, 2, 4, 10, 40, 200, 1000]
+    named_ = [m.protocol for _ in range(5000)
+              if (m := recognise(rng.randbytes(rng.choice(sizes[:-1])),
+                                 rng.randbytes(rng.choice(sizes)))) is not None]
+    assert named_ == []
