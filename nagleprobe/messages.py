@@ -391,10 +391,20 @@ def _mqtt_units(data: bytes) -> list[Unit] | None:
             if i >= len(data):  # the length itself cut by the end of what is known
                 break
             return None
+        if not _mqtt_body_ok(kind, flags, n, data[i:i + 2]):
+            return None
         units.append(Unit(at, i, i + n, f"MQTT {MQTT_TYPES[kind]}"))
         at = i + n
     # its framing fits many byte strings: only packets that end exactly where the data does
     return units if len(units) >= 2 and at == len(data) else None
+
+
+def _mqtt_body_ok(kind: int, flags: int, n: int, first: bytes) -> bool:
+    """A PUBLISH's topic (and packet id) fit in it; acknowledgements carry a packet id;
+    PINGREQ and PINGRESP are empty."""
+    if kind == 3 and len(first) == 2:
+        return int.from_bytes(first, "big") + 2 + (2 if flags & 6 else 0) <= n
+    return n >= 2 if kind in (4, 5, 6, 7, 9, 11) else n == 0 if kind in (12, 13) else True
 
 
 def _mqtt_say(units: list[Unit], s1: int, cut: int) -> Message | None:
@@ -403,7 +413,7 @@ def _mqtt_say(units: list[Unit], s1: int, cut: int) -> Message | None:
         size = inside.end - inside.start
         return Message("mqtt", f"the last {inside.end - cut} bytes of the {size}-byte "
                        f"{inside.name} packet", f"its first {cut - inside.start} bytes",
-                       "within a packet", f"an {size}-byte {inside.name} packet was written "
+                       "within a packet", f"the {inside.name} packet ({size} B) was written "
                        "in pieces: write each packet in one call", COALESCE)
     if not before or not after:
         return None
