@@ -11,7 +11,8 @@ the cut separated; None when no protocol known here frames the bytes consistentl
 The advice follows the boundary: parts of one message written apart (a length prefix and
 its body, headers and body, a TLS record's header and body) call for one write per message
 ("coalesce"); whole independent messages written one after another call for TCP_NODELAY
-("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL, SMTP, MQTT.
+("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL (the client's
+messages), SMTP, MQTT.
 """
 
 from __future__ import annotations
@@ -264,38 +265,24 @@ def _dns_say(units: list[Unit], s1: int, cut: int) -> Message | None:
 PG_FRONTEND = {"B": "Bind", "C": "Close", "D": "Describe", "E": "Execute", "F": "FunctionCall",
                "H": "Flush", "P": "Parse", "Q": "Query", "S": "Sync", "X": "Terminate",
                "d": "CopyData", "c": "CopyDone", "f": "CopyFail", "p": "password"}
-PG_BACKEND = {"1": "ParseComplete", "2": "BindComplete", "3": "CloseComplete",
-              "A": "NotificationResponse", "C": "CommandComplete", "D": "DataRow",
-              "E": "ErrorResponse", "G": "CopyInResponse", "H": "CopyOutResponse",
-              "I": "EmptyQueryResponse", "K": "BackendKeyData", "N": "NoticeResponse",
-              "R": "Authentication", "S": "ParameterStatus", "T": "RowDescription",
-              "V": "FunctionCallResponse", "W": "CopyBothResponse", "Z": "ReadyForQuery",
-              "c": "CopyDone", "d": "CopyData", "n": "NoData", "s": "PortalSuspended",
-              "t": "ParameterDescription"}
 PG_FIXED = {"H": 4, "S": 4, "c": 4, "X": 4}  # frontend messages of one length (Flush, Sync...)
 PG_MAX = 1 << 30
 
 
 def _pg_units(data: bytes) -> list[Unit] | None:
-    """Type byte + 4-byte length messages of either direction, named for the direction only
-    its own message types show (Parse, Bind, Query: the client; ReadyForQuery...: the
-    server)."""
-    raw, at = [], 0
+    """The client's messages: a type byte and a 4-byte length each, one of them a type only
+    the client sends (Parse, Bind, Query...); the startup message is not framed here."""
+    units, at = [], 0
     while at + 5 <= len(data):
         kind, n = chr(data[at]), int.from_bytes(data[at + 1:at + 5], "big")
-        if kind not in PG_FRONTEND and kind not in PG_BACKEND or not 4 <= n < PG_MAX:
+        if kind not in PG_FRONTEND or not 4 <= n < PG_MAX or PG_FIXED.get(kind, n) != n:
             return None
-        raw.append((at, kind, n))
+        units.append(Unit(at, at + 5, at + 1 + n, f"PostgreSQL {PG_FRONTEND[kind]} message"))
         at += 1 + n
-    kinds = {k for _, k, _ in raw}
-    front = kinds & set("BFPQXp") and not kinds & set("123AGIKNRTVWZnst")
-    back = kinds & set("123AGIKNRTVWZnst") and not kinds & set("BFPQXp")
-    if not raw or not (front or back) or len(raw) < 2:
+    client_only = {"Bind", "FunctionCall", "Parse", "Query", "Terminate", "password"}
+    if len(units) < 2 or not any(_pg_kind(u) in client_only for u in units):
         return None
-    if front and any(PG_FIXED.get(k, n) != n for _, k, n in raw):
-        return None
-    names = PG_FRONTEND if front else PG_BACKEND
-    return [Unit(a, a + 5, a + 1 + n, f"PostgreSQL {names[k]} message") for a, k, n in raw]
+    return units
 
 
 def _pg_say(units: list[Unit], s1: int, cut: int) -> Message | None:
