@@ -58,11 +58,15 @@ def recognise(outstanding: bytes, held: bytes, earlier: bytes = b"") -> Message 
         for start in (len(earlier), 0) if earlier else (0,):
             stream = (earlier + outstanding + held)[start:]
             units = walk(stream)
-            if units:
-                cut = len(earlier) + len(outstanding) - start
-                m = say(units, len(outstanding), cut)
-                if m is not None:
-                    return m
+            if not units:
+                continue
+            cut = len(earlier) + len(outstanding) - start
+            before, after, inside = _locate(units, len(outstanding), cut)
+            if inside is None and not (before and after):  # the cut is on no boundary seen
+                continue
+            m = say(before, after, inside, cut)
+            if m is not None:
+                return m
     return None
 
 
@@ -74,6 +78,15 @@ def _locate(units: list[Unit], s1: int, cut: int) -> tuple[list[Unit], list[Unit
     after = [u for u in units if u.start >= cut]
     inside = next((u for u in units if u.start < cut < u.end), None)
     return before, after, inside
+
+
+def _within(protocol: str, inside: Unit, cut: int, what: str) -> Message:
+    """The cut fell inside one message (`what`: "record", "packet"...): one write each."""
+    size = inside.end - inside.start
+    return Message(protocol, f"the last {inside.end - cut} bytes of the {size}-byte "
+                   f"{inside.name}", f"its first {cut - inside.start} bytes", f"within a {what}",
+                   f"the {inside.name} ({size} B) was written in pieces: write each {what} in "
+                   "one call", COALESCE)
 
 
 def _count(units: list[Unit], drop: str = "") -> str:
@@ -107,8 +120,8 @@ def _tls_units(data: bytes) -> list[Unit] | None:
     return units or None
 
 
-def _tls_say(units: list[Unit], s1: int, cut: int) -> Message | None:
-    before, after, inside = _locate(units, s1, cut)
+def _tls_say(before: list[Unit], after: list[Unit], inside: Unit | None,
+             cut: int) -> Message | None:
     if inside is not None:
         size = inside.end - inside.start
         if cut == inside.body:
@@ -116,12 +129,7 @@ def _tls_say(units: list[Unit], s1: int, cut: int) -> Message | None:
                            "its 5-byte record header", "header/body",
                            f"the {inside.name}'s 5-byte header and its {size - 5}-byte body "
                            "were written apart: write each record in one call", COALESCE)
-        return Message("tls", f"the last {inside.end - cut} bytes of a {size}-byte "
-                       f"{inside.name}", f"its first {cut - inside.start} bytes",
-                       "within a record", f"a {size}-byte {inside.name} was written in two "
-                       "pieces: write each record in one call", COALESCE)
-    if not before or not after:
-        return None
+        return _within("tls", inside, cut, "record")
     return Message("tls", _count(after), _count(before), "record/record",
                    f"{_count(before)} and {_count(after)} went out in separate writes (each "
                    "write to a TLS socket is its own record): write what one message needs "
@@ -182,8 +190,8 @@ def _chunks_end(data: bytes, at: int) -> int:
         at = line + 2 + n + 2
 
 
-def _http_say(units: list[Unit], s1: int, cut: int) -> Message | None:
-    before, after, inside = _locate(units, s1, cut)
+def _http_say(before: list[Unit], after: list[Unit], inside: Unit | None,
+              cut: int) -> Message | None:
     if inside is not None:
         kind = "request" if "request" in inside.name else "response"
         heads, body = inside.body - inside.start, inside.end - inside.body
@@ -201,8 +209,6 @@ def _http_say(units: list[Unit], s1: int, cut: int) -> Message | None:
                        f"the first {cut - inside.start} bytes of its headers", "headers/headers",
                        f"the {kind} headers were written in pieces: write them in one call",
                        COALESCE)
-    if not before or not after:
-        return None
     return Message("http/1.1", f"the next {after[0].name} ({after[0].end - after[0].start} B)",
                    _count(before), "message/message", "whole HTTP messages were written one "
                    "after another and each waited for the previous one's ACK: set TCP_NODELAY "
@@ -240,8 +246,8 @@ def _dns_header_ok(msg: bytes) -> bool:
     return max(an, ns, ar) <= 4096
 
 
-def _dns_say(units: list[Unit], s1: int, cut: int) -> Message | None:
-    before, after, inside = _locate(units, s1, cut)
+def _dns_say(before: list[Unit], after: list[Unit], inside: Unit | None,
+             cut: int) -> Message | None:
     if inside is not None:
         size = inside.end - inside.body
         if cut == inside.body:
@@ -254,8 +260,6 @@ def _dns_say(units: list[Unit], s1: int, cut: int) -> Message | None:
                        "bytes", "within a message", f"a {size}-byte {inside.name} was written "
                        "in pieces: write the length prefix and the message in one call",
                        COALESCE)
-    if not before or not after:
-        return None
     return Message("dns", _count(after), _count(before), "message/message",
                    "independent DNS messages waited for each other's ACK: set TCP_NODELAY "
                    "(or send pipelined queries in one write)", NODELAY)
@@ -285,16 +289,10 @@ def _pg_units(data: bytes) -> list[Unit] | None:
     return units
 
 
-def _pg_say(units: list[Unit], s1: int, cut: int) -> Message | None:
-    before, after, inside = _locate(units, s1, cut)
+def _pg_say(before: list[Unit], after: list[Unit], inside: Unit | None,
+            cut: int) -> Message | None:
     if inside is not None:
-        return Message("postgresql", f"the last {inside.end - cut} bytes of the "
-                       f"{inside.end - inside.start}-byte {_pg_kind(inside)} message",
-                       f"its first {cut - inside.start} bytes", "within a message",
-                       f"a {inside.name} was written in pieces: write it in one call",
-                       COALESCE)
-    if not before or not after:
-        return None
+        return _within("postgresql", inside, cut, "message")
     kinds = ", ".join(_pg_kind(u) for u in after[:6]) + (", ..." if len(after) > 6 else "")
     held_bytes = sum(u.end - u.start for u in after)
     held = (f"the {kinds} messages ({held_bytes} B)" if len(after) > 1
@@ -336,9 +334,9 @@ def _smtp_units(data: bytes) -> list[Unit] | None:
     return units or None
 
 
-def _smtp_say(units: list[Unit], s1: int, cut: int) -> Message | None:
-    before, after, inside = _locate(units, s1, cut)
-    if inside is not None or not before or not after:
+def _smtp_say(before: list[Unit], after: list[Unit], inside: Unit | None,
+              cut: int) -> Message | None:
+    if inside is not None:
         return None
     last, first = before[-1], after[0]
     if first.name == "SMTP BDAT chunk":
@@ -394,22 +392,17 @@ def _mqtt_body_ok(kind: int, flags: int, n: int, first: bytes) -> bool:
     return n >= 2 if kind in (4, 5, 6, 7, 9, 11) else n == 0 if kind in (12, 13) else True
 
 
-def _mqtt_say(units: list[Unit], s1: int, cut: int) -> Message | None:
-    before, after, inside = _locate(units, s1, cut)
+def _mqtt_say(before: list[Unit], after: list[Unit], inside: Unit | None,
+              cut: int) -> Message | None:
     if inside is not None:
-        size = inside.end - inside.start
-        return Message("mqtt", f"the last {inside.end - cut} bytes of the {size}-byte "
-                       f"{inside.name} packet", f"its first {cut - inside.start} bytes",
-                       "within a packet", f"the {inside.name} packet ({size} B) was written "
-                       "in pieces: write each packet in one call", COALESCE)
-    if not before or not after:
-        return None
+        return _within("mqtt", inside, cut, "packet")
     return Message("mqtt", _count(after), _count(before), "packet/packet",
                    f"independent MQTT packets ({_count(before)}, then {_count(after)}) waited "
                    "for each other's ACK: set TCP_NODELAY", NODELAY)
 
 
-_PROTOCOLS: list[tuple[str, Walker, Callable[[list[Unit], int, int], Message | None]]] = [
+Say = Callable[[list[Unit], list[Unit], "Unit | None", int], "Message | None"]
+_PROTOCOLS: list[tuple[str, Walker, Say]] = [
     ("tls", _tls_units, _tls_say),
     ("http/1.1", _http_units, _http_say),
     ("dns", _dns_units, _dns_say),

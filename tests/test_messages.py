@@ -292,7 +292,7 @@ def test_synthetic_tls_record_split_inside_its_body():
     rec = tls_record(23, bytes(300))
     m = recognise(rec[:100], rec[100:], earlier=first)
     assert m is not None and m.split == "within a record"
-    assert m.held == "the last 205 bytes of a 305-byte TLS application-data record"
+    assert m.held == "the last 205 bytes of the 305-byte TLS application-data record"
 
 
 def test_synthetic_http_pipelined_requests_want_nodelay():
@@ -358,7 +358,7 @@ def test_synthetic_postgres_frontend_split_inside_a_message():
     sync = b"S\x00\x00\x00\x04"
     m = recognise(sync + q[:7], q[7:])
     assert m is not None and m.protocol == "postgresql"
-    assert m.held == f"the last {len(q) - 7} bytes of the {len(q)}-byte Query message"
+    assert m.held == f"the last {len(q) - 7} bytes of the {len(q)}-byte PostgreSQL Query message"
 
 
 @pytest.mark.parametrize("outstanding, held", [
