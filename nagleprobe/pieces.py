@@ -40,6 +40,7 @@ whole capture, its data segments for linking relays.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -467,6 +468,20 @@ class Ledger:
                                    fallback, self.late_mss)
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
+
+    def finish(self, rows: dict[str, np.ndarray] | None, ends: TupleEnds
+               ) -> tuple[Flows, Detection]:
+        """Analyse the connection's last piece (`rows`, HELD columns with from_low; None:
+        none), then give its flow facts and detection (`result`)."""
+        self.add(rows if rows is not None else {k: v[:0] for k, v in self.hs.items()}, ends,
+                 None)
+        return self.result()
+
+    def provisional(self, rows: dict[str, np.ndarray] | None, ends: TupleEnds
+                    ) -> tuple[Flows, Detection]:
+        """The verdicts the connection would get if it ended now with `rows` (`finish` on a
+        copy: this ledger is left as it was, to take the next piece)."""
+        return copy.deepcopy(self).finish(rows, ends)
 
     @property
     def held_rows(self) -> int:
