@@ -13,7 +13,8 @@ each time it received packets, by the judge every other way of running nagleprob
   (as the stream does with a connection too long to hold), deciding about the rows before
   the window; the window stays held, so packets out of time order can still join it. Its
   verdicts are the Ledger's: judged as if the connection ended now with the window as its
-  last piece (`Ledger.provisional`), and at its end (`Ledger.finish`). What is held per
+  last piece (`Ledger.provisional`), and for good once it is let go of (`Ledger.finish`:
+  closed, or idle). What is held per
   connection is at most `window_rows` packets of `ANALYSED` columns (about 70 bytes each)
   plus the rows the Ledger carries, whatever the connection's length;
 * a stall is reported once: its released segment's (S2's) frame is remembered per connection
@@ -203,7 +204,7 @@ class LiveAnalyzer:
         if short.any():
             found += self._stalls(take(self._held, np.flatnonzero(short)))
         self._hand_over()
-        self._let_go()
+        found += self._let_go()
         return self._in_periods(found)
 
     def _touched_rows(self, touched: np.ndarray) -> np.ndarray:
@@ -356,18 +357,22 @@ class LiveAnalyzer:
             keep = self._reported_ns >= self._decided[self._reported >> 40]
             self._reported, self._reported_ns = self._reported[keep], self._reported_ns[keep]
 
-    def _let_go(self) -> None:
+    def _let_go(self) -> list[tuple[int, dict]]:
         """Let go of connections closed (or silent) long enough: their rows, their Ledger
-        (its last verdicts were judged by the analysis of its last packets), the S2
-        frames remembered."""
+        (its final verdicts judged first: `Ledger.finish`; stalls not reported yet
+        returned), the S2 frames remembered."""
         closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
         now = self.now if self.now is not None else 0
         gone = (closed & (self._last_ts + int(CLOSED_GRACE_S * 1e9) <= now)) | (
             self._last_ts + int(self.idle_s * 1e9) <= now)
         if not gone.any():
-            return
-        for t in [t for t in self._ledgers if gone[t]]:
-            self._count_inexact(self._ledgers.pop(t))
+            return []
+        found: list[tuple[int, dict]] = []
+        for t in [t for t in self._ledgers if gone[t]]:  # (few: long ones)
+            led = self._ledgers.pop(t)
+            f, det = led.finish(self._rows_of(t)[0], self._tuples.ends(np.array([t])))
+            found += self._events(det.stalls, np.full(1, t), f.flow)
+            self._count_inexact(led)
         self._decided[gone] = _NEVER
         self._closed[gone] = 0
         keep = ~gone[self._held["tid"]]
@@ -376,6 +381,12 @@ class LiveAnalyzer:
         if len(self._reported):
             keep = ~gone[self._reported >> 40]
             self._reported, self._reported_ns = self._reported[keep], self._reported_ns[keep]
+        return found
+
+    @property
+    def pieced(self) -> int:
+        """Connections carried by a Ledger now (longer than the window)."""
+        return len(self._ledgers)
 
     @property
     def remembered_stalls(self) -> int:

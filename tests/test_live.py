@@ -169,6 +169,7 @@ def test_what_is_held_per_connection_is_bounded_whatever_its_length():
     carried = OVERLAP_ROWS + LOOKAHEAD_ROWS + HANDSHAKE_ROWS + 2 * (EXTRA_ROWS + 2)
     assert live.peak_held_rows <= window + piece + carried
     assert live.remembered_stalls <= window  # only the stalls whose S2 is still held
+    assert live.pieced == 1  # carried by its Ledger
     from nagleprobe.detect import detect
     from nagleprobe.flows import build_flows
 
@@ -215,6 +216,7 @@ def test_a_connection_past_4_gib_of_sequence_space_is_still_read_right():
     from nagleprobe.detect import detect
     from nagleprobe.flows import build_flows
 
+    assert live.pieced == 1
     want = detect(build_flows(long_connection(copies))).stalls["released_frame"]
     got = sorted(e["frames"][2] for e in events if e["event"] == "stall")
     assert got == sorted(want.tolist())
@@ -235,6 +237,32 @@ def test_a_packet_older_than_what_the_ledger_decided_is_left_out_and_told():
     final = live.final({"packets": len(cols["frame"]), "skipped": {}, "warnings": []})
     assert final["tcp_packets"] == len(cols["frame"])
     assert [w for w in final["warnings"] if w.startswith("1 TCP packets arrived after")]
+
+
+def test_a_long_connection_let_go_of_is_judged_for_good_and_a_doubt_is_named():
+    """Once a connection carried by a Ledger is let go of (here: idle), its Ledger judges it
+    for good, and what may differ from the whole analysis is named in the final report's
+    warnings: with no candidate kept one by one, the first one was judged before the
+    later, shorter round trip that makes it a stall (tests/test_pieces.py)."""
+    from nagleprobe.verdicts import Limits
+    from test_pieces import later_round_trip
+
+    cols = later_round_trip()
+    last = len(cols["frame"]) - 1
+    other = {k: v[[last]].copy() for k, v in cols.items()}  # another connection, 2 s later
+    other["sport"] += 1
+    other["ts_ns"] += 2_000_000_000
+    other["frame"] += 1
+    live = LiveAnalyzer(window_rows=16, idle_s=1.0, piece_limits=Limits(kept_candidates=0))
+    for at in range(len(cols["frame"])):
+        live.feed({k: v[at:at + 1] for k, v in cols.items()})
+    assert live.pieced == 1 and not live.inexact
+    live.feed(other)
+    assert live.pieced == 0
+    final = live.final({"packets": last + 2, "skipped": {}, "warnings": []})
+    assert any(w.startswith("1 of the connections analysed in pieces may differ") and
+               "verdicts of candidates judged before the final round trips" in w
+               for w in final["warnings"])
 
 
 def test_summaries_count_the_stalls_of_each_period_and_the_final_report_all():
