@@ -25,6 +25,7 @@ from nagleprobe.handshake import HANDSHAKE_ROWS
 from nagleprobe.live import MAX_UNANALYSED_ROWS, LiveAnalyzer
 from nagleprobe.pieces import EXTRA_ROWS, LOOKAHEAD_ROWS, OVERLAP_ROWS
 from nagleprobe.read import CaptureReader
+from nagleprobe.verdicts import Limits
 from splitwrite import free_port
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -244,8 +245,7 @@ def test_a_long_connection_let_go_of_is_judged_for_good_and_a_doubt_is_named():
     for good, and what may differ from the whole analysis is named in the final report's
     warnings: with no candidate kept one by one, the first one was judged before the
     later, shorter round trip that makes it a stall (tests/test_pieces.py)."""
-    from nagleprobe.verdicts import Limits
-    from test_pieces import later_round_trip
+    from test_pieces import later_round_trip  # (it imports this module)
 
     cols = later_round_trip()
     last = len(cols["frame"]) - 1
