@@ -14,12 +14,13 @@ each time it received packets, by the judge every other way of running nagleprob
   the window; the window stays held, so packets out of time order can still join it. Its
   verdicts are the Ledger's: judged as if the connection ended now with the window as its
   last piece (`Ledger.provisional`), and for good once it is let go of (`Ledger.finish`:
-  closed, or idle). What is held per
-  connection is at most `window_rows` packets of `ANALYSED` columns (about 70 bytes each)
-  plus the rows the Ledger carries, whatever the connection's length;
+  closed, or idle). What is held per connection is at most `window_rows` packets of
+  `ANALYSED` columns (95 bytes each with the tuple and direction) plus the rows the Ledger
+  carries, whatever the connection's length;
 * a stall is reported once: its released segment's (S2's) frame is remembered per connection
-  until the Ledger has decided about S2's rows (a verdict that changes after that is not
-  reported again).
+  until the Ledger has decided about S2's rows; a candidate the Ledger decided about before
+  it was reported is remembered while the Ledger keeps it raw, and reported if the Ledger's
+  later facts (a shorter round trip, more repeats) make it a stall.
 
 A SYN with a new initial sequence number on a connection carried by a Ledger ends it (its
 final verdicts are judged) and starts a new one.
@@ -115,6 +116,9 @@ class LiveAnalyzer:
     # kept while the tuple is held and S2 is not decided by its Ledger
     _reported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _reported_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the same keys of the candidates a Ledger decided about while they were not reported
+    # and still keeps raw, sorted: one its later facts make a stall is reported then
+    _unreported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _flows: dict[int, _FlowTotals] = field(default_factory=dict)
     _period_end: int | None = None
     syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
@@ -269,12 +273,14 @@ class LiveAnalyzer:
             return self._events(det.stalls, np.full(1, t), f.flow)
         cut = int(syn[0])
         f, det = led.finish(take(rows, np.arange(cut)), one)
+        found = self._events(det.stalls, np.full(1, t), f.flow)
         self._count_inexact(self._ledgers.pop(t))
         self._decided[t] = _NEVER
+        self._unreported = self._unreported[(self._unreported >> 40) != t]
         gone = np.zeros(len(self._held["tid"]), bool)
         gone[at[:cut]] = True
         self._held = {k: v[~gone] for k, v in self._held.items()}
-        return self._events(det.stalls, np.full(1, t), f.flow)
+        return found
 
     def _events(self, st: dict[str, np.ndarray], flow_tid: np.ndarray,
                 fl: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
@@ -287,7 +293,8 @@ class LiveAnalyzer:
         tid = flow_tid[flow]
         ns = st["released_ns"][order].astype(np.int64)
         key = (tid << 40) | st["released_frame"][order].astype(np.int64)
-        seen = np.isin(key, self._reported) | (ns < self._decided[tid])
+        seen = np.isin(key, self._reported) | (
+            (ns < self._decided[tid]) & ~np.isin(key, self._unreported))
         new, tid, flow, key, ns = (order[~seen], tid[~seen], flow[~seen], key[~seen],
                                    ns[~seen])
         if len(new) and (self.ports or self.hosts or self.min_confidence):
@@ -297,6 +304,7 @@ class LiveAnalyzer:
             new, tid, flow, key, ns = new[keep], tid[keep], flow[keep], key[keep], ns[keep]
         if not len(new):
             return []
+        self._unreported = np.setdiff1d(self._unreported, key)
         keys, ns = np.r_[self._reported, key], np.r_[self._reported_ns, ns]
         by_key = np.argsort(keys)
         self._reported, self._reported_ns = keys[by_key], ns[by_key]
@@ -349,6 +357,7 @@ class LiveAnalyzer:
                 led.arrivals = None  # (relays are not linked live)
             else:
                 led.add(piece, one, safe)
+            self._note_unreported(t, led)
             self._decided[t] = led.cut
             given[at[:n - self.window_rows]] = True
         self._held = {k: v[~given] for k, v in self._held.items()}
@@ -356,6 +365,18 @@ class LiveAnalyzer:
         if len(self._reported):  # forget S2 frames decided by a Ledger
             keep = self._reported_ns >= self._decided[self._reported >> 40]
             self._reported, self._reported_ns = self._reported[keep], self._reported_ns[keep]
+
+    def _note_unreported(self, t: int, led: Ledger) -> None:
+        """Of tuple `t`'s candidates its Ledger keeps raw, remember those it has just decided
+        about (before `led.cut`, not before `_decided[t]`) that were not reported; forget
+        those it no longer keeps raw."""
+        frame, ns = led.verdicts.kept()
+        key = (np.int64(t) << 40) | frame
+        mine = (self._unreported >> 40) == t
+        keep = np.isin(self._unreported, key) | ~mine
+        now_decided = (ns >= self._decided[t]) & (ns < led.cut)
+        new = key[now_decided & ~np.isin(key, self._reported)]
+        self._unreported = np.union1d(self._unreported[keep], new)
 
     def _let_go(self) -> list[tuple[int, dict]]:
         """Let go of connections closed (or silent) long enough: their rows, their Ledger
@@ -381,6 +402,7 @@ class LiveAnalyzer:
         if len(self._reported):
             keep = ~gone[self._reported >> 40]
             self._reported, self._reported_ns = self._reported[keep], self._reported_ns[keep]
+        self._unreported = self._unreported[~gone[self._unreported >> 40]]
         return found
 
     @property

@@ -265,6 +265,56 @@ def test_a_long_connection_let_go_of_is_judged_for_good_and_a_doubt_is_named():
                for w in final["warnings"])
 
 
+def test_a_stall_a_later_round_trip_reveals_is_reported_though_its_rows_were_decided():
+    """The Ledger keeps its candidates raw and judges them again with what it learns later:
+    the first candidate of this conversation becomes a stall only once a much shorter round
+    trip is seen, far beyond the window (tests/test_pieces.py); it is reported then, once,
+    as the whole analysis finds it."""
+    from test_pieces import later_round_trip  # (it imports this module)
+
+    cols = later_round_trip()
+    events, live = [], LiveAnalyzer(window_rows=16)
+    for at in range(len(cols["frame"])):
+        events += live.feed({k: v[at:at + 1] for k, v in cols.items()})
+    want = analyze_whole_columns(cols)
+    assert live.pieced == 1 and len(want) == 1
+    assert [e["frames"] for e in events if e["event"] == "stall"] == want
+
+
+def analyze_whole_columns(cols: dict[str, np.ndarray]) -> list[list[int]]:
+    """The whole analysis' stalls of decoded columns, as [S1, late ACK, S2] frames."""
+    from nagleprobe.detect import detect
+    from nagleprobe.flows import build_flows
+
+    st = detect(build_flows(cols)).stalls
+    return [list(x) for x in zip(st["small_frame"].tolist(), st["ack_frame"].tolist(),
+                                 st["released_frame"].tolist())]
+
+
+def test_a_4tuple_opened_again_while_carried_by_a_ledger():
+    """A long connection that never closed, then a SYN with a new initial sequence number on
+    its 4-tuple: the first connection is judged for good, the second starts anew (held
+    whole, then carried by its own Ledger), and every stall of both is reported once."""
+    first, second = long_connection(10), long_connection(10)
+    client = second["sport"] == second["sport"][0]
+    acked = (second["flags"] & 0x10) != 0
+    second["seq"] = ((second["seq"].astype(np.int64) + np.where(client, 12345, 777))
+                     % (1 << 32)).astype(second["seq"].dtype)
+    second["ack"] = np.where(acked, (second["ack"].astype(np.int64)
+                                     + np.where(client, 777, 12345)) % (1 << 32),
+                             second["ack"]).astype(second["ack"].dtype)
+    second["ts_ns"] += first["ts_ns"][-1] + 1_000_000_000 - second["ts_ns"][0]
+    second["frame"] += first["frame"][-1]
+    cols = {k: np.concatenate([first[k], second[k]]) for k in first}
+    events, live = [], LiveAnalyzer(window_rows=32)
+    for at in range(0, len(cols["frame"]), 20):
+        events += live.feed({k: v[at:at + 20] for k, v in cols.items()})
+    want = analyze_whole_columns(cols)
+    got = [e["frames"] for e in events if e["event"] == "stall"]
+    assert len(want) == 380 and live.pieced == 1
+    assert sorted(got) == sorted(want)
+
+
 def test_summaries_count_the_stalls_of_each_period_and_the_final_report_all():
     cmd = [sys.executable, "-m", "nagleprobe", "watch", "--format", "jsonl",
            "--summary-every", "1", str(SAMPLES / "long_echo_split_rtt80_client.pcap")]
