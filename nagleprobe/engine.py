@@ -5,8 +5,9 @@ hold whole, `watch`) hands a connection's packets to the same two steps: `flows.
 (segments, sequence space, round trips, MSS) and `detect` (the evidence chain and the rule).
 `judge` runs them on a batch of whole connections; a connection too long to hold is judged
 in pieces by `pieces.Ledger` (the same steps, its facts carried from piece to piece, the rule
-applied once at its end), and `judge_ledger` gives its rows; `watch` judges the window it
-holds of each open connection with `judge_window`. The result of a batch is a `Judged`.
+applied once at its end), and `judge_ledger` gives its rows. `watch` judges the open
+connections it holds whole with `judge_window`, and a longer one by its `Ledger` (as if it
+ended now: `Ledger.provisional`). The result of a batch is a `Judged`.
 """
 
 from __future__ import annotations
@@ -82,9 +83,7 @@ def _judged(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarra
 def judge_ledger(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
                  origin_ns: int) -> Judged:
     """Judge the last piece of a connection judged in pieces, then the whole connection."""
-    ledger.add(rows if rows is not None else {k: v[:0] for k, v in ledger.hs.items()}, ends,
-               None)
-    flows, det = ledger.result()
+    flows, det = ledger.finish(rows, ends)
     arrived = ({k: np.concatenate([a[k] for a in ledger.arrivals]) for k in ledger.arrivals[0]}
                if ledger.arrivals else {"flow": np.zeros(0, np.int64)})
     ledger.arrivals = None
@@ -94,8 +93,8 @@ def judge_ledger(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: Tuple
 
 def judge_window(cols: dict[str, np.ndarray], tuples: np.ndarray
                  ) -> tuple[Flows, Evidence, Params, Detection]:
-    """build_flows -> detect on the packets held of open connections (`tuples`: each row's
-    connection, numbered 0..), with the evidence the rule was given (its candidates, those
+    """build_flows -> detect on the packets of open connections held whole (`tuples`: each
+    row's connection, numbered 0..), with the evidence the rule was given (its candidates, those
     judged no stall included)."""
     f = build_flows(cols, tuples)
     p = params(f.flow)

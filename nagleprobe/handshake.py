@@ -1,14 +1,14 @@
-"""A connection's handshake, held for its whole life when the rest of it is analysed a part
-at a time (`live`: a sliding window; `stream`: pieces of a long connection), and moved in
-sequence space to just before the part analysed.
+"""A connection's handshake, held for its whole life when the rest of it is analysed a piece
+at a time (`pieces.Ledger`, for the stream and `watch`), and moved in sequence space to just
+before the rows a piece carries.
 
 The handshake rows carry what no later packet says again: the MSS and window scale of the
 SYNs, the roles (who sent the SYN; without one, the first packet's direction and ports), and
-the handshake's round trips. Once packets between the handshake and the part analysed were
+the handshake's round trips. Once packets between the handshake and the rows carried were
 let go of, the handshake's sequence and acknowledgement numbers are moved (`rebased`) so that
-the analysis (`flows.build_flows`) reads the part as following it: per direction, the
+the analysis (`flows.build_flows`) reads the rows as following it: per direction, the
 handshake then ends where the sender had sent up to, and acknowledges what the sender had
-acknowledged, when the part begins. Sequence numbers wrap at 4 GiB; a connection that has
+acknowledged, when the rows begin. Sequence numbers wrap at 4 GiB; a connection that has
 sent gigabytes since its SYN is read right this way.
 """
 
@@ -47,7 +47,7 @@ def _top(values: np.ndarray, key: np.ndarray, nkeys: int) -> np.ndarray:
 
 
 def _ends(seq: np.ndarray, ack: np.ndarray, payload: np.ndarray, flags: np.ndarray,
-                   key: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
+          key: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
     """Of handshake rows sent by `key` (a connection and direction, 0..nkeys-1): per key,
     where its sequence space ends (the highest seq + payload + SYN + FIN, raw 32-bit) and
     the highest acknowledgement it sent (raw); -1 where there is none."""
@@ -59,7 +59,7 @@ def _ends(seq: np.ndarray, ack: np.ndarray, payload: np.ndarray, flags: np.ndarr
 
 
 def _moved(seq: np.ndarray, ack: np.ndarray, flags: np.ndarray, key: np.ndarray,
-          seq_shift: np.ndarray, ack_shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+           seq_shift: np.ndarray, ack_shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Handshake rows (sent by `key`) with their sequence numbers moved on by
     `seq_shift[key]` and their acknowledgements (where they carry ACK) by `ack_shift[key]`,
     modulo 2**32, in the columns' own dtypes."""
@@ -76,20 +76,18 @@ def _shift_to(target: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 
 def rebased(rows: dict[str, np.ndarray], hs: np.ndarray, key: np.ndarray, nkeys: int,
-            seq_target: np.ndarray, ack_target: np.ndarray | None = None,
+            seq_target: np.ndarray, ack_target: np.ndarray,
             also: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """`rows` with the handshake rows `hs` (positions; sent by `key`, a connection and
-    direction 0..nkeys-1, the peer of k being k ^ 1) moved in sequence space: each key's
-    handshake then ends at `seq_target[key]` and acknowledges up to `ack_target[key]`
-    (without it, its ACKs move as far as the peer's sequence numbers do); the rows `also`
-    (a SYN sent again) move with them. -1 in a target: that key is not moved."""
-    end, top = _ends(rows["seq"][hs], rows["ack"][hs], rows["payload"][hs],
-                              rows["flags"][hs], key[hs], nkeys)
+    direction 0..nkeys-1) moved in sequence space: each key's handshake then ends at
+    `seq_target[key]` and acknowledges up to `ack_target[key]`; the rows `also` (a SYN sent
+    again) move with them. -1 in a target: that key is not moved."""
+    end, top = _ends(rows["seq"][hs], rows["ack"][hs], rows["payload"][hs], rows["flags"][hs],
+                     key[hs], nkeys)
     seq_shift = _shift_to(seq_target, end)
-    ack_shift = (seq_shift.reshape(-1, 2)[:, ::-1].reshape(-1) if ack_target is None
-                 else _shift_to(ack_target, top))
+    ack_shift = _shift_to(ack_target, top)
     h = hs if also is None else np.r_[hs, also]
     out = {**rows, "seq": rows["seq"].copy(), "ack": rows["ack"].copy()}
     out["seq"][h], out["ack"][h] = _moved(rows["seq"][h], rows["ack"][h], rows["flags"][h],
-                                         key[h], seq_shift, ack_shift)
+                                          key[h], seq_shift, ack_shift)
     return out

@@ -2,29 +2,28 @@
 
 `nagleprobe watch` reads a capture that is still being written (a pipe from tcpdump, a
 growing file, or tcpdump run on an interface) and cannot wait for connections to close: a
-connection pool or a gRPC channel lives for days. So every open connection is analysed
-again and again on a sliding window of its packets:
+connection pool or a gRPC channel lives for days. So every open connection is judged again
+each time it received packets, by the judge every other way of running nagleprobe uses
+(`engine`):
 
-* per 4-tuple the analyser holds its handshake (`handshake.handshake_mask`: its first packet
-  and the first HANDSHAKE_ROWS packets without payload: SYN, SYN/ACK, the ACK; they carry
-  the MSS, the window scale, the roles and the handshake's round trips) and the last
-  `window_rows` packets after it (the tail). Nothing
-  else: what is held per connection is at most `window_rows + HANDSHAKE_ROWS` packets of
-  `ANALYSED` columns (about 70 bytes each), whatever the connection's length;
-* each analysis runs the judge (`engine.judge_window`: `build_flows` -> `detect`) on the handshake and
-  the tail of the connections that received packets. Once the tail no longer follows the
-  handshake, the handshake's sequence and acknowledgement numbers are moved to just before
-  the tail (`_rebased`, with `handshake.rebased`), so the sequence space of a connection that sent gigabytes since its
-  SYN is still read right;
-* a stall is reported once: the released segment's (S2's) frame number is remembered per
-  connection while it is held, and a stall found again in a later window is not reported
-  again.
+* a connection is held whole while it is short (at most `window_rows` packets): each
+  analysis judges the connections that received packets (`engine.judge_window`), so its live
+  verdicts equal the whole-connection analysis up to what it had sent;
+* once longer, its packets beyond the last `window_rows` are handed to its `pieces.Ledger`
+  (as the stream does with a connection too long to hold), deciding about the rows before
+  the window; the window stays held, so packets out of time order can still join it. Its
+  verdicts are the Ledger's: judged as if the connection ended now with the window as its
+  last piece (`Ledger.provisional`), and for good once it is let go of (`Ledger.finish`:
+  closed, or idle). What is held per connection is at most `window_rows` packets of
+  `ANALYSED` columns (95 bytes each with the tuple and direction) plus the rows the Ledger
+  carries, whatever the connection's length;
+* a stall is reported once: its released segment's (S2's) frame is remembered per connection
+  until the Ledger has decided about S2's rows; a candidate the Ledger decided about before
+  it was reported is remembered while the Ledger keeps it raw, and reported if the Ledger's
+  later facts (a shorter round trip, more repeats) make it a stall.
 
-What a window cannot know: facts of the packets before the tail (a lower round trip, a
-Nagle-off proof, the stalls that set a confidence) count only while they are held. A
-connection shorter than the window is analysed whole, so its live verdicts equal the
-whole-connection analysis up to what it had sent when the stall was reported (see
-tests/test_live.py, which compares them on every sample).
+A SYN with a new initial sequence number on a connection carried by a Ledger ends it (its
+final verdicts are judged) and starts a new one.
 """
 
 from __future__ import annotations
@@ -35,22 +34,27 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import syns
+from .columns import take
 from .decode import ACK, FIN, RST, SYN
 from .engine import judge_window
-from .handshake import handshake_mask, rebased
+from .pieces import Ledger, last_connection
 from .pipeline import DEFAULT_IDLE_S
 from .selection import selected_stalls
-from .stream import ANALYSED
+from .stream import ANALYSED, HELD
 from .tuples import TupleTable
+from .verdicts import Limits
 
-DEFAULT_WINDOW_ROWS = 4096  # packets of a connection's tail held and analysed
+DEFAULT_WINDOW_ROWS = 4096  # packets of a connection held whole and analysed
 DEFAULT_SUMMARY_S = 10.0
 CLOSED_GRACE_S = 2.0  # a closed connection's packets are let go of this long after its last
 # rows fed without an analysis (input coming faster than the analyses): then analyse anyway,
 # so what is held stays bounded when a file or a burst is read at full speed
 MAX_UNANALYSED_ROWS = 1 << 14
-_HELD = {**ANALYSED, "tid": np.int64, "from_low": np.bool_, "hs": np.bool_}
+_HELD = {**ANALYSED, "tid": np.int64, "from_low": np.bool_}
 _LOW_FIN, _HIGH_FIN, _RST = 1, 2, 4
+_NEVER = np.iinfo(np.int64).min
+_STALL_COLUMNS = ("dir", "released_ns", "stall_ns", "ack_delay_ns", "small_frame",
+                  "ack_frame", "released_frame", "held_bytes", "confidence")
 
 
 def _utc(ns: int) -> str:
@@ -77,7 +81,8 @@ class LiveAnalyzer:
     """Feed decoded TCP columns in capture order (`feed`); get the stalls proven so far as
     event dicts (`"event": "stall"`); `summary` and `final` give the other events.
 
-    `window_rows`: tail of each connection held and analysed (the memory bound).
+    `window_rows`: packets of each connection held (the memory bound); a longer connection's
+    older packets are carried by its `pieces.Ledger` (bounded by `piece_limits`).
     `summary_s`: capture time between summaries (`summary` returns [] before that).
     `ports`, `hosts`, `min_confidence`: report only these flows' stalls, as `analyze`'s
     selection (`nagleprobe.selection`); a stall below the confidence is looked at again
@@ -90,27 +95,34 @@ class LiveAnalyzer:
     min_confidence: float | None = None
     summary_s: float = DEFAULT_SUMMARY_S
     idle_s: float = DEFAULT_IDLE_S
+    piece_limits: Limits = field(default_factory=Limits)
     packets: int = 0  # TCP packets fed
     now: int | None = None  # capture clock: latest timestamp fed (ns)
-    peak_held_rows: int = 0
+    peak_held_rows: int = 0  # rows held (not yet handed to a Ledger, or carried by one)
+    late_in_pieces: int = 0  # rows left out: older than what their connection's Ledger decided
+    # why a Ledger's verdicts may differ from the whole-connection analysis: connections
+    inexact: dict[str, int] = field(default_factory=dict)
     _tuples: TupleTable = field(default_factory=TupleTable)
     _held: dict[str, np.ndarray] = field(
         default_factory=lambda: {k: np.zeros(0, t) for k, t in _HELD.items()})
     _new_rows: int = 0  # rows fed since the last analysis
-    _seen: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # rows per tuple
-    _trimmed: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # tail cut
     _closed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     _last_ts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _touched: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    # (tuple id << 40 | S2 frame) of the stalls reported whose S2 is still held, sorted
+    _ledgers: dict[int, Ledger] = field(default_factory=dict)  # the long connections'
+    # per tuple: rows before this time are decided by its Ledger (_NEVER: no Ledger)
+    _decided: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # (tuple id << 40 | S2 frame) of the stalls reported, sorted, and their S2's times:
+    # kept while the tuple is held and S2 is not decided by its Ledger
     _reported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    # the same keys of the candidates judged no stall whose S2 is still held, sorted: once
-    # its tuple's tail is cut, such a candidate is never judged again (see `_stalls`)
-    _judged: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _reported_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the same keys of the candidates a Ledger decided about while they were not reported
+    # and still keeps raw, sorted: one its later facts make a stall is reported then
+    _unreported: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _flows: dict[int, _FlowTotals] = field(default_factory=dict)
     _period_end: int | None = None
     syn_jumps: syns.Tally = field(default_factory=syns.Tally)  # SYNs left out
-    # per tuple, the last frame of those counted (a window sees them again)
+    # per tuple, the last frame of those counted (an analysis sees them again)
     _jump_top: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     # ------------------------------------------------------------------ input
@@ -126,28 +138,16 @@ class LiveAnalyzer:
         return self.analyse()
 
     def _take(self, cols: dict[str, np.ndarray]) -> None:
-        n = len(cols["frame"])
+        self.packets += len(cols["frame"])
         tid, from_low = self._tuples.ids(cols)
-        grow = self._tuples.count - len(self._seen)
+        grow = self._tuples.count - len(self._closed)
         if grow > 0:
-            self._seen = np.r_[self._seen, np.zeros(grow, np.int64)]
-            self._trimmed = np.r_[self._trimmed, np.zeros(grow, bool)]
             self._closed = np.r_[self._closed, np.zeros(grow, np.uint8)]
             self._last_ts = np.r_[self._last_ts, np.full(grow, np.iinfo(np.int64).min)]
             self._touched = np.r_[self._touched, np.zeros(grow, bool)]
+            self._decided = np.r_[self._decided, np.full(grow, _NEVER, np.int64)]
             self._jump_top = np.r_[self._jump_top, np.full(grow, -1, np.int64)]
-        # each row's rank among the rows of its tuple so far: the first few control packets
-        # (the handshake) are held for the connection's life
-        order = np.argsort(tid, kind="stable")
-        st = tid[order]
-        first = np.r_[True, st[1:] != st[:-1]]
-        rank_sorted = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
-        rank = np.empty(n, np.int64)
-        rank[order] = rank_sorted
-        rank += self._seen[tid]
         flags = cols["flags"]
-        hs = handshake_mask(rank, cols["payload"], flags)
-        self._seen += np.bincount(tid, minlength=len(self._seen))
         # a SYN opens the 4-tuple again; FIN from both ends or RST closes it
         syn = (flags & (SYN | ACK)) == SYN
         self._closed[tid[syn]] = 0
@@ -156,30 +156,67 @@ class LiveAnalyzer:
         np.bitwise_or.at(self._closed, tid[end], bits[end].astype(np.uint8))
         np.maximum.at(self._last_ts, tid, cols["ts_ns"])
         self._touched[tid] = True
+        # rows older than what a Ledger decided of their connection cannot join it
+        older = cols["ts_ns"] < self._decided[tid]
+        if older.any():
+            self.late_in_pieces += int(older.sum())
+            cols = {k: v[~older] for k, v in cols.items()}
+            tid, from_low = tid[~older], from_low[~older]
+        n = len(tid)
+        if not n:
+            return
         ts_max = int(cols["ts_ns"].max())
         self.now = ts_max if self.now is None else max(self.now, ts_max)
         self.start_clock(int(cols["ts_ns"].min()))
         new = {k: np.asarray(cols[k], dtype=t) for k, t in ANALYSED.items()}
-        new.update(tid=tid, from_low=from_low, hs=hs)
+        new.update(tid=tid, from_low=from_low)
         self._held = {k: np.concatenate([self._held[k], new[k]]) for k in _HELD}
-        self.packets += n
         self._new_rows += n
-        self.peak_held_rows = max(self.peak_held_rows, len(self._held["tid"]))
+        self._note_held()
+
+    def _note_held(self) -> None:
+        """Note the rows held now: not yet handed to a Ledger, and carried by the Ledgers."""
+        carried = sum(led.held_rows for led in self._ledgers.values())
+        self.peak_held_rows = max(self.peak_held_rows, len(self._held["tid"]) + carried)
+
+    def _count_inexact(self, led: Ledger, into: dict[str, int] | None = None) -> dict[str, int]:
+        """Count the reasons why `led`'s verdicts may differ from the whole analysis'."""
+        into = self.inexact if into is None else into
+        for why in led.inexact:
+            into[why] = into.get(why, 0) + 1
+        return into
+
+    def _all_inexact(self) -> dict[str, int]:
+        """`inexact` with the connections still carried by a Ledger."""
+        out = dict(self.inexact)
+        for led in self._ledgers.values():
+            self._count_inexact(led, out)
+        return out
 
     # ------------------------------------------------------------------ analysis
     def analyse(self) -> list[dict]:
-        """Analyse the connections that received packets since the last call on their
-        window; return the stalls not reported before; let go of what is no longer needed."""
+        """Judge the connections that received packets since the last call; return the
+        stalls not reported before; hand the rows beyond the window to the Ledgers; let go
+        of what is no longer needed."""
         self._new_rows = 0
-        h = self._held
-        touched = self._touched[h["tid"]]
+        touched = np.flatnonzero(self._touched)
         self._touched[:] = False
         found: list[tuple[int, dict]] = []
-        if touched.any():
-            window = {k: v[touched] for k, v in h.items()}
-            found = self._stalls(self._rebased(window))
-        self._trim()
+        for t in [t for t in touched.tolist() if t in self._ledgers]:  # (few: long ones)
+            found += self._pieced_stalls(t)
+        short = self._touched_rows(touched)
+        if short.any():
+            found += self._stalls(take(self._held, np.flatnonzero(short)))
+        self._hand_over()
+        found += self._let_go()
         return self._in_periods(found)
+
+    def _touched_rows(self, touched: np.ndarray) -> np.ndarray:
+        """Which held rows are of the tuples `touched` held whole (no Ledger)."""
+        mine = np.zeros(len(self._closed), bool)
+        mine[touched] = True
+        mine[list(self._ledgers)] = False
+        return mine[self._held["tid"]]
 
     def _in_periods(self, found: list[tuple[int, dict]]) -> list[dict]:
         """The stalls found (S2's time, event), each counted in the summary period of its
@@ -195,78 +232,85 @@ class LiveAnalyzer:
             out.append(event)
         return out + self.summary()
 
-    def _rebased(self, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The window with the handshake of each connection whose tail was cut moved in
-        sequence space to just before the tail (`handshake.rebased`): per direction, its
-        sequence numbers (and the peer's acknowledgements of them) shifted so the handshake
-        ends where the tail's first packet of that direction starts."""
-        tid, hs, fl = w["tid"], w["hs"], w["from_low"]
-        cut = self._trimmed[tid]
-        if not (cut & hs).any():
-            return w
-        k = tid * 2 + fl  # (tuple, direction) of each row's sender
-        size = 2 * len(self._trimmed)
-        tail = np.flatnonzero(cut & ~hs)
-        first_tail = np.full(size, -1, np.int64)
-        first_tail[k[tail[::-1]]] = w["seq"][tail[::-1]]  # the first tail row of each direction
-        return rebased(w, np.flatnonzero(cut & hs), k, size, first_tail)
-
-    def _count_syn_jumps(self, w: dict[str, np.ndarray], frames: np.ndarray) -> None:
-        """Count the SYNs a window left out that no earlier window counted: per 4-tuple,
-        those after the last one counted (frame numbers only grow)."""
-        by_frame = np.argsort(w["frame"])
-        tid = w["tid"][by_frame[np.searchsorted(w["frame"], frames, sorter=by_frame)]]
+    def _count_syn_jumps(self, tid: np.ndarray, frames: np.ndarray) -> None:
+        """Count the SYNs left out (`tid`: their tuples) that no earlier analysis counted:
+        per 4-tuple, those after the last one counted (frame numbers only grow)."""
         new = frames > self._jump_top[tid]
         self.syn_jumps.add(frames[new])
         np.maximum.at(self._jump_top, tid[new], frames[new])
 
     def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
-        """Run flows and detection on the window; the stalls not reported yet, as (S2's
-        time, event)."""
+        """Judge the connections held whole whose rows are `w`; their stalls not reported
+        yet, as (S2's time, event)."""
         _, local = np.unique(w["tid"], return_inverse=True)
-        f, ev, _, det = judge_window({k: w[k] for k in ANALYSED}, local)
-        if len(f.syn_jumps):
-            self._count_syn_jumps(w, f.syn_jumps)
-        st = det.stalls
+        f, _, _, det = judge_window({k: w[k] for k in ANALYSED}, local)
         by_frame = np.argsort(w["frame"])
+        if len(f.syn_jumps):
+            at = by_frame[np.searchsorted(w["frame"], f.syn_jumps, sorter=by_frame)]
+            self._count_syn_jumps(w["tid"][at], f.syn_jumps)
         first_row = np.searchsorted(w["frame"], f.seg["frame"][f.starts], sorter=by_frame)
         flow_tid = w["tid"][by_frame[first_row]]
-        judged = self._judged
-        cand = ev.candidates
-        rejected = np.setdiff1d((flow_tid[cand["key"] >> 1] << 40)
-                                | cand["released_frame"].astype(np.int64),
-                                (flow_tid[st["flow"]] << 40)
-                                | st["released_frame"].astype(np.int64))
-        self._judged = np.union1d(judged, rejected)
+        return self._events(det.stalls, flow_tid, f.flow)
+
+    def _rows_of(self, t: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The rows held of tuple `t` in time order (HELD columns), and their positions."""
+        at = np.flatnonzero(self._held["tid"] == t)
+        at = at[np.lexsort((self._held["frame"][at], self._held["ts_ns"][at]))]
+        return {k: self._held[k][at] for k in HELD}, at
+
+    def _pieced_stalls(self, t: int) -> list[tuple[int, dict]]:
+        """Judge the connection carried by tuple `t`'s Ledger as if it ended now; its
+        stalls not reported yet. A SYN with a new initial sequence number among its rows
+        held ends it: judged for good with the rows before the SYN, the rest held whole."""
+        led = self._ledgers[t]
+        rows, at = self._rows_of(t)
+        isn = led.syn_seq()
+        syn = np.flatnonzero(((rows["flags"] & (SYN | ACK)) == SYN)
+                             & ((rows["seq"] != isn) if isn is not None else True))
+        one = self._tuples.ends(np.array([t]))
+        if not len(syn):
+            f, det = led.provisional(rows, one)
+            return self._events(det.stalls, np.full(1, t), f.flow)
+        cut = int(syn[0])
+        f, det = led.finish(take(rows, np.arange(cut)), one)
+        found = self._events(det.stalls, np.full(1, t), f.flow)
+        self._count_inexact(self._ledgers.pop(t))
+        self._decided[t] = _NEVER
+        self._unreported = self._unreported[(self._unreported >> 40) != t]
+        gone = np.zeros(len(self._held["tid"]), bool)
+        gone[at[:cut]] = True
+        self._held = {k: v[~gone] for k, v in self._held.items()}
+        return found
+
+    def _events(self, st: dict[str, np.ndarray], flow_tid: np.ndarray,
+                fl: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
+        """Of the stalls `st` (of flows `fl`, flow i of tuple flow_tid[i]), those not
+        reported before and selected, as (S2's time, event); remembered as reported."""
         if not len(st["flow"]):
             return []
         order = np.lexsort((st["released_frame"], st["released_ns"]))
         flow = st["flow"][order]
         tid = flow_tid[flow]
+        ns = st["released_ns"][order].astype(np.int64)
         key = (tid << 40) | st["released_frame"][order].astype(np.int64)
-        done = self._reported
-        pos = np.minimum(np.searchsorted(done, key), max(len(done) - 1, 0))
-        seen = done[pos] == key if len(done) else np.zeros(len(key), bool)
-        # judged no stall before, and the tail cut since: what ruled it out (the window it
-        # was sent into, the path's round trips) may no longer be held, and the whole
-        # connection's analysis keeps that "no"
-        pos = np.minimum(np.searchsorted(judged, key), max(len(judged) - 1, 0))
-        seen |= (judged[pos] == key if len(judged) else False) & self._trimmed[tid]
-        new, tid, flow, key = order[~seen], tid[~seen], flow[~seen], key[~seen]
-        fl = f.flow
+        seen = np.isin(key, self._reported) | (
+            (ns < self._decided[tid]) & ~np.isin(key, self._unreported))
+        new, tid, flow, key, ns = (order[~seen], tid[~seen], flow[~seen], key[~seen],
+                                   ns[~seen])
         if len(new) and (self.ports or self.hosts or self.min_confidence):
             keep = selected_stalls(fl["client"][flow], fl["server"][flow],
                                    st["confidence"][new], self.ports, self.hosts,
                                    self.min_confidence)
-            new, tid, flow, key = new[keep], tid[keep], flow[keep], key[keep]
+            new, tid, flow, key, ns = new[keep], tid[keep], flow[keep], key[keep], ns[keep]
         if not len(new):
             return []
-        self._reported = np.union1d(self._reported, key)
+        self._unreported = np.setdiff1d(self._unreported, key)
+        keys, ns = np.r_[self._reported, key], np.r_[self._reported_ns, ns]
+        by_key = np.argsort(keys)
+        self._reported, self._reported_ns = keys[by_key], ns[by_key]
         client = fl["client"][flow].tolist()
         server = fl["server"][flow].tolist()
-        col = {k: st[k][new].tolist() for k in ("dir", "released_ns", "stall_ns", "ack_delay_ns",
-                                                "small_frame", "ack_frame", "released_frame",
-                                                "held_bytes", "confidence")}
+        col = {k: st[k][new].tolist() for k in _STALL_COLUMNS}
         events = []
         for j, t in enumerate(tid.tolist()):
             sender = "client" if col["dir"][j] == 0 else "server"
@@ -284,52 +328,92 @@ class LiveAnalyzer:
                 "held_bytes": col["held_bytes"][j], "confidence": col["confidence"][j]}))
         return events
 
-    def _trim(self) -> None:
-        """Keep per 4-tuple its handshake and its last window_rows other rows; let go of
-        connections closed (or silent) long enough, and of remembered S2 frames no longer
-        held."""
-        h = self._held
-        tid = h["tid"]
-        if not len(tid):
+    def _hand_over(self) -> None:
+        """Hand each tuple's rows beyond its last window_rows to its Ledger (made for the
+        first): the Ledger decides about those before the window (`safe_ns`: the window's
+        first packet's time; the window can still be joined by packets out of time order)."""
+        tid = self._held["tid"]
+        count = np.bincount(tid, minlength=len(self._closed))
+        long = np.flatnonzero(count > self.window_rows)
+        if not len(long):
             return
+        given = np.zeros(len(tid), bool)
+        for t in long.tolist():  # (few: long ones)
+            rows, at = self._rows_of(t)
+            led = self._ledgers.get(t)
+            if led is None:  # connections before a SYN with a new ISN were judged whole
+                rows, ended = last_connection(rows)
+                before = 0 if ended is None else len(ended["frame"])
+                given[at[:before]] = True
+                at = at[before:]
+            n = len(at)
+            if n <= self.window_rows:
+                continue
+            piece = take(rows, np.arange(n - self.window_rows))
+            safe = int(rows["ts_ns"][n - self.window_rows])
+            one = self._tuples.ends(np.array([t]))
+            if led is None:
+                led = self._ledgers[t] = Ledger.first(piece, one, safe, self.piece_limits)
+                led.arrivals = None  # (relays are not linked live)
+            else:
+                led.add(piece, one, safe)
+            self._note_unreported(t, led)
+            self._decided[t] = led.cut
+            given[at[:n - self.window_rows]] = True
+        self._held = {k: v[~given] for k, v in self._held.items()}
+        self._note_held()
+        if len(self._reported):  # forget S2 frames decided by a Ledger
+            keep = self._reported_ns >= self._decided[self._reported >> 40]
+            self._reported, self._reported_ns = self._reported[keep], self._reported_ns[keep]
+
+    def _note_unreported(self, t: int, led: Ledger) -> None:
+        """Of tuple `t`'s candidates its Ledger keeps raw, remember those it has just decided
+        about (before `led.cut`, not before `_decided[t]`) that were not reported; forget
+        those it no longer keeps raw."""
+        frame, ns = led.verdicts.kept()
+        key = (np.int64(t) << 40) | frame
+        mine = (self._unreported >> 40) == t
+        keep = np.isin(self._unreported, key) | ~mine
+        now_decided = (ns >= self._decided[t]) & (ns < led.cut)
+        new = key[now_decided & ~np.isin(key, self._reported)]
+        self._unreported = np.union1d(self._unreported[keep], new)
+
+    def _let_go(self) -> list[tuple[int, dict]]:
+        """Let go of connections closed (or silent) long enough: their rows, their Ledger
+        (its final verdicts judged first: `Ledger.finish`; stalls not reported yet
+        returned), the S2 frames remembered."""
         closed = ((self._closed & _RST) != 0) | ((self._closed & 3) == 3)
         now = self.now if self.now is not None else 0
         gone = (closed & (self._last_ts + int(CLOSED_GRACE_S * 1e9) <= now)) | (
             self._last_ts + int(self.idle_s * 1e9) <= now)
-        # rank of each tail row counted from its tuple's newest
-        tail = ~h["hs"]
-        rows = np.flatnonzero(tail)
-        t = tid[rows]
-        order = np.argsort(t, kind="stable")
-        ts_ = t[order]
-        last = np.r_[ts_[1:] != ts_[:-1], True] if len(ts_) else np.zeros(0, bool)
-        idx = np.arange(len(ts_))
-        group_end = np.minimum.accumulate(np.where(last, idx, len(ts_))[::-1])[::-1]
-        from_end = np.empty(len(rows), np.int64)
-        from_end[order] = group_end - idx
-        keep = ~gone[tid]
-        drop_tail = np.zeros(len(tid), bool)
-        drop_tail[rows] = from_end >= self.window_rows
-        if drop_tail.any():
-            self._trimmed[np.unique(tid[drop_tail])] = True
-        keep &= ~drop_tail
+        if not gone.any():
+            return []
+        found: list[tuple[int, dict]] = []
+        for t in [t for t in self._ledgers if gone[t]]:  # (few: long ones)
+            led = self._ledgers.pop(t)
+            f, det = led.finish(self._rows_of(t)[0], self._tuples.ends(np.array([t])))
+            found += self._events(det.stalls, np.full(1, t), f.flow)
+            self._count_inexact(led)
+        self._decided[gone] = _NEVER
+        self._closed[gone] = 0
+        keep = ~gone[self._held["tid"]]
         if not keep.all():
-            self._held = {k: v[keep] for k, v in h.items()}
-            self._seen[gone] = 0  # a later packet starts over: its first rows are a handshake
-            self._trimmed[gone] = False
-            self._closed[gone] = 0
-            if len(self._reported) or len(self._judged):  # forget S2 frames no longer held
-                oldest = np.full(len(self._seen), np.iinfo(np.int64).max)
-                tail = ~self._held["hs"]
-                np.minimum.at(oldest, self._held["tid"][tail],
-                              self._held["frame"][tail].astype(np.int64))
-                r, j = self._reported, self._judged
-                self._reported = r[(r & ((1 << 40) - 1)) >= oldest[r >> 40]]
-                self._judged = j[(j & ((1 << 40) - 1)) >= oldest[j >> 40]]
+            self._held = {k: v[keep] for k, v in self._held.items()}
+        if len(self._reported):
+            keep = ~gone[self._reported >> 40]
+            self._reported, self._reported_ns = self._reported[keep], self._reported_ns[keep]
+        self._unreported = self._unreported[~gone[self._unreported >> 40]]
+        return found
+
+    @property
+    def pieced(self) -> int:
+        """Connections carried by a Ledger now (longer than the window)."""
+        return len(self._ledgers)
 
     @property
     def remembered_stalls(self) -> int:
-        """Stalls remembered as reported (those whose S2 is still held)."""
+        """Stalls remembered as reported (of connections held, those whose S2 their Ledger
+        has not decided about)."""
         return len(self._reported)
 
     # ------------------------------------------------------------------ summaries
@@ -371,6 +455,13 @@ class LiveAnalyzer:
                  for t, tot in sorted(self._flows.items())]
         skipped, warnings = self.syn_jumps.told(capture.get("skipped", {}),
                                                 capture.get("warnings", []))
+        warnings = warnings + [
+            f"{n} of the connections analysed in pieces may differ from the whole-connection "
+            f"analysis in {why}" for why, n in sorted(self._all_inexact().items())]
+        if self.late_in_pieces:
+            warnings.append(f"{self.late_in_pieces} TCP packets arrived after later packets of "
+                            "their connection, which was being analysed in pieces, had been "
+                            "decided, and were left out of it")
         capture = {**capture, "skipped": skipped, "warnings": warnings}
         return {"event": "final", **capture, "tcp_packets": self.packets,
                 "connections": self._tuples.count,

@@ -40,6 +40,7 @@ whole capture, its data segments for linking relays.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,14 +51,7 @@ from .decode import ACK, SYN
 from .detect import Detection, evidence, params
 from .flows import Flows, build_flows, send_mss
 from .handshake import HANDSHAKE_ROWS, WRAP, handshake_mask, rebased
-from .roundtrips import (
-    NEARBY,
-    TYPICAL_SAMPLES,
-    late_samples,
-    round_trips,
-    sample_stats,
-    turn_samples,
-)
+from .roundtrips import NEARBY, Samples, late_samples, round_trips, turn_samples
 from .tuples import TupleEnds
 from .verdicts import Limits, Verdicts
 
@@ -69,36 +63,6 @@ LOOKAHEAD_ROWS = NEARBY  # ... and after them
 # number sent (up to it and before it) and the highest ACK sent up to it
 EXTRA_ROWS = 3 * 4
 _HS, _EXTRA = 1, 2  # kinds of carried rows (0: the contiguous ones)
-
-
-@dataclass
-class _Samples:
-    """Round-trip samples of one kind per direction: how many, the smallest, and the
-    first TYPICAL_SAMPLES in time order (time, frame, value)."""
-
-    count: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
-    smallest: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
-    first: list = field(default_factory=lambda: [np.zeros((0, 3), np.int64)] * 2)
-
-    def add(self, key: np.ndarray, ts: np.ndarray, frame: np.ndarray, ns: np.ndarray) -> None:
-        for d in (0, 1):
-            m = key == d
-            if not m.any():
-                continue
-            low = int(ns[m].min())
-            self.smallest[d] = low if self.count[d] == 0 else min(int(self.smallest[d]), low)
-            self.count[d] += int(m.sum())
-            both = np.concatenate([self.first[d], np.stack([ts[m], frame[m], ns[m]], axis=1)])
-            self.first[d] = both[np.lexsort((both[:, 1], both[:, 0]))][:TYPICAL_SAMPLES]
-
-    def upper(self) -> np.ndarray:
-        """The upper quartile of each direction's first samples (flows.sample_stats)."""
-        out = np.zeros(2, np.int64)
-        for d in (0, 1):
-            if len(self.first[d]):
-                out[d] = sample_stats(np.zeros(len(self.first[d]), np.int64),
-                                      self.first[d][:, 2])[2][0]
-        return out
 
 
 @dataclass
@@ -124,8 +88,8 @@ class Ledger:
     last_ns: int = np.iinfo(np.int64).min
     maxpay: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     at_max: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
-    undelayed: _Samples = field(default_factory=_Samples)
-    late: _Samples = field(default_factory=_Samples)
+    undelayed: Samples = field(default_factory=Samples)
+    late: Samples = field(default_factory=Samples)
     off: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     not_classic: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     late_mss: set = field(default_factory=set)  # (direction, MSS) of late samples taken
@@ -467,6 +431,20 @@ class Ledger:
                                    fallback, self.late_mss)
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
+
+    def finish(self, rows: dict[str, np.ndarray] | None, ends: TupleEnds
+               ) -> tuple[Flows, Detection]:
+        """Analyse the connection's last piece (`rows`, HELD columns with from_low; None:
+        none), then give its flow facts and detection (`result`)."""
+        self.add(rows if rows is not None else {k: v[:0] for k, v in self.hs.items()}, ends,
+                 None)
+        return self.result()
+
+    def provisional(self, rows: dict[str, np.ndarray] | None, ends: TupleEnds
+                    ) -> tuple[Flows, Detection]:
+        """The verdicts the connection would get if it ended now with `rows` (`finish` on a
+        copy: this ledger is left as it was, to take the next piece)."""
+        return copy.deepcopy(self).finish(rows, ends)
 
     @property
     def held_rows(self) -> int:

@@ -5,9 +5,12 @@ The handshake times the path to each side (SYN -> SYN/ACK: to the server and bac
 it too (`turn_samples`); other turnarounds (a delayed ACK, an answer) only bound it from
 above (`late_samples`). `round_trips` makes of them each flow's round trips, the reaction
 window's upper end (`rtt_typical_ms`) and where the capture point sits (the vantage).
+`Samples` carries a direction's samples from piece to piece of a long connection.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -182,6 +185,38 @@ def sample_stats(keys: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarr
     packed = np.sort((k[at].astype(np.int64) << 32) | np.minimum(v[at], (1 << 32) - 1))
     upper = (packed & ((1 << 32) - 1))[np.cumsum(take) - take + (3 * (take - 1)) // 4]
     return k[first], smallest, upper
+
+
+
+@dataclass
+class Samples:
+    """Round-trip samples of one kind per direction: how many, the smallest, and the
+    first TYPICAL_SAMPLES in time order (time, frame, value)."""
+
+    count: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    smallest: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
+    first: list = field(default_factory=lambda: [np.zeros((0, 3), np.int64)] * 2)
+
+    def add(self, key: np.ndarray, ts: np.ndarray, frame: np.ndarray, ns: np.ndarray) -> None:
+        """Take samples `ns` of directions `key` (their data's times and frames)."""
+        for d in (0, 1):
+            m = key == d
+            if not m.any():
+                continue
+            low = int(ns[m].min())
+            self.smallest[d] = low if self.count[d] == 0 else min(int(self.smallest[d]), low)
+            self.count[d] += int(m.sum())
+            both = np.concatenate([self.first[d], np.stack([ts[m], frame[m], ns[m]], axis=1)])
+            self.first[d] = both[np.lexsort((both[:, 1], both[:, 0]))][:TYPICAL_SAMPLES]
+
+    def upper(self) -> np.ndarray:
+        """The upper quartile of each direction's first samples (`sample_stats`)."""
+        out = np.zeros(2, np.int64)
+        for d in (0, 1):
+            if len(self.first[d]):
+                out[d] = sample_stats(np.zeros(len(self.first[d]), np.int64),
+                                      self.first[d][:, 2])[2][0]
+        return out
 
 
 NEARBY = 8  # rows looked at around a row for its neighbours in one direction

@@ -79,6 +79,15 @@ class Verdicts:
                      "gap": np.r_[self.acks["gap"], ev.lone_gap]}
         self._judge_acks(p, self.limits.kept_acks)
 
+    def kept(self) -> tuple[np.ndarray, np.ndarray]:
+        """The released (S2) frames and times of the candidates kept raw (judged again with
+        the final facts)."""
+        parts = [*self.stalls, *([self.recent] if self.recent is not None else [])]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return (np.concatenate([c["released_frame"] for c in parts]).astype(np.int64),
+                np.concatenate([c["released_ns"] for c in parts]).astype(np.int64))
+
     def answers(self, seg: dict[str, np.ndarray], final: bool) -> None:
         """The answers (the peer's next data after S2) of candidates kept that had none
         yet: the first data segment after S2 in this piece, if it is the peer's."""

@@ -98,7 +98,7 @@ def events(reader: CaptureReader, live: LiveAnalyzer, skipped: Counter,
            stream: LiveStream | None = None, min_interval_s: float = 0.05) -> Iterator[dict]:
     """Stall and summary events as the reader's records come in. The records of chunks
     that come faster than `min_interval_s` apart are analysed together (each analysis
-    covers the whole window of the connections that got packets), unless the input
+    covers the connections that got packets), unless the input
     `stream` the reader reads has nothing more right now."""
     last = 0.0
     for batch in reader:

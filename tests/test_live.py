@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from oracle import analyze_whole
 
 from capgen import pcap_records
 from capture_env import require_capture
@@ -22,9 +23,10 @@ from nagleprobe import analyze
 from nagleprobe.decode import decode
 from nagleprobe.handshake import HANDSHAKE_ROWS
 from nagleprobe.live import MAX_UNANALYSED_ROWS, LiveAnalyzer
+from nagleprobe.pieces import EXTRA_ROWS, LOOKAHEAD_ROWS, OVERLAP_ROWS
 from nagleprobe.read import CaptureReader
+from nagleprobe.verdicts import Limits
 from splitwrite import free_port
-from oracle import analyze_whole
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 CAPTURES = sorted(SAMPLES.glob("*.pcap")) + sorted(
@@ -59,7 +61,7 @@ def whole(path: Path) -> dict[int, dict]:
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_the_stalls_reported_live_are_the_whole_connection_analysis_stalls(path, piece, window):
     """Fed a few hundred packets at a time, or one at a time with a window of 16 packets
-    (tails cut, handshakes moved in sequence space), the stalls reported equal those of
+    (longer connections carried by their Ledger), the stalls reported equal those of
     the whole-connection analysis: each once, the same frames, senders, bytes and delays.
     Fed a few hundred at a time, all of a sample's round trips and repeats are in view
     when its stalls are proven, so the peer's ACK delay and the confidence are equal too."""
@@ -154,7 +156,9 @@ def long_connection(copies: int) -> dict[str, np.ndarray]:
 
 def test_what_is_held_per_connection_is_bounded_whatever_its_length():
     """A connection that never closes, 200 rounds of a real conversation, fed 50 packets at
-    a time: the analyser never holds more than its handshake, the window and one piece,
+    a time: the analyser never holds more than the window, one piece and the rows its
+    Ledger carries (as in tests/test_pieces.py: the contiguous context, the handshake, per
+    direction the rows the rule looks back to and at most two unacknowledged data rows),
     and still reports every stall of the whole-connection analysis."""
     cols = long_connection(200)
     window, piece = 64, 50
@@ -163,8 +167,10 @@ def test_what_is_held_per_connection_is_bounded_whatever_its_length():
     for at in range(0, len(cols["frame"]), piece):
         events += live.feed({k: v[at:at + piece] for k, v in cols.items()})
     events = [e for e in events if e["event"] == "stall"]
-    assert live.peak_held_rows <= HANDSHAKE_ROWS + window + piece
+    carried = OVERLAP_ROWS + LOOKAHEAD_ROWS + HANDSHAKE_ROWS + 2 * (EXTRA_ROWS + 2)
+    assert live.peak_held_rows <= window + piece + carried
     assert live.remembered_stalls <= window  # only the stalls whose S2 is still held
+    assert live.pieced == 1  # carried by its Ledger
     from nagleprobe.detect import detect
     from nagleprobe.flows import build_flows
 
@@ -175,7 +181,8 @@ def test_what_is_held_per_connection_is_bounded_whatever_its_length():
 
 def test_rows_fed_faster_than_the_analyses_are_analysed_anyway_before_they_pile_up():
     """Input coming faster than the analyses (a file read at full speed): once
-    MAX_UNANALYSED_ROWS rows wait, the analysis runs anyway and the tail is cut."""
+    MAX_UNANALYSED_ROWS rows wait, the analysis runs anyway and the rows beyond the window
+    are handed to the connection's Ledger."""
     cols = long_connection(1000)
     window, piece = 64, 1000
     live = LiveAnalyzer(window_rows=window)
@@ -189,17 +196,20 @@ def test_rows_fed_faster_than_the_analyses_are_analysed_anyway_before_they_pile_
 
 
 def test_a_connection_past_4_gib_of_sequence_space_is_still_read_right():
-    """Sequence numbers wrap (4 GiB sent): with its tail cut, the connection's handshake is
-    moved to just before the tail, so its packets are still new data and their stalls found."""
-    cols = long_connection(40)
+    """Sequence numbers wrap (4 GiB sent): each round of the conversation 128 MiB further on
+    in the client's sequence space (as if a bulk transfer not captured came between them),
+    5 GiB over the connection. Carried by its Ledger past the window, the connection's
+    packets are still new data and its stalls found, as in the whole-connection analysis."""
+    copies = 40
+    cols = long_connection(copies)
     n = len(cols["seq"])
-    # the SYN's sequence numbers 3 GiB before the rest: as if 3 GiB had been sent meanwhile
+    round_of = np.maximum(np.arange(n) - 3, 0) // ((n - 3) // copies)
     client = cols["sport"] == cols["sport"][0]
-    gap = np.where(client, 3 << 30, 0)
-    cols["seq"][3:] = (cols["seq"][3:].astype(np.int64) + gap[3:]) % (1 << 32)
+    jump = round_of.astype(np.int64) * (128 << 20)
+    cols["seq"][client] = (cols["seq"][client].astype(np.int64) + jump[client]) % (1 << 32)
     acks = ~client & ((cols["flags"] & 0x10) != 0)
-    acks[:3] = False
-    cols["ack"][acks] = (cols["ack"][acks].astype(np.int64) + (3 << 30)) % (1 << 32)
+    cols["ack"][acks] = (cols["ack"][acks].astype(np.int64) + jump[acks]) % (1 << 32)
+    assert int(jump.max()) > 1 << 32
     live = LiveAnalyzer(window_rows=32)
     events = []
     for at in range(0, n, 20):
@@ -207,9 +217,102 @@ def test_a_connection_past_4_gib_of_sequence_space_is_still_read_right():
     from nagleprobe.detect import detect
     from nagleprobe.flows import build_flows
 
-    want = detect(build_flows(long_connection(40))).stalls["released_frame"]
+    assert live.pieced == 1
+    want = detect(build_flows(long_connection(copies))).stalls["released_frame"]
     got = sorted(e["frames"][2] for e in events if e["event"] == "stall")
     assert got == sorted(want.tolist())
+
+
+def test_a_packet_older_than_what_the_ledger_decided_is_left_out_and_told():
+    """A long connection's packet that turns up after its Ledger decided about its time (a
+    capture out of time order) cannot join it: it is left out, and the final report says
+    how many were."""
+    cols = long_connection(20)
+    late = 40  # a data packet of the first rounds, fed last
+    order = np.r_[np.arange(late), np.arange(late + 1, len(cols["frame"])), late]
+    cols = {k: v[order] for k, v in cols.items()}
+    live = LiveAnalyzer(window_rows=32)
+    for at in range(0, len(cols["frame"]), 20):
+        live.feed({k: v[at:at + 20] for k, v in cols.items()})
+    assert live.late_in_pieces == 1
+    final = live.final({"packets": len(cols["frame"]), "skipped": {}, "warnings": []})
+    assert final["tcp_packets"] == len(cols["frame"])
+    assert [w for w in final["warnings"] if w.startswith("1 TCP packets arrived after")]
+
+
+def test_a_long_connection_let_go_of_is_judged_for_good_and_a_doubt_is_named():
+    """Once a connection carried by a Ledger is let go of (here: idle), its Ledger judges it
+    for good, and what may differ from the whole analysis is named in the final report's
+    warnings: with no candidate kept one by one, the first one was judged before the
+    later, shorter round trip that makes it a stall (tests/test_pieces.py)."""
+    from test_pieces import later_round_trip  # (it imports this module)
+
+    cols = later_round_trip()
+    last = len(cols["frame"]) - 1
+    other = {k: v[[last]].copy() for k, v in cols.items()}  # another connection, 2 s later
+    other["sport"] += 1
+    other["ts_ns"] += 2_000_000_000
+    other["frame"] += 1
+    live = LiveAnalyzer(window_rows=16, idle_s=1.0, piece_limits=Limits(kept_candidates=0))
+    for at in range(len(cols["frame"])):
+        live.feed({k: v[at:at + 1] for k, v in cols.items()})
+    assert live.pieced == 1 and not live.inexact
+    live.feed(other)
+    assert live.pieced == 0
+    final = live.final({"packets": last + 2, "skipped": {}, "warnings": []})
+    assert any(w.startswith("1 of the connections analysed in pieces may differ") and
+               "verdicts of candidates judged before the final round trips" in w
+               for w in final["warnings"])
+
+
+def test_a_stall_a_later_round_trip_reveals_is_reported_though_its_rows_were_decided():
+    """The Ledger keeps its candidates raw and judges them again with what it learns later:
+    the first candidate of this conversation becomes a stall only once a much shorter round
+    trip is seen, far beyond the window (tests/test_pieces.py); it is reported then, once,
+    as the whole analysis finds it."""
+    from test_pieces import later_round_trip  # (it imports this module)
+
+    cols = later_round_trip()
+    events, live = [], LiveAnalyzer(window_rows=16)
+    for at in range(len(cols["frame"])):
+        events += live.feed({k: v[at:at + 1] for k, v in cols.items()})
+    want = analyze_whole_columns(cols)
+    assert live.pieced == 1 and len(want) == 1
+    assert [e["frames"] for e in events if e["event"] == "stall"] == want
+
+
+def analyze_whole_columns(cols: dict[str, np.ndarray]) -> list[list[int]]:
+    """The whole analysis' stalls of decoded columns, as [S1, late ACK, S2] frames."""
+    from nagleprobe.detect import detect
+    from nagleprobe.flows import build_flows
+
+    st = detect(build_flows(cols)).stalls
+    return [list(x) for x in zip(st["small_frame"].tolist(), st["ack_frame"].tolist(),
+                                 st["released_frame"].tolist())]
+
+
+def test_a_4tuple_opened_again_while_carried_by_a_ledger():
+    """A long connection that never closed, then a SYN with a new initial sequence number on
+    its 4-tuple: the first connection is judged for good, the second starts anew (held
+    whole, then carried by its own Ledger), and every stall of both is reported once."""
+    first, second = long_connection(10), long_connection(10)
+    client = second["sport"] == second["sport"][0]
+    acked = (second["flags"] & 0x10) != 0
+    second["seq"] = ((second["seq"].astype(np.int64) + np.where(client, 12345, 777))
+                     % (1 << 32)).astype(second["seq"].dtype)
+    second["ack"] = np.where(acked, (second["ack"].astype(np.int64)
+                                     + np.where(client, 777, 12345)) % (1 << 32),
+                             second["ack"]).astype(second["ack"].dtype)
+    second["ts_ns"] += first["ts_ns"][-1] + 1_000_000_000 - second["ts_ns"][0]
+    second["frame"] += first["frame"][-1]
+    cols = {k: np.concatenate([first[k], second[k]]) for k in first}
+    events, live = [], LiveAnalyzer(window_rows=32)
+    for at in range(0, len(cols["frame"]), 20):
+        events += live.feed({k: v[at:at + 20] for k, v in cols.items()})
+    want = analyze_whole_columns(cols)
+    got = [e["frames"] for e in events if e["event"] == "stall"]
+    assert len(want) == 380 and live.pieced == 1
+    assert sorted(got) == sorted(want)
 
 
 def test_summaries_count_the_stalls_of_each_period_and_the_final_report_all():

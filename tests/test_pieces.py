@@ -363,3 +363,40 @@ def test_the_handshake_round_trip_to_the_client_measured_after_packets_were_let_
     got, st_ = fed(cols, 1, piece_rows=8)
     assert whole["flows"][0]["rtt_client_ms"] == 30.5
     assert without_pieces(got) == without_pieces(whole) and not st_.inexact
+
+
+def test_a_provisional_judgement_is_the_end_judged_now_and_leaves_the_ledger_as_it_was():
+    """`Ledger.provisional` (what `watch` reports while a long connection is open): the
+    connection judged as if it ended with the rows given, which equals the whole analysis
+    of the connection up to them; the ledger then takes its next pieces and judges the
+    rest as one never asked."""
+    from nagleprobe.detect import detect
+    from nagleprobe.flows import build_flows
+    from nagleprobe.pieces import Ledger
+    from nagleprobe.stream import HELD
+    from nagleprobe.tuples import TupleTable
+
+    cols = long_connection(30)
+    table = TupleTable()
+    _, from_low = table.ids(cols)
+    ends = table.ends(np.array([0]))
+    rows = {**{k: cols[k] for k in HELD if k != "from_low"}, "from_low": from_low}
+    n = len(cols["frame"])
+    a, b, c, d = n // 3, n // 2, 2 * n // 3, n
+
+    def part(lo: int, hi: int) -> dict[str, np.ndarray]:
+        return {k: v[lo:hi] for k, v in rows.items()}
+
+    asked, never = (Ledger.first(part(0, a), ends, int(cols["ts_ns"][a])) for _ in range(2))
+    f, det = asked.provisional(part(a, b), ends)
+    upto_b = detect(build_flows({k: v[:b] for k, v in cols.items()})).stalls
+    assert len(upto_b["flow"]) > 100
+    assert det.stalls["released_frame"].tolist() == upto_b["released_frame"].tolist()
+    assert det.stalls["confidence"].tolist() == upto_b["confidence"].tolist()
+    assert f.flow["packets"][0] == b
+    for led in (asked, never):
+        led.add(part(a, c), ends, int(cols["ts_ns"][c]))
+    got, want = asked.finish(part(c, d), ends)[1], never.finish(part(c, d), ends)[1]
+    whole = detect(build_flows(cols)).stalls
+    for k in ("released_frame", "stall_ns", "confidence"):
+        assert got.stalls[k].tolist() == want.stalls[k].tolist() == whole[k].tolist()
