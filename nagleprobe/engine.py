@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .columns import Columns
 from .detect import Detection, Evidence, Params, decide, detect, evidence, params
 from .flows import Flows, build_flows
 from .jsonrows import factorize
@@ -44,19 +45,19 @@ class Judged:
     kept for linking relays, and what was left out (copies of packets, SYNs that fit no
     connection)."""
 
-    flows: dict[str, np.ndarray]
-    stalls: dict[str, np.ndarray]
-    endpoints: dict[str, np.ndarray]
+    flows: Columns
+    stalls: Columns
+    endpoints: Columns
     first_ns: np.ndarray
     first_frame: np.ndarray
     tcp_packets: int
-    arrivals: dict[str, np.ndarray]
+    arrivals: Columns
     duplicates: int
     # frames of the SYNs that fit no connection (`nagleprobe.syns`), left out
     syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def judge(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: TupleEnds | None,
+def judge(cols: Columns, tuples: np.ndarray | None, ends: TupleEnds | None,
           origin_ns: int, relays: bool = True) -> Judged:
     """build_flows -> detect -> report columns for one batch of whole connections, and its
     data arrivals for linking relays (unless `relays` is off: too many kept already)."""
@@ -68,7 +69,7 @@ def judge(cols: dict[str, np.ndarray], tuples: np.ndarray | None, ends: TupleEnd
 
 
 def _judged(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
-            tcp_packets: int, arrived: dict[str, np.ndarray], duplicates: int,
+            tcp_packets: int, arrived: Columns, duplicates: int,
             syn_jumps: np.ndarray | None = None) -> Judged:
     """The report columns of analysed flows as one batch's result."""
     out = report_columns(flows, det, origin_ns)
@@ -80,7 +81,7 @@ def _judged(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarra
                   np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
 
 
-def judge_ledger(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: TupleEnds,
+def judge_ledger(ledger: Ledger, rows: Columns | None, ends: TupleEnds,
                  origin_ns: int) -> Judged:
     """Judge the last piece of a connection judged in pieces, then the whole connection."""
     flows, det = ledger.finish(rows, ends)
@@ -91,7 +92,7 @@ def judge_ledger(ledger: Ledger, rows: dict[str, np.ndarray] | None, ends: Tuple
                    arrived, ledger.duplicates)
 
 
-def judge_window(cols: dict[str, np.ndarray], tuples: np.ndarray
+def judge_window(cols: Columns, tuples: np.ndarray
                  ) -> tuple[Flows, Evidence, Params, Detection]:
     """build_flows -> detect on the packets of open connections held whole (`tuples`: each
     row's connection, numbered 0..), with the evidence the rule was given (its candidates, those

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .columns import Columns
 from .decode import ACK, FIN, RST, SYN
 
 HANDSHAKE_ROWS = 4  # the first packets of a connection looked at for its handshake
@@ -75,9 +76,9 @@ def _shift_to(target: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where((target >= 0) & (at >= 0), (target - at) % WRAP, 0)
 
 
-def rebased(rows: dict[str, np.ndarray], hs: np.ndarray, key: np.ndarray, nkeys: int,
+def rebased(rows: Columns, hs: np.ndarray, key: np.ndarray, nkeys: int,
             seq_target: np.ndarray, ack_target: np.ndarray,
-            also: np.ndarray | None = None) -> dict[str, np.ndarray]:
+            also: np.ndarray | None = None) -> Columns:
     """`rows` with the handshake rows `hs` (positions; sent by `key`, a connection and
     direction 0..nkeys-1) moved in sequence space: each key's handshake then ends at
     `seq_target[key]` and acknowledges up to `ack_target[key]`; the rows `also` (a SYN sent

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import syns
-from .columns import take
+from .columns import Columns, take
 from .decode import ACK, FIN, RST, SYN
 from .engine import judge_window
 from .pieces import Ledger, last_connection
@@ -103,7 +103,7 @@ class LiveAnalyzer:
     # why a Ledger's verdicts may differ from the whole-connection analysis: connections
     inexact: dict[str, int] = field(default_factory=dict)
     _tuples: TupleTable = field(default_factory=TupleTable)
-    _held: dict[str, np.ndarray] = field(
+    _held: Columns = field(
         default_factory=lambda: {k: np.zeros(0, t) for k, t in _HELD.items()})
     _new_rows: int = 0  # rows fed since the last analysis
     _closed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
@@ -126,7 +126,7 @@ class LiveAnalyzer:
     _jump_top: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     # ------------------------------------------------------------------ input
-    def feed(self, cols: dict[str, np.ndarray], analyse: bool = True) -> list[dict]:
+    def feed(self, cols: Columns, analyse: bool = True) -> list[dict]:
         """Take decoded TCP rows; with `analyse` (or once MAX_UNANALYSED_ROWS rows wait),
         run the analysis and return the new stalls and the summaries due (else they wait
         for the next call that analyses)."""
@@ -137,7 +137,7 @@ class LiveAnalyzer:
             return []
         return self.analyse()
 
-    def _take(self, cols: dict[str, np.ndarray]) -> None:
+    def _take(self, cols: Columns) -> None:
         self.packets += len(cols["frame"])
         tid, from_low = self._tuples.ids(cols)
         grow = self._tuples.count - len(self._closed)
@@ -239,7 +239,7 @@ class LiveAnalyzer:
         self.syn_jumps.add(frames[new])
         np.maximum.at(self._jump_top, tid[new], frames[new])
 
-    def _stalls(self, w: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
+    def _stalls(self, w: Columns) -> list[tuple[int, dict]]:
         """Judge the connections held whole whose rows are `w`; their stalls not reported
         yet, as (S2's time, event)."""
         _, local = np.unique(w["tid"], return_inverse=True)
@@ -252,7 +252,7 @@ class LiveAnalyzer:
         flow_tid = w["tid"][by_frame[first_row]]
         return self._events(det.stalls, flow_tid, f.flow)
 
-    def _rows_of(self, t: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _rows_of(self, t: int) -> tuple[Columns, np.ndarray]:
         """The rows held of tuple `t` in time order (HELD columns), and their positions."""
         at = np.flatnonzero(self._held["tid"] == t)
         at = at[np.lexsort((self._held["frame"][at], self._held["ts_ns"][at]))]
@@ -282,8 +282,8 @@ class LiveAnalyzer:
         self._held = {k: v[~gone] for k, v in self._held.items()}
         return found
 
-    def _events(self, st: dict[str, np.ndarray], flow_tid: np.ndarray,
-                fl: dict[str, np.ndarray]) -> list[tuple[int, dict]]:
+    def _events(self, st: Columns, flow_tid: np.ndarray,
+                fl: Columns) -> list[tuple[int, dict]]:
         """Of the stalls `st` (of flows `fl`, flow i of tuple flow_tid[i]), those not
         reported before and selected, as (S2's time, event); remembered as reported."""
         if not len(st["flow"]):

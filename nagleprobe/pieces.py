@@ -71,10 +71,10 @@ class Ledger:
     docstring). Made by the first piece (`Ledger.first`); each piece is `add`ed, the last
     with `final`; then `result` gives its flow facts and detection."""
 
-    flow: dict[str, np.ndarray]  # the first piece's flow facts (one flow)
+    flow: Columns  # the first piece's flow facts (one flow)
     client_low: bool  # the client is the tuple's lower endpoint
-    hs: dict[str, np.ndarray]  # the handshake rows, as captured
-    rows: dict[str, np.ndarray]  # rows carried to the next piece (with "known", "kind")
+    hs: Columns  # the handshake rows, as captured
+    rows: Columns  # rows carried to the next piece (with "known", "kind")
     cut: int = np.iinfo(np.int64).min  # rows before this time were decided
     pieces: int = 0
     seq_target: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
@@ -94,7 +94,7 @@ class Ledger:
     not_classic: np.ndarray = field(default_factory=lambda: np.zeros(2, np.int64))
     late_mss: set = field(default_factory=set)  # (direction, MSS) of late samples taken
     dropped_outstanding: np.ndarray = field(default_factory=lambda: np.full(2, -1, np.int64))
-    arrivals: list[dict[str, np.ndarray]] | None = field(default_factory=list)
+    arrivals: list[Columns] | None = field(default_factory=list)
     inexact: set = field(default_factory=set)  # why a field may differ from the whole's
     start_frame: int = -1  # frame of its first packet (in time order)
     hs_open: bool = True  # the handshake may still grow
@@ -110,7 +110,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ the pieces
     @classmethod
-    def first(cls, rows: dict[str, np.ndarray], ends: TupleEnds, safe_ns: int | None,
+    def first(cls, rows: Columns, ends: TupleEnds, safe_ns: int | None,
               limits: Limits | None = None) -> Ledger:
         """The ledger of a connection after its first piece, `rows` all its rows so far
         (HELD columns of the stream, with from_low; any order)."""
@@ -121,7 +121,7 @@ class Ledger:
         led.add(rows, ends, safe_ns)
         return led
 
-    def add(self, new: dict[str, np.ndarray], ends: TupleEnds, safe_ns: int | None) -> None:
+    def add(self, new: Columns, ends: TupleEnds, safe_ns: int | None) -> None:
         """Analyse the next piece: the carried rows and `new` ones (HELD columns with
         from_low), deciding about the rows before `safe_ns` (later ones may still be joined
         by rows out of time order) but the last LOOKAHEAD_ROWS; all of them if `safe_ns`
@@ -198,7 +198,7 @@ class Ledger:
         self._carry(f, src, rows, cols, kind, lo, hi, s0, before, cut, lim)
         self.cut = cut
 
-    def _moved(self, rows: dict[str, np.ndarray], kind: np.ndarray) -> dict[str, np.ndarray]:
+    def _moved(self, rows: Columns, kind: np.ndarray) -> Columns:
         """`rows` with the handshake rows moved in sequence space (`handshake.rebased`) so
         that each direction's ends, and acknowledges, where its first row carried begins; a
         SYN sent again with the same initial sequence number moves with them (one
@@ -216,8 +216,8 @@ class Ledger:
         syn = np.flatnonzero((self.hs["flags"] & (SYN | ACK)) == SYN)
         return int(self.hs["seq"][syn[0]]) if len(syn) else None
 
-    def _handshake(self, seg: dict[str, np.ndarray], src: np.ndarray,
-                   rows: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int) -> None:
+    def _handshake(self, seg: Columns, src: np.ndarray,
+                   rows: Columns, kind: np.ndarray, lo: int, hi: int) -> None:
         """Hold for the connection's life the handshake among its rows lo..hi (by their rank
         among all its packets, copies left out) and the first SYN of each direction."""
         pos = np.arange(lo, hi)
@@ -233,7 +233,7 @@ class Ledger:
                                        rows_hs)])
         self.hs_open = self.packets + (hi - lo) < HANDSHAKE_ROWS or not self.syn_held.all()
 
-    def _own(self, f: Flows, src: np.ndarray, cols: dict[str, np.ndarray], lo: int, hi: int,
+    def _own(self, f: Flows, src: np.ndarray, cols: Columns, lo: int, hi: int,
              before: np.ndarray, final: bool, lim: Limits) -> None:
         """Take the facts of the rows `lo`..`hi` of the piece's segments (`cols`: the rows
         as analysed)."""
@@ -298,8 +298,8 @@ class Ledger:
                     self.inexact.add("round trips of data not carried (more than "
                                      f"{lim.outstanding_rows} packets unacknowledged)")
 
-    def _client_round_trip(self, seg: dict[str, np.ndarray], src: np.ndarray,
-                           cols: dict[str, np.ndarray], lo: int, hi: int) -> None:
+    def _client_round_trip(self, seg: Columns, src: np.ndarray,
+                           cols: Columns, lo: int, hi: int) -> None:
         """The handshake's round trip to the client (SYN/ACK -> the client's first ACK of
         it) when that ACK comes after packets were let go of (the handshake moved): the
         first owned client packet whose highest ACK so far covers the SYN/ACK as captured."""
@@ -318,8 +318,8 @@ class Ledger:
         if len(covers):
             self.rtt_handshake[0] = (int(seg["ts_ns"][mine[covers[0]]]) - sa_ts) / 1e6
 
-    def _carry(self, f: Flows, src: np.ndarray, rows: dict[str, np.ndarray],
-               cols: dict[str, np.ndarray], kind: np.ndarray, lo: int, hi: int, s0: int,
+    def _carry(self, f: Flows, src: np.ndarray, rows: Columns,
+               cols: Columns, kind: np.ndarray, lo: int, hi: int, s0: int,
                before: np.ndarray, cut: int, lim: Limits) -> None:
         """The rows the next piece needs (`rows`, as captured), and where its handshake is
         to end (in raw numbers: `cols`, the rows as analysed, give the relative ones')."""
@@ -401,7 +401,7 @@ class Ledger:
                     cols["ack"][src[w]], ack[w])) % WRAP
 
     # ------------------------------------------------------------------ the results
-    def facts(self) -> dict[str, np.ndarray]:
+    def facts(self) -> Columns:
         """The connection's flow facts from what was seen so far (one flow)."""
         out = dict(self.flow)
         observed = self.maxpay.max()
@@ -432,7 +432,7 @@ class Ledger:
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
 
-    def finish(self, rows: dict[str, np.ndarray] | None, ends: TupleEnds
+    def finish(self, rows: Columns | None, ends: TupleEnds
                ) -> tuple[Flows, Detection]:
         """Analyse the connection's last piece (`rows`, HELD columns with from_low; None:
         none), then give its flow facts and detection (`result`)."""
@@ -440,7 +440,7 @@ class Ledger:
                  None)
         return self.result()
 
-    def provisional(self, rows: dict[str, np.ndarray] | None, ends: TupleEnds
+    def provisional(self, rows: Columns | None, ends: TupleEnds
                     ) -> tuple[Flows, Detection]:
         """The verdicts the connection would get if it ended now with `rows` (`finish` on a
         copy: this ledger is left as it was, to take the next piece)."""
@@ -451,8 +451,8 @@ class Ledger:
         return len(self.rows["frame"]) + len(self.hs["frame"])
 
 
-def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
-                                                          dict[str, np.ndarray] | None]:
+def last_connection(rows: Columns) -> tuple[Columns,
+                                                          Columns | None]:
     """One 4-tuple's rows split into those of connections that ended (before the last SYN
     with a new initial sequence number: build_flows starts a connection there) and those of
     the last connection (None before it if there were no others)."""
@@ -466,7 +466,7 @@ def last_connection(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
     return take(rows, np.arange(start, len(rows["frame"]))), take(rows, np.arange(start))
 
 
-def in_time_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def in_time_order(rows: Columns) -> Columns:
     """Rows in time order, ties in capture order (frame numbers)."""
     order = np.lexsort((rows["frame"], rows["ts_ns"]))
     if np.array_equal(order, np.arange(len(order))):

@@ -55,11 +55,11 @@ class Verdicts:
 
     limits: Limits = field(default_factory=Limits)
     inexact: set = field(default_factory=set)  # why a verdict may differ from the whole's
-    recent: dict[str, np.ndarray] | None = None  # candidates kept one by one (newest)
-    stalls: list[dict[str, np.ndarray]] = field(default_factory=list)  # ... that were stalls
+    recent: Columns | None = None  # candidates kept one by one (newest)
+    stalls: list[Columns] = field(default_factory=list)  # ... that were stalls
     groups: dict[tuple, list[int]] = field(default_factory=dict)  # older ones, counted
     sentinels: dict[tuple, tuple] = field(default_factory=dict)  # (key, rule, side) -> record
-    acks: dict[str, np.ndarray] = field(  # lone-segment ACKs kept one by one
+    acks: Columns = field(  # lone-segment ACKs kept one by one
         default_factory=lambda: {"key": np.zeros(0, np.int64), "gap": np.zeros(0, np.int64)})
     ack_counts: np.ndarray = field(default_factory=lambda: np.zeros((2, 2), np.int64))
     # per key: the distinct gaps (ns) of the late ACKs counted, ascending, and how many
@@ -88,7 +88,7 @@ class Verdicts:
         return (np.concatenate([c["released_frame"] for c in parts]).astype(np.int64),
                 np.concatenate([c["released_ns"] for c in parts]).astype(np.int64))
 
-    def answers(self, seg: dict[str, np.ndarray], final: bool) -> None:
+    def answers(self, seg: Columns, final: bool) -> None:
         """The answers (the peer's next data after S2) of candidates kept that had none
         yet: the first data segment after S2 in this piece, if it is the peer's."""
         for batch in [self.recent]:  # (a candidate waiting for its answer stays there)
