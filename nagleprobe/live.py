@@ -147,6 +147,8 @@ class LiveAnalyzer:
             self._touched = np.r_[self._touched, np.zeros(grow, bool)]
             self._decided = np.r_[self._decided, np.full(grow, _NEVER, np.int64)]
             self._jump_top = np.r_[self._jump_top, np.full(grow, -1, np.int64)]
+        if self._ledgers:
+            cols, tid, from_low = self._without_foreign_syns(cols, tid, from_low)
         flags = cols["flags"]
         # a SYN opens the 4-tuple again; FIN from both ends or RST closes it
         syn = (flags & (SYN | ACK)) == SYN
@@ -173,6 +175,31 @@ class LiveAnalyzer:
         self._held = {k: np.concatenate([self._held[k], new[k]]) for k in _HELD}
         self._new_rows += n
         self._note_held()
+
+    def _without_foreign_syns(self, cols: Columns, tid: np.ndarray, from_low: np.ndarray
+                              ) -> tuple[Columns, np.ndarray, np.ndarray]:
+        """The rows less the SYNs with a new ISN on connections carried by a Ledger (long,
+        so established) that fit no connection (`syns.fits_no_connection`, judged on this
+        chunk's rows, as the stream does): left out and counted."""
+        syn = np.flatnonzero((cols["flags"] & (SYN | ACK)) == SYN)
+        foreign = []
+        for r in syn.tolist():  # (few)
+            led = self._ledgers.get(int(tid[r]))
+            if led is None or int(cols["seq"][r]) == led.syn_seq():
+                continue
+            mine = np.flatnonzero(tid == tid[r])
+            mine = mine[np.lexsort((mine, cols["ts_ns"][mine]))]
+            if syns.fits_no_connection(cols["ts_ns"][mine], cols["flags"][mine],
+                                       cols["seq"][mine], cols["ack"][mine],
+                                       int(np.flatnonzero(mine == r)[0]),
+                                       self._closed[tid[r]] != 0, int(self._last_ts[tid[r]])):
+                foreign.append(r)
+        if not foreign:
+            return cols, tid, from_low
+        self._count_syn_jumps(tid[foreign], cols["frame"][foreign].astype(np.int64))
+        keep = np.ones(len(tid), bool)
+        keep[foreign] = False
+        return {k: v[keep] for k, v in cols.items()}, tid[keep], from_low[keep]
 
     def _note_held(self) -> None:
         """Note the rows held now: not yet handed to a Ledger, and carried by the Ledgers."""
@@ -342,6 +369,12 @@ class LiveAnalyzer:
             rows, at = self._rows_of(t)
             led = self._ledgers.get(t)
             if led is None:  # connections before a SYN with a new ISN were judged whole
+                rows, jumps = syns.without_foreign(rows)  # (as the stream's first piece)
+                if len(jumps):
+                    self._count_syn_jumps(np.full(len(jumps), t), jumps.astype(np.int64))
+                    left = np.isin(self._held["frame"][at], jumps)
+                    given[at[left]] = True  # (let go of: left out)
+                    at = at[~left]
                 rows, ended = last_connection(rows)
                 before = 0 if ended is None else len(ended["frame"])
                 given[at[:before]] = True

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import syns
 from .columns import Columns
-from .decode import ACK, FIN, RST, SYN, TCP_COLUMNS
+from .decode import ACK, SYN, TCP_COLUMNS
 from .engine import judge, judge_ledger
 from .lifecycle import TupleState
 from .pieces import PIECE_ROWS, Ledger, in_time_order, last_connection
@@ -218,17 +218,15 @@ class StreamAnalyzer:
         SYN-ACK answering it in this chunk (one in a later chunk comes too late: the SYN was
         left out)."""
         out = np.zeros(len(tid), dtype=bool)
-        ts, flags = cols["ts_ns"], cols["flags"]
-        synack = (flags & (SYN | ACK)) == (SYN | ACK)
+        ts = cols["ts_ns"]
         for r in np.flatnonzero(reopened).tolist():  # (few)
             t = int(tid[r])
-            earlier = (tid == t) & ((ts < ts[r]) | ((ts == ts[r]) & (np.arange(len(tid)) < r)))
-            closed = self._t.closed[t] != 0 or bool(((flags[earlier] & (FIN | RST)) != 0).any())
-            last = max(int(self._t.last_ts[t]), int(ts[earlier].max()) if earlier.any() else 0)
-            answered = bool((synack & (tid == t) & ~earlier & (cols["ack"] == (
-                (int(cols["seq"][r]) + 1) & 0xFFFFFFFF))).any())
-            quiet = int(ts[r]) - last >= syns.REUSE_IDLE_S * 1_000_000_000
-            out[r] = not (closed or answered or quiet)
+            mine = np.flatnonzero(tid == t)
+            mine = mine[np.lexsort((mine, ts[mine]))]  # its rows of this chunk, in time order
+            at = int(np.flatnonzero(mine == r)[0])
+            out[r] = syns.fits_no_connection(
+                ts[mine], cols["flags"][mine], cols["seq"][mine], cols["ack"][mine], at,
+                self._t.closed[t] != 0, int(self._t.last_ts[t]))
         return out
 
     def _answered_late(self, tid: np.ndarray, cols: Columns) -> None:

@@ -135,6 +135,21 @@ def warning(count: int, first_frame: int) -> Weird:
                  f"left out of the analysis ({SKIPPED_KIND})", count)
 
 
+def fits_no_connection(ts: np.ndarray, flags: np.ndarray, seq: np.ndarray, ack: np.ndarray,
+                       r: int, closed_before: bool, last_before_ns: int) -> bool:
+    """Whether the SYN at row `r` of an established connection's rows (one 4-tuple, in time
+    order: `ts`, `flags`, `seq`, `ack`) fits no connection: no FIN or RST since the
+    connection's SYN (`closed_before`: one came before these rows), the 4-tuple silent less
+    than REUSE_IDLE_S before it (`last_before_ns`: its last packet before these rows), and
+    no SYN-ACK among the rows after it answering it."""
+    closed = closed_before or bool(((flags[:r] & (FIN | RST)) != 0).any())
+    last = max(last_before_ns, int(ts[:r].max()) if r else last_before_ns)
+    answered = bool((((flags[r + 1:] & (SYN | ACK)) == (SYN | ACK))
+                     & (ack[r + 1:] == ((int(seq[r]) + 1) & _MASK32))).any())
+    quiet = int(ts[r]) - last >= _REUSE_IDLE_NS
+    return not (closed or answered or quiet)
+
+
 def without_foreign(rows: Columns) -> tuple[Columns, np.ndarray]:
     """One 4-tuple's rows (in time order) less its SYNs that fit no connection, and the
     frame numbers of those."""
