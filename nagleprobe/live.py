@@ -392,6 +392,8 @@ class LiveAnalyzer:
                 led.add(piece, one, safe)
             self._note_unreported(t, led)
             self._decided[t] = led.cut
+            mine = self._unreported[(self._unreported >> 40) == t]
+            led.verdicts.forget(led.cut, mine & ((1 << 40) - 1))  # (those reported)
             given[at[:n - self.window_rows]] = True
         self._held = {k: v[~given] for k, v in self._held.items()}
         self._note_held()

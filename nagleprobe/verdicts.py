@@ -88,6 +88,19 @@ class Verdicts:
         return (np.concatenate([c["released_frame"] for c in parts]).astype(np.int64),
                 np.concatenate([c["released_ns"] for c in parts]).astype(np.int64))
 
+    def forget(self, before_ns: int, unreported: np.ndarray) -> None:
+        """Let go of the stalls kept raw released before `before_ns` but those whose
+        released frames are in `unreported`: a caller that has reported the others
+        (`watch`) needs them no more, and they would grow without bound on a connection
+        that never closes; their repeats no longer count towards later confidences."""
+        if not self.stalls:
+            return
+        kept = Columns.concat(self.stalls)
+        stay = ((kept["released_ns"] >= before_ns)
+                | np.isin(kept["released_frame"].astype(np.int64), unreported))
+        if not stay.all():
+            self.stalls = [take(kept, np.flatnonzero(stay))] if stay.any() else []
+
     def answers(self, seg: Columns, final: bool) -> None:
         """The answers (the peer's next data after S2) of candidates kept that had none
         yet: the first data segment after S2 in this piece, if it is the peer's."""

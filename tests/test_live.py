@@ -154,6 +154,22 @@ def long_connection(copies: int) -> dict[str, np.ndarray]:
     return out
 
 
+def test_a_ledger_lets_go_of_the_stalls_watch_has_reported():
+    """Kept raw for the connection's end, they would grow without bound on a connection
+    that never closes (each provisional verdict copying them): once reported and decided,
+    they go; what is kept is the candidates the Ledger keeps one by one and the window's."""
+    cols = long_connection(60)
+    window, piece, kept = 64, 50, 32
+    live = LiveAnalyzer(window_rows=window, piece_limits=Limits(kept_candidates=kept))
+    reported = 0
+    for at in range(0, len(cols["frame"]), piece):
+        reported += sum(e["event"] == "stall"
+                        for e in live.feed({k: v[at:at + piece] for k, v in cols.items()}))
+    (led,) = live._ledgers.values()
+    assert reported > 5 * (window + piece + kept)  # many more than may be kept
+    assert len(led.verdicts.kept()[0]) <= window + piece + kept
+
+
 def test_what_is_held_per_connection_is_bounded_whatever_its_length():
     """A connection that never closes, 200 rounds of a real conversation, fed 50 packets at
     a time: the analyser never holds more than the window, one piece and the rows its
