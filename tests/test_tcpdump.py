@@ -235,3 +235,20 @@ def test_the_capture_is_written_through_the_opened_file(tmp_path):
     assert result.returncode == 0
     data = out.read_bytes()
     assert data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") and len(data) == 24
+
+
+def test_an_unexpected_error_while_recording_is_one_line_and_status_4(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import nagleprobe.tcpdump
+    from nagleprobe.cli import main
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(nagleprobe.tcpdump, "record", broken)
+    r = CliRunner().invoke(main, ["record", "-o", str(tmp_path / "x.pcap"), "--", "true"])
+    assert r.exit_code == 4
+    assert r.output.splitlines() == [
+        f"nagleprobe: internal error while recording {tmp_path / 'x.pcap'}: ZeroDivisionError: "
+        "simulated bug (rerun with --debug for a traceback)"]

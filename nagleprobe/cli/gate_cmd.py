@@ -31,7 +31,7 @@ GATE_HELP = ("Exit status: 0 every capture within budget, 1 a capture over budge
              "most severe verdict wins: 4 > 3 > 8 > 6 > 1 > 0.")
 RECORD_HELP = ("Exit status: the command's own status; 5 capture not possible (not root, no "
                "tcpdump, no such interface, output not writable), 127 command not found, "
-               "2 usage error. With --check, a command that succeeded is followed by the "
+               "2 usage error, 4 internal error. With --check, a command that succeeded is followed by the "
                "gate's status (0, 1, 3, 4, 6, 7 or 8; see `nagleprobe check --help`).")
 
 _GATE_OPTIONS = [
@@ -154,16 +154,15 @@ def record(interface: str, ports: tuple[int, ...], bpf: str | None, output: str,
     from ..tcpdump import RecordError
     from ..tcpdump import record as run_recorded
 
-    try:
-        result = run_recorded(list(command), output, interface=interface, ports=ports,
-                              bpf=bpf, snaplen=snaplen)
-    except RecordError as e:
-        if opts["debug"]:
-            traceback.print_exc()
-        click.echo(f"nagleprobe: error: {e}", err=True)
-        sys.exit(e.status)
-    except KeyboardInterrupt:
-        sys.exit(ExitStatus.INTERRUPTED)
+    with one_line_errors(bool(opts["debug"]), "recording", output, {}):
+        try:
+            result = run_recorded(list(command), output, interface=interface, ports=ports,
+                                  bpf=bpf, snaplen=snaplen)
+        except RecordError as e:
+            if opts["debug"]:
+                traceback.print_exc()
+            click.echo(f"nagleprobe: error: {e}", err=True)
+            sys.exit(e.status)
     click.echo(f"nagleprobe: {result.summary()}", err=True)
     if result.returncode != 0 or not run_gate:
         sys.exit(result.returncode)
