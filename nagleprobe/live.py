@@ -43,6 +43,7 @@ from .selection import selected_stalls
 from .stream import ANALYSED, HELD
 from .tuples import TupleTable
 from .verdicts import Limits
+from .weirds import Weird, fact
 
 DEFAULT_WINDOW_ROWS = 4096  # packets of a connection held whole and analysed
 DEFAULT_SUMMARY_S = 10.0
@@ -484,20 +485,23 @@ class LiveAnalyzer:
 
     def final(self, capture: dict) -> dict:
         """The final report: totals of everything reported, per connection with stalls.
-        `capture`: what the reader says (packets read, skipped by reason, warnings)."""
+        `capture`: what the reader says (packets read, skipped by reason, warnings); each
+        warning a fact: {"code", "count", "text"}, as in the report's JSON."""
         flows = [{"flow": t, "client": tot.client, "server": tot.server, "stalls": tot.stalls,
                   "lost_ms": round(tot.lost_ms, 3)}
                  for t, tot in sorted(self._flows.items())]
         skipped, warnings = self.syn_jumps.told(capture.get("skipped", {}),
                                                 capture.get("warnings", []))
         warnings = warnings + [
-            f"{n} of the connections analysed in pieces may differ from the whole-connection "
-            f"analysis in {why}" for why, n in sorted(self._all_inexact().items())]
+            Weird("inexact-pieces", f"{n} of the connections analysed in pieces may differ "
+                  f"from the whole-connection analysis in {why}", n)
+            for why, n in sorted(self._all_inexact().items())]
         if self.late_in_pieces:
-            warnings.append(f"{self.late_in_pieces} TCP packets arrived after later packets of "
-                            "their connection, which was being analysed in pieces, had been "
-                            "decided, and were left out of it")
-        capture = {**capture, "skipped": skipped, "warnings": warnings}
+            warnings.append(Weird(
+                "late-in-pieces", f"{self.late_in_pieces} TCP packets arrived after later "
+                "packets of their connection, which was being analysed in pieces, had been "
+                "decided, and were left out of it", self.late_in_pieces))
+        capture = {**capture, "skipped": skipped, "warnings": [fact(w) for w in warnings]}
         return {"event": "final", **capture, "tcp_packets": self.packets,
                 "connections": self._tuples.count,
                 "stalls": sum(f["stalls"] for f in flows),

@@ -137,7 +137,7 @@ def line(event: dict, fmt: str) -> str:
     skipped = ", ".join(f"{k} {human_count(v)}" for k, v in sorted(event["skipped"].items())
                         if v)
     out.append(f"  skipped: {skipped or 'none'}")
-    out += [f"  warning: {w}" for w in event["warnings"]]
+    out += [f"  warning: {w['text']}" for w in event["warnings"]]
     out += [f"  flow {f['flow']} {f['client']} -> {f['server']}: "
             f"{counted(f['stalls'], 'stall')}, {human_ms(f['lost_ms'])} lost"
             for f in event["flows"]]

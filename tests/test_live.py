@@ -253,7 +253,8 @@ def test_a_packet_older_than_what_the_ledger_decided_is_left_out_and_told():
     assert live.late_in_pieces == 1
     final = live.final({"packets": len(cols["frame"]), "skipped": {}, "warnings": []})
     assert final["tcp_packets"] == len(cols["frame"])
-    assert [w for w in final["warnings"] if w.startswith("1 TCP packets arrived after")]
+    assert [w for w in final["warnings"] if w["text"].startswith("1 TCP packets arrived after")
+            and w["code"] == "late-in-pieces" and w["count"] == 1]
 
 
 def test_a_long_connection_let_go_of_is_judged_for_good_and_a_doubt_is_named():
@@ -276,9 +277,9 @@ def test_a_long_connection_let_go_of_is_judged_for_good_and_a_doubt_is_named():
     live.feed(other)
     assert live.pieced == 0
     final = live.final({"packets": last + 2, "skipped": {}, "warnings": []})
-    assert any(w.startswith("1 of the connections analysed in pieces may differ") and
-               "verdicts of candidates judged before the final round trips" in w
-               for w in final["warnings"])
+    assert any(w["text"].startswith("1 of the connections analysed in pieces may differ") and
+               "verdicts of candidates judged before the final round trips" in w["text"]
+               and w["code"] == "inexact-pieces" for w in final["warnings"])
 
 
 def test_a_stall_a_later_round_trip_reveals_is_reported_though_its_rows_were_decided():

@@ -132,7 +132,9 @@ def test_watch_reports_every_stall_and_counts_the_syn_once(tmp_path, after_frame
     assert sorted(e["frames"][2] for e in events) == sorted(want.tolist())
     final = live.final({"packets": 108, "skipped": {}, "warnings": []})
     assert final["skipped"] == {SKIPPED_KIND: 1}
-    assert len(final["warnings"]) == 1 and f"frame {after_frame + 1};" in final["warnings"][0]
+    (w,) = final["warnings"]
+    assert f"frame {after_frame + 1};" in w["text"] and (w["code"], w["count"]) == (
+        SKIPPED_KIND, 1)
 
 
 def reuse(tmp_path: Path, rst: bool, gap_us: int = 0) -> str:
