@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 
 from .errors import CaptureError
 from .humanize import human_count, human_ms
+from .text_report import TEXT_WIDTH, fit_lines
 
 SIDES = ("client", "server")
 TOLERANCE = 0.1  # more time lost than this share over the baseline's is a regression ...
@@ -212,8 +214,10 @@ def render_text(comparison: dict) -> str:
     """The comparison for people: per group what changed (stalls, time lost, the longest
     stall, each side's Nagle state and delayed-ACK timer), in 80 columns or less."""
     t = comparison["totals"]
-    lines = [f"{which}: {src['path']}" + (" (a selection of its flows)" if src["selection"] else "")
-             for which, src in (("before", comparison["before"]), ("after ", comparison["after"]))]
+    lines = [line for which, src in (("before", comparison["before"]),
+                                     ("after ", comparison["after"]))
+             for line in _path_lines(which, src["path"] + (" (a selection of its flows)"
+                                                           if src["selection"] else ""))]
     lines.append(f"stalls {_arrow(t['before']['stalls'], t['after']['stalls'], human_count)}; "
                  f"time lost {_arrow(t['before']['stall_ms'], t['after']['stall_ms'], human_ms)}")
     for g in comparison["groups"]:
@@ -238,7 +242,25 @@ def render_text(comparison: dict) -> str:
             if w["delayed_ack_ms"] is not None or n["delayed_ack_ms"] is not None:
                 said.append(f"delayed ACK {_arrow(w['delayed_ack_ms'], n['delayed_ack_ms'], _ms)}")
             lines.append(f"  {side} {name}: " + "; ".join(said))
-    return "\n".join(lines) + "\n"
+    return "\n".join(fit_lines(lines, TEXT_WIDTH)) + "\n"
+
+
+def _path_lines(label: str, path: str, width: int = TEXT_WIDTH) -> list[str]:
+    """ "label: path", or where that is too wide, the label and then the path broken after
+    its slashes, indented (a name longer than the line cut)."""
+    if len(label) + 2 + len(path) <= width:
+        return [f"{label}: {path}"]
+    out, cur = [f"{label}:"], "  "
+    for part in re.findall(r"[^/]*/|[^/]+$", path):
+        while len(cur) + len(part) > width:
+            if cur.strip():
+                out.append(cur)
+            else:  # a name longer than the line
+                out.append(cur + part[:width - len(cur)])
+                part = part[width - len(cur):]
+            cur = "  "
+        cur += part
+    return out + [cur]
 
 
 def _ms(v: float | None) -> str:

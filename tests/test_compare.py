@@ -95,3 +95,15 @@ def test_the_output_file_may_not_be_an_input(tmp_path):
     r = CliRunner().invoke(main, ["compare", str(NAGLE_ON), str(NODELAY), "-o", str(NODELAY)])
     assert r.exit_code == 2
     assert NODELAY.read_bytes()[:4] in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4")
+
+
+def test_long_paths_are_broken_after_their_slashes_within_80_columns(tmp_path, docs):
+    deep = tmp_path / ("d" * 50) / ("e" * 30) / ("f" * 90)  # a name longer than the line
+    deep.mkdir(parents=True)
+    path = deep / "echo_split_lo.pcap"
+    path.write_bytes(NAGLE_ON.read_bytes())
+    before = nagleprobe.analyze(str(path)).to_dict()
+    text = render_text(compare(before, docs[1]))
+    assert max(len(line) for line in text.splitlines()) <= 80
+    head = text.split("\nafter", 1)[0].splitlines()
+    assert head[0] == "before:" and "".join(x.strip() for x in head[1:]) == str(path)
