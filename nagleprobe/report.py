@@ -63,6 +63,7 @@ class Report:
         # "vantages"; None for one capture
         self.vantage_doc: dict[str, Any] | None = None
         self._segments: pd.DataFrame | None = None
+        self._messages: pd.DataFrame | None = None
         self._columns: dict[str, Columns] = {}
         self._frames: dict[str, pd.DataFrame] = {}
         for name, t in zip(TABLES, (flows, stalls, endpoints)):
@@ -225,6 +226,27 @@ class Report:
                 self._segments.insert(at, "file", pd.array(np.asarray(
                     [f["path"] for f in files], dtype=object)[idx], dtype=TEXT_DTYPE))
         return self._segments
+
+    @property
+    def messages(self) -> pd.DataFrame:
+        """Per stall (the rows of `stalls`, same index), the held message in the
+        application's own terms where its protocol is recognised (`nagleprobe.messages`:
+        TLS, HTTP/1.x, DNS over TCP, PostgreSQL, SMTP, MQTT): protocol, held_message,
+        before_message, split, fix, advice (coalesce or nodelay). Read from the capture file
+        again on first access (the payloads are not kept): one file, not standard input or
+        a file set."""
+        if self._messages is None:
+            import os
+
+            path = self.capture["path"]
+            if self.capture.get("files") or not os.path.isfile(path):
+                raise ValueError(f"{path}: the held messages are read from the capture file "
+                                 "again: give one file (not standard input or a file set)")
+            from .payloads import stall_messages
+
+            self._messages = stall_messages(self, path)
+            self._messages.index = self.stalls.index
+        return self._messages
 
     def flow(self, flow_id: int) -> Report:
         """The report of one flow (by its `id`)."""

@@ -393,3 +393,20 @@ def test_synthetic_random_bytes_are_not_named():
               if (m := recognise(rng.randbytes(rng.choice(sizes[:-1])),
                                  rng.randbytes(rng.choice(sizes)))) is not None]
     assert named_ == []
+
+
+def test_the_report_names_its_stalls_messages_row_by_row():
+    path = SAMPLES / "messages" / "dns_lo.pcap"
+    report = nagleprobe.analyze(str(path))
+    m = report.messages
+    assert list(m.index) == list(report.stalls.index) and len(m) == len(report.stalls) > 0
+    assert set(m["protocol"]) == {"dns"} and set(m["advice"]) == {"coalesce"}
+    assert report.messages is m  # read once
+
+
+def test_a_report_of_a_stream_cannot_read_its_messages_again():
+    import io
+
+    report = nagleprobe.analyze(io.BytesIO((SAMPLES / "messages" / "dns_lo.pcap").read_bytes()))
+    with pytest.raises(ValueError, match="read from the capture file again"):
+        report.messages
