@@ -64,6 +64,7 @@ class Report:
         self.vantage_doc: dict[str, Any] | None = None
         self._segments: pd.DataFrame | None = None
         self._messages: pd.DataFrame | None = None
+        self._exchanges: pd.DataFrame | None = None
         self._columns: dict[str, Columns] = {}
         self._frames: dict[str, pd.DataFrame] = {}
         for name, t in zip(TABLES, (flows, stalls, endpoints)):
@@ -226,6 +227,17 @@ class Report:
                 self._segments.insert(at, "file", pd.array(np.asarray(
                     [f["path"] for f in files], dtype=object)[idx], dtype=TEXT_DTYPE))
         return self._segments
+
+    @property
+    def exchanges(self) -> pd.DataFrame:
+        """One row per request/response exchange (`nagleprobe.exchanges`): its latency with
+        and without the stalls released within it; `exchanges.latency_summary` gives the
+        percentiles per flow or per server. Built on first access from `segments`."""
+        if self._exchanges is None:
+            from .exchanges import exchanges
+
+            self._exchanges = exchanges(self.segments, self.stalls)
+        return self._exchanges
 
     @property
     def messages(self) -> pd.DataFrame:
