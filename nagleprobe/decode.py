@@ -276,19 +276,12 @@ def decode(batch: RecordBatch, skipped: collections.Counter) -> Columns:
                     **{c: v[:k] for c, v in out.items()}, "tunnel": np.zeros(k, np.uint32)})
     if not s:
         return cols
-    rest = _decode_rest(batch if s == n else _rows(batch, slow), skipped)
+    rest = _decode_rest(batch if s == n else batch.rows(slow), skipped)
     if not len(rest["frame"]) or not k:  # one of the two parts is empty: nothing to merge
         return rest if not k else cols
     order = np.argsort(np.concatenate([row, np.searchsorted(batch.frame, rest["frame"])]),
                        kind="stable")
     return Columns.concat([cols, rest]).take(order)
-
-
-def _rows(batch: RecordBatch, rows: np.ndarray) -> RecordBatch:
-    return RecordBatch(data=batch.data, offset=batch.offset[rows], caplen=batch.caplen[rows],
-                       wirelen=batch.wirelen[rows], ts_ns=batch.ts_ns[rows],
-                       linktype=batch.linktype[rows], frame=batch.frame[rows],
-                       tunnels=batch.tunnels)
 
 
 def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: bool = True
@@ -305,7 +298,7 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
         tun = status != encap.NOT_TUNNEL
         if not tun.any():
             return _decode_plain(batch, skipped)
-        plain = _decode_plain(_rows(batch, np.flatnonzero(~tun)), skipped)
+        plain = _decode_plain(batch.rows(np.flatnonzero(~tun)), skipped)
     else:  # peeling is per packet here: only what the numpy decoder could not read
         trial: collections.Counter = collections.Counter()
         plain = _decode_plain(batch, trial)
@@ -318,7 +311,7 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
             skipped.update(trial)
             return plain
         # the numpy decoder's reasons for the records that are not tunnels
-        _decode_plain(_rows(batch, undecoded[~tun]), skipped)
+        _decode_plain(batch.rows(undecoded[~tun]), skipped)
     peeled = status == encap.PEELED
     if not peeled.all():
         for st, reason in encap.REASONS.items():
@@ -327,13 +320,13 @@ def _decode_rest(batch: RecordBatch, skipped: collections.Counter, compiled: boo
                 skipped[reason] += n_st
     if len(peeled) == len(batch.offset) and peeled.all():  # all tunnelled: no row selection
         ok = rows = slice(None)
-        sub = _rows(batch, rows)
+        sub = batch.rows(rows)
     else:
         ok = np.flatnonzero(peeled)
         if not len(ok):
             return plain
         rows = undecoded[ok]
-        sub = _rows(batch, rows)
+        sub = batch.rows(rows)
     at = inner[ok]
     sub.offset = sub.offset + at
     sub.caplen = sub.caplen - at

@@ -38,19 +38,12 @@ def payloads(path: str, frames: Iterable[int]) -> dict[int, bytes]:
         for batch in reader:
             hit = np.flatnonzero(np.isin(batch.frame, wanted))
             if len(hit):
-                out.update(_batch_payloads(_rows(batch, hit), skipped))
+                out.update(_batch_payloads(batch.rows(hit), skipped))
             if len(batch.frame) and batch.frame[-1] >= wanted[-1]:
                 break  # past the last frame asked for: the rest is not read
     finally:
         reader.close()
     return out
-
-
-def _rows(batch: RecordBatch, rows: np.ndarray) -> RecordBatch:
-    return RecordBatch(data=batch.data, offset=batch.offset[rows], caplen=batch.caplen[rows],
-                       wirelen=batch.wirelen[rows], ts_ns=batch.ts_ns[rows],
-                       linktype=batch.linktype[rows], frame=batch.frame[rows],
-                       tunnels=batch.tunnels)
 
 
 def _batch_payloads(batch: RecordBatch, skipped: collections.Counter) -> dict[int, bytes]:

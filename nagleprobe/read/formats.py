@@ -99,6 +99,14 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.offset)
 
+    def rows(self, index: np.ndarray) -> RecordBatch:
+        """The records `index` selects, over the same bytes (what the decoder reads of
+        them: not `start` or `iface`)."""
+        return RecordBatch(data=self.data, offset=self.offset[index], caplen=self.caplen[index],
+                           wirelen=self.wirelen[index], ts_ns=self.ts_ns[index],
+                           linktype=self.linktype[index], frame=self.frame[index],
+                           tunnels=self.tunnels)
+
 
 @dataclass
 class CaptureInfo:
