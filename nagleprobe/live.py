@@ -183,19 +183,12 @@ class LiveAnalyzer:
         so established) that fit no connection (`syns.fits_no_connection`, judged on this
         chunk's rows, as the stream does): left out and counted."""
         syn = np.flatnonzero((cols["flags"] & (SYN | ACK)) == SYN)
-        foreign = []
-        for r in syn.tolist():  # (few)
-            led = self._ledgers.get(int(tid[r]))
-            if led is None or int(cols["seq"][r]) == led.syn_seq():
-                continue
-            mine = np.flatnonzero(tid == tid[r])
-            mine = mine[np.lexsort((mine, cols["ts_ns"][mine]))]
-            if syns.fits_no_connection(cols["ts_ns"][mine], cols["flags"][mine],
-                                       cols["seq"][mine], cols["ack"][mine],
-                                       int(np.flatnonzero(mine == r)[0]),
-                                       self._closed[tid[r]] != 0, int(self._last_ts[tid[r]])):
-                foreign.append(r)
-        if not foreign:
+        new_isn = [r for r in syn.tolist()  # (few)
+                   if (led := self._ledgers.get(int(tid[r]))) is not None
+                   and int(cols["seq"][r]) != led.syn_seq()]
+        foreign = np.flatnonzero(syns.fits_no_connection(
+            tid, cols, np.array(new_isn, np.int64), self._closed != 0, self._last_ts))
+        if not len(foreign):
             return cols, tid, from_low
         self._count_syn_jumps(tid[foreign], cols["frame"][foreign].astype(np.int64))
         keep = np.ones(len(tid), bool)

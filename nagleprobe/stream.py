@@ -160,7 +160,8 @@ class StreamAnalyzer:
             for r in np.flatnonzero(reopened).tolist():  # (few) a SYN sent again is not new
                 reopened[r] = int(cols["seq"][r]) != self._ledgers[int(tid[r])].syn_seq()
             self._answered_late(tid, cols)
-            foreign = self._foreign_syns(tid, cols, reopened)
+            foreign = syns.fits_no_connection(tid, cols, np.flatnonzero(reopened),
+                                              self._t.closed != 0, self._t.last_ts)
             if foreign.any():  # SYNs that fit no connection: as if they were not there
                 keep = ~foreign
                 self._parts.syn_jumps.add(cols["frame"][foreign])
@@ -209,25 +210,6 @@ class StreamAnalyzer:
         if len(long):
             self._pieces(long)
         self._tick(int(ts.max()))
-
-    def _foreign_syns(self, tid: np.ndarray, cols: Columns,
-                      reopened: np.ndarray) -> np.ndarray:
-        """Of the SYNs with a new ISN on connections analysed in pieces (`reopened`; long,
-        so established), those that fit no connection (`nagleprobe.syns`): no FIN or RST
-        since the connection's SYN, the 4-tuple silent less than syns.REUSE_IDLE_S, and no
-        SYN-ACK answering it in this chunk (one in a later chunk comes too late: the SYN was
-        left out)."""
-        out = np.zeros(len(tid), dtype=bool)
-        ts = cols["ts_ns"]
-        for r in np.flatnonzero(reopened).tolist():  # (few)
-            t = int(tid[r])
-            mine = np.flatnonzero(tid == t)
-            mine = mine[np.lexsort((mine, ts[mine]))]  # its rows of this chunk, in time order
-            at = int(np.flatnonzero(mine == r)[0])
-            out[r] = syns.fits_no_connection(
-                ts[mine], cols["flags"][mine], cols["seq"][mine], cols["ack"][mine], at,
-                self._t.closed[t] != 0, int(self._t.last_ts[t]))
-        return out
 
     def _answered_late(self, tid: np.ndarray, cols: Columns) -> None:
         """A SYN-ACK answering a SYN `feed` left out of a connection analysed in pieces:

@@ -135,19 +135,29 @@ def warning(count: int, first_frame: int) -> Weird:
                  f"left out of the analysis ({SKIPPED_KIND})", count)
 
 
-def fits_no_connection(ts: np.ndarray, flags: np.ndarray, seq: np.ndarray, ack: np.ndarray,
-                       r: int, closed_before: bool, last_before_ns: int) -> bool:
-    """Whether the SYN at row `r` of an established connection's rows (one 4-tuple, in time
-    order: `ts`, `flags`, `seq`, `ack`) fits no connection: no FIN or RST since the
-    connection's SYN (`closed_before`: one came before these rows), the 4-tuple silent less
-    than REUSE_IDLE_S before it (`last_before_ns`: its last packet before these rows), and
-    no SYN-ACK among the rows after it answering it."""
-    closed = closed_before or bool(((flags[:r] & (FIN | RST)) != 0).any())
-    last = max(last_before_ns, int(ts[:r].max()) if r else last_before_ns)
-    answered = bool((((flags[r + 1:] & (SYN | ACK)) == (SYN | ACK))
-                     & (ack[r + 1:] == ((int(seq[r]) + 1) & _MASK32))).any())
-    quiet = int(ts[r]) - last >= _REUSE_IDLE_NS
-    return not (closed or answered or quiet)
+def fits_no_connection(tid: np.ndarray, cols: Columns, rows: np.ndarray,
+                       closed_before: np.ndarray, last_before_ns: np.ndarray) -> np.ndarray:
+    """Which of the SYNs at `rows` (positions; each with a new ISN on an established
+    connection) fit no connection, each judged on its 4-tuple's rows in `cols` (`tid`: each
+    row's tuple): no FIN or RST since the connection's SYN (`closed_before[t]`: one came
+    before these rows), the 4-tuple silent less than REUSE_IDLE_S before it
+    (`last_before_ns[t]`: its last packet before these rows), and no SYN-ACK among the rows
+    after it answering it. A boolean per row."""
+    out = np.zeros(len(tid), dtype=bool)
+    ts, flags = cols["ts_ns"], cols["flags"]
+    for r in rows.tolist():  # (few)
+        t = int(tid[r])
+        mine = np.flatnonzero(tid == t)
+        mine = mine[np.lexsort((mine, ts[mine]))]  # its rows, in time order
+        at = int(np.flatnonzero(mine == r)[0])
+        before, after = mine[:at], mine[at + 1:]
+        closed = bool(closed_before[t]) or bool(((flags[before] & (FIN | RST)) != 0).any())
+        last = max(int(last_before_ns[t]), int(ts[before].max()) if at else -1 << 62)
+        answered = bool((((flags[after] & (SYN | ACK)) == (SYN | ACK))
+                         & (cols["ack"][after] == ((int(cols["seq"][r]) + 1) & _MASK32))).any())
+        quiet = int(ts[r]) - last >= _REUSE_IDLE_NS
+        out[r] = not (closed or answered or quiet)
+    return out
 
 
 def without_foreign(rows: Columns) -> tuple[Columns, np.ndarray]:
