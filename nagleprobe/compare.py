@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import statistics
 from dataclasses import dataclass, field
 
 from .errors import CaptureError
 from .humanize import human_count, human_ms
-from .text_report import TEXT_WIDTH, fit_lines
+from .text_report import TEXT_WIDTH, broken_path, fit_lines
 
 SIDES = ("client", "server")
 TOLERANCE = 0.1  # more time lost than this share over the baseline's is a regression ...
@@ -250,17 +249,7 @@ def _path_lines(label: str, path: str, width: int = TEXT_WIDTH) -> list[str]:
     its slashes, indented (a name longer than the line cut)."""
     if len(label) + 2 + len(path) <= width:
         return [f"{label}: {path}"]
-    out, cur = [f"{label}:"], "  "
-    for part in re.findall(r"[^/]*/|[^/]+$", path):
-        while len(cur) + len(part) > width:
-            if cur.strip():
-                out.append(cur)
-            else:  # a name longer than the line
-                out.append(cur + part[:width - len(cur)])
-                part = part[width - len(cur):]
-            cur = "  "
-        cur += part
-    return out + [cur]
+    return [f"{label}:", *broken_path(path, width, "  ")]
 
 
 def _ms(v: float | None) -> str:

@@ -116,16 +116,22 @@ def _path_lines(path: str, rest: str, width: int) -> list[str]:
     width broken after its slashes (a name longer than the width cut)."""
     if len(path) + 2 + len(rest.split(" ", 1)[0]) <= width:
         return [f"{path}: {rest}"]
-    out, cur = [], ""
-    for part in re.findall(r"[^/]*/|[^/]+$", path + ":"):
-        while len(part) > width:  # a single name longer than the line
-            out.append(_Pre(cur + part[:width - len(cur)]))
-            part, cur = part[width - len(cur):], ""
+    return [*map(_Pre, broken_path(path + ":", width)), f"  {rest}"]
+
+
+def broken_path(path: str, width: int, indent: str = "") -> list[str]:
+    """`path` in lines of at most `width` (each begun with `indent`), broken after its
+    slashes; a name longer than a line cut."""
+    out, cur = [], indent
+    for part in re.findall(r"[^/]*/|[^/]+$", path):
+        while len(indent) + len(part) > width:  # a single name longer than the line
+            out.append(cur + part[:width - len(cur)])
+            part, cur = part[width - len(cur):], indent
         if len(cur) + len(part) > width:
-            out.append(_Pre(cur))
-            cur = ""
+            out.append(cur)
+            cur = indent
         cur += part
-    return out + [_Pre(cur), f"  {rest}"]
+    return out + [cur]
 
 
 _WIDE = ("sender", "small seg (S1)", "late pure ACK", "released (S2)", "held", "stall ms",
