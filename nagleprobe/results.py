@@ -20,8 +20,12 @@ from .report import Report
 from .wireshark import add_tcp_streams
 from .workers import TRIM_JOIN_ROWS, TRIM_ROWS, release_free_memory
 
-# a batch of this many connections (a scan) gives its working memory back once kept
-MANY_FLOWS = 1 << 13
+# at most this many connections per batch (`stream`): a batch's working memory and its
+# result grow with its connections, and a SYN flood hands on a million one-packet ones at once
+BATCH_FLOWS = 1 << 14
+# a batch of half that many connections or more (a scan) gives its working memory back once
+# kept
+MANY_FLOWS = BATCH_FLOWS // 2
 
 
 @dataclass

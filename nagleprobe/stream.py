@@ -35,7 +35,7 @@ from .pieces import PIECE_ROWS, Ledger, in_time_order, last_connection
 from .read import CaptureInfo
 from .relay import MAX_ARRIVALS
 from .report import Report
-from .results import Results
+from .results import BATCH_FLOWS, Results
 from .tables import capture_doc
 from .tuples import RowsOf, TupleEnds, place_rows, take_rows, tally
 from .verdicts import Limits
@@ -57,9 +57,6 @@ _GONE = {k: np.zeros(0, t) for k, t in HELD.items()}
 DEFAULT_BATCH_ROWS = 1 << 18
 # ... or this many already when no batch is being analysed (the start of a capture)
 IDLE_BATCH_ROWS = 1 << 16
-# and at most this many connections per batch: a batch's working memory and its result
-# grow with its connections, and a SYN flood hands on a million one-packet ones at once
-BATCH_FLOWS = 1 << 14
 
 def _gather(chunks: list[Columns], which: np.ndarray, rows: np.ndarray
             ) -> Columns:
