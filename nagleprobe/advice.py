@@ -224,9 +224,10 @@ def fix_groups(flows: Columns, stalls: Columns,
     group = group.reshape(-1)
     # the stalls of each flow's fixed side (j: the row in `rows` of each stall's flow)
     fid = flows["id"][rows]
-    order = np.argsort(fid)
-    j = order[np.minimum(np.searchsorted(fid, stalls["flow"], sorter=order), len(rows) - 1)]
-    mine = (fid[j] == stalls["flow"]) & (stalls["sender"] == _SIDES[k[j]])
+    row_of = np.full(max(int(fid.max()), int(stalls["flow"].max(initial=0))) + 1, -1)
+    row_of[fid] = np.arange(len(rows))
+    j = row_of[stalls["flow"]]
+    mine = (j >= 0) & ((stalls["sender"] == SIDES[1]) == (k[j] == 1))
     flow_n = np.bincount(j[mine], minlength=len(rows))
     flow_ms = np.bincount(j[mine], weights=stalls["delay_ms"][mine], minlength=len(rows))
     timer = np.asarray(endpoints["delayed_ack_ms"], dtype=float)[2 * rows + 1 - k]
@@ -262,15 +263,12 @@ def fix_groups(flows: Columns, stalls: Columns,
                      group_n, group_ms, basis, s1_med, s2_med, notes)
     lost = [round(ms, 3) for ms in group_ms.tolist()]
     fids = fid[by_flow].tolist()
-    out = [{"side": SIDES[s], "host": h, "endpoint": e, "action": a, "basis": BASES[b],
-            "flows": fids[flow_at[g]:flow_at[g + 1]], "stalls": n, "lost_ms": ms,
-            "delayed_ack_ms": d, "text": t}
-           for g, s, h, e, a, b, n, ms, d, t in zip(
-               range(ng), side.tolist(), host[first].tolist(), name.tolist(),
-               action[first].tolist(), basis.tolist(), group_n.tolist(), lost, delayed,
-               text.tolist())]
-    out.sort(key=lambda g: (-g["lost_ms"], g["flows"][0]))
-    return out
+    worst = np.lexsort((fid[first], -np.array(lost)))  # costliest first
+    row = [x.tolist() for x in (side, host[first], name, action[first], basis, group_n, text)]
+    return [{"side": SIDES[row[0][g]], "host": row[1][g], "endpoint": row[2][g],
+             "action": row[3][g], "basis": BASES[row[4][g]],
+             "flows": fids[flow_at[g]:flow_at[g + 1]], "stalls": row[5][g], "lost_ms": lost[g],
+             "delayed_ack_ms": delayed[g], "text": row[6][g]} for g in worst.tolist()]
 
 
 def _most_stalls(basis: np.ndarray, group: np.ndarray, flow_n: np.ndarray, ng: int
@@ -290,8 +288,7 @@ def _most_stalls(basis: np.ndarray, group: np.ndarray, flow_n: np.ndarray, ng: i
 def _medians(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """The median of `values` in each of the `n` groups (NaN where a group has none), as
     np.median gives it: one sort, no loop over the groups."""
-    order = np.lexsort((values, groups))
-    v, g = values[order], groups[order]
+    v, g = _in_groups(values, groups)
     start = np.searchsorted(g, np.arange(n))
     count = np.searchsorted(g, np.arange(n), side="right") - start
     last = max(len(v) - 1, 0)
@@ -300,3 +297,16 @@ def _medians(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         mid = (v[lo] + v[hi]) / 2 if len(v) else np.full(n, np.nan)
     return np.where(count > 0, mid, np.nan)
+
+
+def _in_groups(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`values` and their `groups` sorted by group, then value: where the values are whole
+    numbers from 0 to 2**31 (byte counts), by one sort of an integer key of both (a third
+    of a lexsort's time on a million stalls), else by a lexsort."""
+    if len(values) and values.min() >= 0 and values.max() < 2**31 and groups.max() < 2**31 \
+            and np.array_equal(values, np.floor(values)):
+        span = int(values.max()) + 1
+        key = np.sort(groups.astype(np.int64) * span + values.astype(np.int64))
+        return (key % span).astype(values.dtype), key // span
+    order = np.lexsort((values, groups))
+    return values[order], groups[order]
