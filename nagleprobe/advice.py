@@ -12,6 +12,7 @@ import numpy as np
 from .columns import Columns
 from .detect import timer_name
 from .humanize import SIDES, counted, human_count, human_ms, json_ms
+from .jsonrows import factorize
 
 FIX_FIELDS = ("side", "endpoint", "action", "alternative", "basis", "text")
 
@@ -53,22 +54,12 @@ def fix_columns(names: np.ndarray, stall_n: np.ndarray, stall_ns: np.ndarray,
     basis = np.select([behind_full[i, k] * 2 >= n, answered[i, k] * 2 >= n,
                        headed[i, k] * 2 >= n], [0, 1, 2], 3)
     one = _COALESCE[basis]
-    notes = np.full(len(i), "", dtype=object)
-    noted = np.flatnonzero((hold_n[i] > 0)
-                           & (hold_ms[i] >= HOLD_SHARE * duration_s[i] * 1e3))
-    notes[noted] = [_hold_note(*a) for a in zip(hold_n[i[noted]].tolist(),
-                                                hold_ms[i[noted]].tolist(),
-                                                duration_s[i[noted]].tolist())]
+    notes = _hold_notes(hold_n[i], hold_ms[i], duration_s[i])
     endpoint = names[i, k]
-    # each field a column at once; only the text one by one
     fields = {"side": _SIDES[k], "endpoint": endpoint, "action": _ACTIONS[one * 1],
-              "alternative": _ACTIONS[1 - one * 1], "basis": _BASES[basis], "text": [
-                  fix_text(side, name, None if timer != timer else timer, count, ms,
-                           BASES[b], a, c, note, say_ms=json_ms)
-                  for side, name, timer, count, ms, b, a, c, note in zip(
-                      k.tolist(), endpoint.tolist(), timers[i, 1 - k].tolist(),
-                      n.tolist(), (stall_ns[i, k] / 1e6).tolist(), basis.tolist(),
-                      s1_bytes[i, k].tolist(), s2_bytes[i, k].tolist(), notes.tolist())]}
+              "alternative": _ACTIONS[1 - one * 1], "basis": _BASES[basis],
+              "text": fix_texts(k, endpoint, timers[i, 1 - k], n, stall_ns[i, k] / 1e6, basis,
+                                s1_bytes[i, k], s2_bytes[i, k], notes, say_ms=json_ms)}
     out = {}
     for name in FIX_FIELDS:
         out[f"fix_{name}"] = np.full(nflows, None, dtype=object)
@@ -90,6 +81,18 @@ def _hold_note(count: int, hold_ms: float, duration_s: float,
     return (f"Nagle also held {count} write{'s' if count != 1 else ''} for one round trip "
             f"each without a delayed ACK (up to {say_ms(hold_ms)}, {share:.0f}% of the flow), "
             f"which the same change saves.")
+
+
+def _hold_notes(count: np.ndarray, hold_ms: np.ndarray, duration_s: np.ndarray,
+                say_ms: Callable[[float], str] | None = None) -> np.ndarray:
+    """`_hold_note` per row of these columns ("" where the holds are not worth a mention),
+    written only for the rows that get one."""
+    notes = np.full(len(count), "", dtype=object)
+    noted = np.flatnonzero((count > 0) & (hold_ms >= HOLD_SHARE * duration_s * 1e3))
+    say = {} if say_ms is None else {"say_ms": say_ms}
+    notes[noted] = [_hold_note(*a, **say) for a in zip(
+        count[noted].tolist(), hold_ms[noted].tolist(), duration_s[noted].tolist())]
+    return notes
 
 
 # what enabling quick ACKs on the peer of side k does, as the fix's text says it
@@ -153,6 +156,35 @@ def fix_text(k: int, endpoint: str, timer: float | None, count: int, lost_ms: fl
     return text + " " + hold_note if hold_note else text
 
 
+_HOLE = "\x00"  # where a row's own endpoint and time lost go in a sentence written once
+
+
+def fix_texts(k: np.ndarray, endpoint: np.ndarray, timer: np.ndarray, count: np.ndarray,
+              lost_ms: np.ndarray, basis: np.ndarray, s1_bytes: np.ndarray,
+              s2_bytes: np.ndarray, hold_note: np.ndarray,
+              say_ms: Callable[[float], str] = human_ms) -> np.ndarray:
+    """`fix_text` of each row of these columns (`basis` indices into BASES, `timer` NaN
+    where unknown), as an object array. Rows differ mostly in their endpoint and the time
+    they lost: each distinct rest is written once by `fix_text`, with holes for those two,
+    and the rows' own values are joined into it column-wise."""
+    k, count, basis = (np.asarray(x, dtype=np.int64) for x in (k, count, basis))
+    timers = [None if t != t else t for t in np.asarray(timer, dtype=float).tolist()]
+    pieces: dict[tuple, int] = {}
+    code = np.fromiter((pieces.setdefault(key, len(pieces)) for key in zip(
+        k.tolist(), timers, count.tolist(), basis.tolist(), np.asarray(s1_bytes).tolist(),
+        np.asarray(s2_bytes).tolist())), dtype=np.int64, count=len(k))
+    parts = np.array([fix_text(side, _HOLE, t, n, 0.0, BASES[b], s1, s2,
+                               say_ms=lambda _: _HOLE).split(_HOLE)
+                      for side, t, n, b, s1, s2 in pieces] or np.zeros((0, 3)), dtype=object)
+    text = parts[code, 0] + np.asarray(endpoint, dtype=object) + parts[code, 1] \
+        + np.array([say_ms(ms) for ms in np.asarray(lost_ms, dtype=float).tolist()],
+                   dtype=object) + parts[code, 2]
+    notes = np.asarray(hold_note, dtype=object)
+    noted = np.flatnonzero(notes != "")
+    text[noted] = text[noted] + " " + notes[noted]
+    return text
+
+
 def timer_words(ms: float) -> str:
     """A measured delayed-ACK timer for people: "43.8 ms (typical of Linux)"."""
     label = timer_name(ms)
@@ -173,69 +205,90 @@ def fix_groups(flows: Columns, stalls: Columns,
     the flows with most of the group's stalls), `flows` (ids, worst first), `stalls` and
     `lost_ms` of that side, the peer's delayed-ACK timer `delayed_ack_ms` (median, None
     unknown), and the fix's `text` for all of them."""
-    rows = np.flatnonzero(np.asarray([s is not None for s in flows["fix_side"]], dtype=bool))
+    rows = np.flatnonzero(np.not_equal(flows["fix_side"], None))
     if ids is not None:
         rows = rows[np.isin(flows["id"][rows], np.asarray(ids, dtype=np.int64))]
     if not len(rows):
         return []
     k = (flows["fix_side"][rows] == SIDES[1]).astype(np.int64)
     endpoint = flows["fix_endpoint"][rows]
-    host = np.array([e.rpartition(":")[0] for e in endpoint.tolist()], dtype=object)
+    ecode, names = factorize(endpoint)
+    hcode, hosts = factorize([e.rpartition(":")[0] for e in names])
+    host = np.asarray(hosts, dtype=object)[hcode[ecode]]
     # one program: a server by its address and port, a client by its address alone (each
     # of a client's connections has an ephemeral port of its own)
-    program = np.where(k == 1, endpoint, host)
-    key = np.array([f"{a} {h} {b}" for a, h, b in zip(
-        k.tolist(), program.tolist(), flows["fix_action"][rows].tolist())], dtype=object)
-    keys, group = np.unique(key, return_inverse=True)
+    program = np.where(k == 1, ecode, hcode[ecode])
+    action = flows["fix_action"][rows]
+    acode, actions = factorize(action)
+    _, group = np.unique((program * 2 + k) * len(actions) + acode, return_inverse=True)
+    group = group.reshape(-1)
     # the stalls of each flow's fixed side (j: the row in `rows` of each stall's flow)
     fid = flows["id"][rows]
-    order = np.argsort(fid)
-    j = order[np.minimum(np.searchsorted(fid, stalls["flow"], sorter=order), len(rows) - 1)]
-    mine = (fid[j] == stalls["flow"]) & (stalls["sender"] == _SIDES[k[j]])
+    row_of = np.full(max(int(fid.max()), int(stalls["flow"].max(initial=0))) + 1, -1)
+    row_of[fid] = np.arange(len(rows))
+    j = row_of[stalls["flow"]]
+    mine = (j >= 0) & ((stalls["sender"] == SIDES[1]) == (k[j] == 1))
     flow_n = np.bincount(j[mine], minlength=len(rows))
     flow_ms = np.bincount(j[mine], weights=stalls["delay_ms"][mine], minlength=len(rows))
     timer = np.asarray(endpoints["delayed_ack_ms"], dtype=float)[2 * rows + 1 - k]
     # each group's flows (worst first) as runs of one order; per group medians and sums
-    ng = len(keys)
+    ng = int(group.max()) + 1
     by_flow = np.lexsort((fid, -flow_ms, group))
     flow_at = np.searchsorted(group[by_flow], np.arange(ng + 1))
+    first = by_flow[flow_at[:-1]]  # each group's worst flow
     known = ~np.isnan(timer)
     delayed_ms = _medians(timer[known], group[known], ng)
     counted_rows = np.flatnonzero(mine)
     stall_group = group[j[counted_rows]]
-    s1_med, s2_med = (_medians(stalls[c][counted_rows].astype(float), stall_group, ng)
+    s1_med, s2_med = (np.nan_to_num(_medians(stalls[c][counted_rows].astype(float),
+                                             stall_group, ng), nan=0.0)
                       for c in ("small_bytes", "held_bytes"))
-    group_n = np.bincount(group, weights=flow_n, minlength=ng)
+    group_n = np.bincount(group, weights=flow_n, minlength=ng).astype(np.int64)
     group_ms = np.bincount(group, weights=flow_ms, minlength=ng)
     holds, hold_ms, duration = (np.bincount(group, weights=flows[c][rows].astype(float),
                                             minlength=ng)
                                 for c in ("nagle_holds", "nagle_hold_ms", "duration_s"))
-    out = []
-    for g in range(ng):
-        m = by_flow[flow_at[g]:flow_at[g + 1]]
-        side, r = int(k[m[0]]), rows[m]
-        names = set(endpoint[m].tolist())
-        name = endpoint[m[0]] if len(names) == 1 else host[m[0]]
-        delayed = None if np.isnan(delayed_ms[g]) else round(float(delayed_ms[g]), 1)
-        n, ms = int(group_n[g]), float(group_ms[g])
-        note = _hold_note(int(holds[g]), float(hold_ms[g]), float(duration[g]), human_ms)
-        bases = flows["fix_basis"][r]
-        basis = max(set(bases.tolist()), key=lambda b: (int(flow_n[m][bases == b].sum()), b))
-        s1, s2 = (0.0 if np.isnan(v[g]) else float(v[g]) for v in (s1_med, s2_med))
-        out.append({"side": SIDES[side], "host": host[m[0]], "endpoint": name,
-                    "action": flows["fix_action"][r[0]], "basis": basis,
-                    "flows": fid[m].tolist(), "stalls": n, "lost_ms": round(ms, 3),
-                    "delayed_ack_ms": delayed,
-                    "text": fix_text(side, name, delayed, n, ms, basis, s1, s2, note)})
-    out.sort(key=lambda g: (-g["lost_ms"], g["flows"][0]))
-    return out
+    notes = _hold_notes(holds.astype(np.int64), hold_ms, duration, human_ms)
+    # the endpoint when all the group's flows share it, else the host
+    runs = ecode[by_flow]
+    one_name = (np.minimum.reduceat(runs, flow_at[:-1])
+                == np.maximum.reduceat(runs, flow_at[:-1]))
+    name = np.where(one_name, endpoint[first], host[first])
+    # the basis of the flows with most of the group's stalls (a tie: the last by name)
+    basis = _most_stalls(np.select([flows["fix_basis"][rows] == b for b in BASES],
+                                   range(len(BASES)), -1), group, flow_n, ng)
+    delayed = [None if d != d else round(d, 1) for d in delayed_ms.tolist()]
+    side = k[first]
+    text = fix_texts(side, name, np.array([np.nan if d is None else d for d in delayed]),
+                     group_n, group_ms, basis, s1_med, s2_med, notes)
+    lost = [round(ms, 3) for ms in group_ms.tolist()]
+    fids = fid[by_flow].tolist()
+    worst = np.lexsort((fid[first], -np.array(lost)))  # costliest first
+    row = [x.tolist() for x in (side, host[first], name, action[first], basis, group_n, text)]
+    return [{"side": SIDES[row[0][g]], "host": row[1][g], "endpoint": row[2][g],
+             "action": row[3][g], "basis": BASES[row[4][g]],
+             "flows": fids[flow_at[g]:flow_at[g + 1]], "stalls": row[5][g], "lost_ms": lost[g],
+             "delayed_ack_ms": delayed[g], "text": row[6][g]} for g in worst.tolist()]
+
+
+def _most_stalls(basis: np.ndarray, group: np.ndarray, flow_n: np.ndarray, ng: int
+                 ) -> np.ndarray:
+    """Per group of flows, the basis (index into BASES) of its flows with most stalls
+    (`flow_n` per flow); of bases with as many, the last by name."""
+    at = group * len(BASES) + basis
+    weight = np.bincount(at, weights=flow_n, minlength=ng * len(BASES)).reshape(ng, -1)
+    present = np.bincount(at, minlength=ng * len(BASES)).reshape(ng, -1) > 0
+    best, most = np.full(ng, -1), np.full(ng, -1.0)
+    for b in sorted(range(len(BASES)), key=BASES.__getitem__):
+        better = present[:, b] & (weight[:, b] >= most)
+        best, most = np.where(better, b, best), np.where(better, weight[:, b], most)
+    return best
 
 
 def _medians(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """The median of `values` in each of the `n` groups (NaN where a group has none), as
     np.median gives it: one sort, no loop over the groups."""
-    order = np.lexsort((values, groups))
-    v, g = values[order], groups[order]
+    v, g = _in_groups(values, groups)
     start = np.searchsorted(g, np.arange(n))
     count = np.searchsorted(g, np.arange(n), side="right") - start
     last = max(len(v) - 1, 0)
@@ -244,3 +297,16 @@ def _medians(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         mid = (v[lo] + v[hi]) / 2 if len(v) else np.full(n, np.nan)
     return np.where(count > 0, mid, np.nan)
+
+
+def _in_groups(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`values` and their `groups` sorted by group, then value: where the values are whole
+    numbers from 0 to 2**31 (byte counts), by one sort of an integer key of both (a third
+    of a lexsort's time on a million stalls), else by a lexsort."""
+    if len(values) and values.min() >= 0 and values.max() < 2**31 and groups.max() < 2**31 \
+            and np.array_equal(values, np.floor(values)):
+        span = int(values.max()) + 1
+        key = np.sort(groups.astype(np.int64) * span + values.astype(np.int64))
+        return (key % span).astype(values.dtype), key // span
+    order = np.lexsort((values, groups))
+    return values[order], groups[order]

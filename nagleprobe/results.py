@@ -81,9 +81,10 @@ def _join(p: Results, capture: dict) -> Report:
     offsets = np.cumsum([0] + [len(f) for f in p.first_ns])
 
     # a column at a time, each batch's copy let go of at once: never held twice
-    flows = {k: _take([f.pop(k) for f in p.flows], order) for k in list(p.flows[0])}
+    at = _placed(order)
+    flows = {k: _take([f.pop(k) for f in p.flows], at) for k in list(p.flows[0])}
     flows["id"] = np.arange(len(order))
-    both_ends = np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1)
+    both_ends = _placed(np.stack([2 * order, 2 * order + 1], axis=1).reshape(-1))
     endpoints = {k: _take([e.pop(k) for e in p.endpoints], both_ends)
                  for k in list(p.endpoints[0])}
     endpoints["flow"] = np.arange(len(order)).repeat(2)
@@ -102,15 +103,33 @@ def _join(p: Results, capture: dict) -> Report:
     return Report(capture, flows, stalls, endpoints)
 
 
-def _take(parts: list[np.ndarray], order: np.ndarray, trim_rows: int = TRIM_JOIN_ROWS
+def _placed(order: np.ndarray) -> np.ndarray | None:
+    """Where each row of the concatenated parts goes (`order`: the old row of each new one);
+    None when every row stays where it is (batches in the order of their flows)."""
+    if np.array_equal(order, np.arange(len(order))):
+        return None
+    at = np.empty(len(order), dtype=np.int64)
+    at[order] = np.arange(len(order))
+    return at
+
+
+def _take(parts: list[np.ndarray], at: np.ndarray | None, trim_rows: int = TRIM_JOIN_ROWS
           ) -> np.ndarray:
-    """The parts joined, rows in `order`; the parts let go of (and, for a column of
-    `trim_rows` or more, their memory given back at once: the heap otherwise keeps every
-    column's parts)."""
-    col = np.concatenate(parts)
-    parts.clear()
-    out = col[order]
-    del col
+    """The parts joined into one column, row r of their concatenation at `at[r]` (None: at
+    r); each part copied straight to its place and let go of at once (and, for a column of
+    `trim_rows` or more, the memory given back: the heap otherwise keeps every column's
+    parts)."""
+    out = np.empty(sum(map(len, parts)), dtype=np.result_type(*parts))
+    start = 0
+    while parts:
+        part = parts.pop(0)
+        stop = start + len(part)
+        if at is None:
+            out[start:stop] = part
+        else:
+            out[at[start:stop]] = part
+        start = stop
+        del part
     if len(out) >= trim_rows:
         release_free_memory()
     return out
@@ -129,12 +148,12 @@ def _join_stalls(parts: list[Columns], order: np.ndarray, offsets: np.ndarray
                              for j, st in enumerate(parts)])  # stalls per old flow id
     first = np.cumsum(counts) - counts  # each old flow's first stall in the concatenation
     n = counts[order]
-    rows = np.repeat(first[order] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    at = _placed(np.repeat(first[order] - (np.cumsum(n) - n), n) + np.arange(int(n.sum())))
     columns = {}
     for name in names:
         if name == "flow":
             columns[name] = np.repeat(np.arange(len(order)), n)
             continue
-        columns[name] = _take([st.pop(name) for st in parts], rows, TRIM_ROWS)
+        columns[name] = _take([st.pop(name) for st in parts], at, TRIM_ROWS)
     parts.clear()
     return columns

@@ -104,6 +104,8 @@ def report_columns(f: Flows, det: Detection, origin_ns: int) -> dict[str, Column
     flows["first_frame"], flows["last_frame"] = fl["first_frame"], fl["last_frame"]
 
     order = np.lexsort((st["released_frame"], st["flow"]))
+    if np.array_equal(order, np.arange(len(order))):
+        order = slice(None)  # in that order already (as detect gives them): no copies
     sides = np.array(SIDES, dtype=object)
     stalls = {
         "flow": st["flow"][order], "sender": sides[st["dir"][order]],

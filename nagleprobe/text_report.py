@@ -330,15 +330,13 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
     elif verbose:
         detailed = stalled[:TEXT_DETAILED_FLOWS]
     else:
-        detailed = [g["flows"][0] for g in groups[:TEXT_FIXES]]
-        detailed = [i for i in stalled if i in set(detailed)]
+        firsts = {g["flows"][0] for g in groups[:TEXT_FIXES]}
+        detailed = [i for i in stalled if i in firsts]
     st = r.columns("stalls")
     rows = [np.flatnonzero(st["flow"] == i) for i in detailed]
     cut = [x if all_stalls else x[:TEXT_EVIDENCE_ROWS] for x in rows]
     sub = take(st, np.concatenate(cut or [np.zeros(0, np.int64)]))
-    start = dict(zip(fl["id"].tolist(), fl["start_time"].tolist()))
-    shown = _stall_times(sub, np.asarray([start[i] for i in sub["flow"].tolist()], np.int64),
-                         times)
+    shown = _stall_times(sub, fl["start_time"][rows_of(fl, sub["flow"])], times)
     dates = sorted({time.strftime("%Y-%m-%d", time.gmtime(x // 10**9))
                     for x in sub["small_time"].tolist()}) if times == "utc" else []
     docs, listed, a = flow_rows(r, detailed), _rows(sub), 0
@@ -353,7 +351,8 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
         if len(mine) > n:
             lines.append(f"    ... {counted(len(mine) - n, 'more stall')} (--all-stalls "
                          "lists them)")
-    left = [i for i in stalled if i not in set(detailed)]
+    told = set(detailed)
+    left = [i for i in stalled if i not in told]
     if left:
         lines += ["", f"The evidence of {flow_list(left)} is left out (each shares a fix "
                       "above; -v shows the first ten, --all-stalls all)."]
