@@ -18,7 +18,7 @@ import numpy as np
 
 from .columns import Columns
 from .detect import Detection, Evidence, Params, decide, detect, evidence, params
-from .exchanges import add_exchanges, flow_exchanges
+from .exchanges import flow_exchanges, kind_columns
 from .flows import Flows, build_flows
 from .jsonrows import factorize
 from .pieces import Ledger
@@ -42,9 +42,10 @@ def _interned(col: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Judged:
-    """One batch's result: its tables as `tables.report_columns` gives them, its exchanges
-    (`exchanges.KEPT`), the data arrivals kept for linking relays, and what was left out
-    (copies of packets, SYNs that fit no connection)."""
+    """One batch's result: its tables as `tables.report_columns` gives them (the flows'
+    latency columns still to add: `exchanges.add_latency`, once batches are joined), its
+    exchanges (`exchanges.paired`), the data arrivals kept for linking relays, and what was
+    left out (copies of packets, SYNs that fit no connection)."""
 
     flows: Columns
     stalls: Columns
@@ -77,12 +78,12 @@ def _judged(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarra
     """The report columns of analysed flows as one batch's result (`exchanged`: their
     exchanges and whether each flow carried data, `exchanges.flow_exchanges`)."""
     out = report_columns(flows, det, origin_ns)
-    ex = add_exchanges(out, *exchanged)
+    out["flows"].update(kind_columns(*exchanged))
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
             table_[k] = _interned(table_[k])
     return Judged(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                  first_frame, tcp_packets, arrived, duplicates, ex,
+                  first_frame, tcp_packets, arrived, duplicates, exchanged[0],
                   np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
 
 

@@ -25,6 +25,11 @@ import numpy as np
 
 from .columns import Columns
 
+try:
+    from . import _flows as _compiled
+except ImportError:  # built without a C compiler
+    _compiled = None
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -56,11 +61,21 @@ def turns(flow: np.ndarray, client: np.ndarray, ts_ns: np.ndarray, size: np.ndar
                               else np.zeros(0, np.int64))})
 
 
-def segment_turns(seg: Columns, rows: slice | np.ndarray = slice(None)) -> Columns:
-    """The turns of `Flows.seg` (its rows `rows`): new data, keepalives left out."""
-    data = seg["has_data"][rows] & ~seg["retrans"][rows] & ~seg["keepalive"][rows]
-    return turns(seg["flow"][rows][data], seg["dir"][rows][data] == 0,
-                 seg["ts_ns"][rows][data], seg["payload"][rows][data])
+def segment_turns(seg: Columns, rows: slice = slice(None)) -> Columns:
+    """The turns of `Flows.seg` (its rows `rows`): new data, keepalives left out. One
+    compiled pass when built (`_flows.data_turns`), else `turns`."""
+    flow, d, ts, pay, data, retrans, keepalive = (seg[k][rows] for k in (
+        "flow", "dir", "ts_ns", "payload", "has_data", "retrans", "keepalive"))
+    if _compiled is None:
+        new = data & ~(retrans | keepalive)
+        return turns(flow[new], d[new] == 0, ts[new], pay[new])
+    n = len(flow)
+    out = Columns({k: np.empty(n, dtype=t) for k, t in TURN.items()})
+    k = _compiled.data_turns(*(np.ascontiguousarray(a, t) for a, t in (
+        (flow, np.int64), (d, np.int8), (ts, np.int64), (pay, np.int64), (data, bool),
+        (retrans, bool), (keepalive, bool))),
+        *(out[c].view(np.uint8) if c == "client" else out[c] for c in TURN))
+    return Columns({c: v[:k] for c, v in out.items()})  # (views: `paired` copies them)
 
 
 def joined(before: Columns, after: Columns) -> Columns:
@@ -93,7 +108,7 @@ def paired(t: Columns, open_end: bool = False) -> tuple[Columns, Columns]:
     ex = Columns({"flow": flow[req], "request_ns": t["first_ns"][req],
                   "response_end_ns": t["last_ns"][resp], "request_bytes": t["bytes"][req],
                   "response_bytes": t["bytes"][resp]})
-    return ex, Columns.take(t, slice(keep_from, n))
+    return ex, Columns({k: v[keep_from:].copy() for k, v in t.items()})
 
 
 def kept(ex: Columns, stall_flow: np.ndarray, released_ns: np.ndarray,
@@ -103,7 +118,7 @@ def kept(ex: Columns, stall_flow: np.ndarray, released_ns: np.ndarray,
     start, end = ex["request_ns"], ex["response_end_ns"]
     fl = ex["flow"]
     # each stall's exchange: the one of its flow that began last at or before its S2
-    at = np.searchsorted(_key(fl, start), _key(stall_flow, released_ns), side="right") - 1
+    at = _last_at_or_before(fl, start, stall_flow, released_ns)
     inside = at >= 0
     inside[inside] &= (fl[at[inside]] == stall_flow[inside]) & (
         released_ns[inside] <= end[at[inside]])
@@ -117,11 +132,20 @@ def kept(ex: Columns, stall_flow: np.ndarray, released_ns: np.ndarray,
                     "response_bytes": _clipped(ex["response_bytes"])})
 
 
-def _key(flow: np.ndarray, ns: np.ndarray) -> np.ndarray:
-    """A sort key of (flow, time): flows apart, time in order within (a structured array)."""
-    out = np.empty(len(flow), dtype=[("f", np.int64), ("t", np.int64)])
-    out["f"], out["t"] = flow, ns
-    return out
+def _last_at_or_before(flow: np.ndarray, ns: np.ndarray, q_flow: np.ndarray,
+                       q_ns: np.ndarray) -> np.ndarray:
+    """For each query (q_flow, q_ns), the last row of (flow, ns) (sorted so) at or before it,
+    -1 if none: one int64 key per row, each flow given a span of its own."""
+    if not len(flow) or not len(q_flow):
+        return np.full(len(q_flow), -1, np.int64)
+    low = min(int(ns.min()), int(q_ns.min()))
+    span = max(int(ns.max()), int(q_ns.max())) - low + 1
+    top = max(int(flow.max()), int(q_flow.max())) + 1
+    if span * top < 1 << 62:
+        return np.searchsorted((flow * span) + (ns - low), (q_flow * span) + (q_ns - low),
+                               side="right") - 1
+    key = lambda f, t: np.rec.fromarrays([f, t])  # noqa: E731  (a rare, long batch)
+    return np.searchsorted(key(flow, ns), key(q_flow, q_ns), side="right") - 1
 
 
 def _clipped(b: np.ndarray) -> np.ndarray:
@@ -140,14 +164,14 @@ def table(ex: Columns, origin_ns: int) -> pd.DataFrame:
     import pandas as pd
 
     latency = ex["latency_ms"].astype(float)
-    held = ex["stall_ms"].astype(float)
     start = (ex["request_ns"] - origin_ns) / 1e9
     return pd.DataFrame({"flow": ex["flow"].astype(np.int64), "request_s": start,
                          "response_end_s": start + latency / 1e3,
                          "request_bytes": ex["request_bytes"].astype(np.int64),
                          "response_bytes": ex["response_bytes"].astype(np.int64),
                          "latency_ms": latency, "stalls": ex["stalls"].astype(np.int64),
-                         "stall_ms": held, "latency_without_stalls_ms": latency - held},
+                         "stall_ms": ex["stall_ms"].astype(float),
+                         "latency_without_stalls_ms": without_stalls(ex).astype(float)},
                         columns=list(COLUMNS))
 
 
@@ -167,9 +191,11 @@ def exchanges(segments: pd.DataFrame, stalls: pd.DataFrame) -> pd.DataFrame:
 
 def percentiles(group: np.ndarray, values: np.ndarray, groups: int,
                 ps: tuple[int, ...] = PERCENTILES) -> np.ndarray:
-    """Per group 0..groups-1 of float `values`, its percentiles `ps` then its maximum (rows;
-    NaN for a group without values): numpy's linear percentile, to the bit."""
-    order = np.lexsort((values, group))
+    """Per group 0..groups-1 of float32 `values`, its percentiles `ps` then its maximum
+    (rows; NaN for a group without values): numpy's linear percentile of them, to the bit."""
+    bits = values.astype(np.float32).view(np.int32)
+    ordered = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).astype(np.int64) + (1 << 31)  # as the floats
+    order = np.argsort((group.astype(np.int64) << 32) | ordered, kind="stable")
     v = values[order].astype(float)
     n = np.bincount(group, minlength=groups)
     first = np.cumsum(n) - n
@@ -194,9 +220,8 @@ def summary(group: np.ndarray, ex: Columns, groups: int) -> dict[str, np.ndarray
     """Per group 0..groups-1 of exchanges `ex` (KEPT columns; `group` each one's): requests,
     the latency's p50/p90/p99/max with and without the stalls (ms, NaN without requests),
     and the share of requests that waited on a stall."""
-    latency = ex["latency_ms"].astype(float)
     out = {"requests": np.bincount(group, minlength=groups)}
-    for values, tag in ((latency, ""), (latency - ex["stall_ms"], "_without_stalls")):
+    for values, tag in ((ex["latency_ms"], ""), (without_stalls(ex), "_without_stalls")):
         rows = percentiles(group, values, groups)
         out.update({f"p{p}_ms{tag}": rows[j] for j, p in enumerate(PERCENTILES)})
         out[f"max_ms{tag}"] = rows[-1]
@@ -206,6 +231,11 @@ def summary(group: np.ndarray, ex: Columns, groups: int) -> dict[str, np.ndarray
     return out
 
 
+def without_stalls(ex: Columns) -> np.ndarray:
+    """Each exchange's latency less the stalls' held time (ms, float32 as KEPT's)."""
+    return (ex["latency_ms"].astype(np.float32) - ex["stall_ms"].astype(np.float32))
+
+
 def latency_summary(ex: pd.DataFrame, by: pd.Series | str = "flow") -> pd.DataFrame:
     """Per group of exchanges (`by`: a column, or a Series aligned with `ex`, e.g. the
     server endpoint of each exchange's flow): `summary`, indexed by the group."""
@@ -213,34 +243,35 @@ def latency_summary(ex: pd.DataFrame, by: pd.Series | str = "flow") -> pd.DataFr
 
     key = ex[by] if isinstance(by, str) else by
     codes, names = pd.factorize(key, sort=True)
-    cols = {"latency_ms": ex["latency_ms"].to_numpy(float),
-            "stall_ms": ex["stall_ms"].to_numpy(float), "stalls": ex["stalls"].to_numpy()}
+    cols = {"latency_ms": ex["latency_ms"].to_numpy(np.float32),
+            "stall_ms": ex["stall_ms"].to_numpy(np.float32), "stalls": ex["stalls"].to_numpy()}
     return pd.DataFrame(summary(codes, cols, len(names)), index=pd.Index(names, name=key.name))
 
 
-# the flows table's latency columns (`flow_columns`), from `summary`'s
+# the flows table's latency columns (`add_latency`), from `summary`'s
 _STATS = [f"p{p}_ms" for p in PERCENTILES] + ["max_ms"]
 FLOW_COLUMNS = {"requests": "requests", **{f"latency_{k}": k for k in _STATS},
                 **{f"latency_{k}_without_stalls": f"{k}_without_stalls" for k in _STATS},
                 "stalled_requests_share": "stalled_share"}
 
 
-def flow_columns(ex: Columns, had_data: np.ndarray) -> dict[str, np.ndarray]:
-    """The flows table's latency columns (FLOW_COLUMNS, then exchange_kind) of flows
-    0..len(had_data)-1 (`had_data`: the flow carried new data) from their KEPT exchanges."""
-    s = summary(ex["flow"], ex, len(had_data))
-    out = {name: s[k] if k == "requests" else np.round(s[k], 4 if k == "stalled_share" else 3)
-           for name, k in FLOW_COLUMNS.items()}
-    kind = np.where(out["requests"] > 0, 0, np.where(had_data, 1, 2))
-    out["exchange_kind"] = np.array(KINDS, dtype=object)[kind]
-    return out
+def kind_columns(ex: Columns, had_data: np.ndarray) -> dict[str, np.ndarray]:
+    """The flows table's requests and exchange_kind of a batch's flows 0..len(had_data)-1
+    (`ex`: their exchanges, `paired`'s; `had_data`: the flow carried new data)."""
+    n = np.bincount(ex["flow"], minlength=len(had_data))
+    kind = np.where(n > 0, 0, np.where(had_data, 1, 2))
+    return {"requests": n, "exchange_kind": np.array(KINDS, dtype=object)[kind]}
 
 
-def add_exchanges(out: dict[str, Columns], ex: Columns, had_data: np.ndarray) -> Columns:
-    """The KEPT exchanges of a batch's flows (`ex`: `paired`'s, `had_data` per flow) with its
-    report columns' stalls (`out`: `tables.report_columns`), their latency columns added to
-    its flows."""
-    st = out["stalls"]
-    k = kept(ex, st["flow"], st["released_time"], st["delay_ms"])
-    out["flows"].update(flow_columns(k, had_data))
+def add_latency(flows: Columns, ex: Columns, stalls: Columns) -> Columns:
+    """The KEPT exchanges of flows 0.. (`ex`: `paired`'s, with their stalls, the stalls
+    table's columns), their latency columns (FLOW_COLUMNS) put in `flows` (which
+    `kind_columns` made) before its exchange_kind. Run once on the joined batches: a call
+    per batch would cost more than the work."""
+    k = kept(ex, stalls["flow"], stalls["released_time"], stalls["delay_ms"])
+    s = summary(k["flow"], k, len(flows["requests"]))
+    kind = flows.pop("exchange_kind")
+    flows.update({name: np.round(s[c], 4 if c == "stalled_share" else 3)
+                  for name, c in FLOW_COLUMNS.items() if c != "requests"})
+    flows["exchange_kind"] = kind
     return k

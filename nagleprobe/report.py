@@ -19,7 +19,7 @@ from . import advice, relay
 from . import selection as sel
 from .columns import Columns, take
 from .detect import Detection
-from .exchanges import add_exchanges, flow_exchanges
+from .exchanges import add_latency, flow_exchanges, kind_columns
 from .flows import Flows
 from .humanize import SIDES, counted, human_count, human_ms
 from .read import CaptureInfo
@@ -394,7 +394,9 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
     cols = report_columns(f, det, origin_ns)
-    ex = add_exchanges(cols, *flow_exchanges(f.seg, f.count))
+    exchanged = flow_exchanges(f.seg, f.count)
+    cols["flows"].update(kind_columns(*exchanged))
+    ex = add_latency(cols["flows"], exchanged[0], cols["stalls"])
     capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
     add_tcp_streams(cols["flows"], capture)
     arr = relay.arrivals(f)

@@ -15,6 +15,7 @@ import numpy as np
 from . import syns
 from .columns import Columns
 from .engine import Judged
+from .exchanges import add_latency
 from .relay import MAX_ARRIVALS, link, relay_warning
 from .report import Report
 from .wireshark import add_tcp_streams
@@ -92,7 +93,7 @@ def _join(p: Results, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, order, offsets)
-    exchanges = _join_stalls(p.exchanges, order, offsets)  # (the same shape: rows by flow)
+    exchanges = add_latency(flows, _join_stalls(p.exchanges, order, offsets), stalls)
     add_tcp_streams(flows, capture)
     arr = None
     if p.arrivals is None:
