@@ -263,15 +263,27 @@ def kind_columns(ex: Columns, had_data: np.ndarray) -> dict[str, np.ndarray]:
     return {"requests": n, "exchange_kind": np.array(KINDS, dtype=object)[kind]}
 
 
-def add_latency(flows: Columns, ex: Columns, stalls: Columns) -> Columns:
+def add_latency(flows: Columns, ex: Columns, stalls: Columns, endpoints: Columns) -> Columns:
     """The KEPT exchanges of flows 0.. (`ex`: `paired`'s, with their stalls, the stalls
     table's columns), their latency columns (FLOW_COLUMNS) put in `flows` (which
-    `kind_columns` made) before its exchange_kind. Run once on the joined batches: a call
-    per batch would cost more than the work."""
+    `kind_columns` made) before its exchange_kind, and in `endpoints` (two rows per flow)
+    those of each endpoint over every flow it has in the capture (a server: every client's
+    requests it answered). Run once on the joined batches: a call per batch would cost more
+    than the work."""
     k = kept(ex, stalls["flow"], stalls["released_time"], stalls["delay_ms"])
-    s = summary(k["flow"], k, len(flows["requests"]))
     kind = flows.pop("exchange_kind")
-    flows.update({name: np.round(s[c], 4 if c == "stalled_share" else 3)
-                  for name, c in FLOW_COLUMNS.items() if c != "requests"})
+    flows.update(_rounded(summary(k["flow"], k, len(flows["requests"]))))
     flows["exchange_kind"] = kind
+    for j, side in enumerate(("client", "server")):
+        names, of_flow = np.unique(flows[side].astype(str), return_inverse=True)
+        per = _rounded(summary(of_flow[k["flow"]], k, len(names)))
+        for name, col in per.items():
+            endpoints.setdefault(name, np.zeros(2 * len(of_flow), col.dtype))[j::2] = \
+                col[of_flow]
     return k
+
+
+def _rounded(s: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`summary`'s columns as the tables have them (FLOW_COLUMNS' names, ms to the µs)."""
+    return {name: s[c] if c == "requests" else np.round(s[c], 4 if c == "stalled_share" else 3)
+            for name, c in FLOW_COLUMNS.items()}

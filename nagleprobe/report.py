@@ -396,7 +396,7 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
     cols = report_columns(f, det, origin_ns)
     exchanged = flow_exchanges(f.seg, f.count)
     cols["flows"].update(kind_columns(*exchanged))
-    ex = add_latency(cols["flows"], exchanged[0], cols["stalls"])
+    ex = add_latency(cols["flows"], exchanged[0], cols["stalls"], cols["endpoints"])
     capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
     add_tcp_streams(cols["flows"], capture)
     arr = relay.arrivals(f)

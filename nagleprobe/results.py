@@ -93,7 +93,8 @@ def _join(p: Results, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, order, offsets)
-    exchanges = add_latency(flows, _join_stalls(p.exchanges, order, offsets), stalls)
+    exchanges = add_latency(flows, _join_stalls(p.exchanges, order, offsets), stalls,
+                            endpoints)
     add_tcp_streams(flows, capture)
     arr = None
     if p.arrivals is None:

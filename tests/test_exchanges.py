@@ -120,3 +120,30 @@ def test_the_latency_line_fits_80_columns_and_says_what_the_flow_table_says():
             f"({human_ms(f['latency_p99_ms_without_stalls'])} minus the stalls)")
     assert line in report.to_text().splitlines()
     assert len(line) <= 80 and f["latency_p99_ms"] > 40 > 1 > f["latency_p99_ms_without_stalls"]
+
+
+@pytest.mark.parametrize("name", ["formats/port_reuse", "proxy_any", "echo_split_lo"])
+def test_each_endpoint_s_percentiles_are_those_of_every_flow_it_has(name):
+    """The endpoints table's latency columns are `latency_summary` of the exchanges grouped by
+    the endpoint (port_reuse: one server answering two connections' requests), the server's
+    in its JSON endpoint object."""
+    report = nagleprobe.analyze(str(SAMPLES / f"{name}.pcap"))
+    ex, ep = report.exchanges, report.endpoints
+    for side in ("client", "server"):
+        of = report.flows[side]
+        want = latency_summary(ex, by=of.loc[ex["flow"]].reset_index(drop=True))
+        rows = ep[ep["side"] == side]
+        for _, e in rows.iterrows():
+            if e["endpoint"] not in want.index:
+                assert e["requests"] == 0
+                continue
+            w = want.loc[e["endpoint"]]
+            assert e["requests"] == w["requests"] == (of.loc[ex["flow"]] == e["endpoint"]).sum()
+            for p in ("p50", "p90", "p99", "max"):
+                for tag in ("", "_without_stalls"):
+                    assert e[f"latency_{p}_ms{tag}"] == round(float(w[f"{p}_ms{tag}"]), 3)
+    if name == "formats/port_reuse":
+        server = ep[ep["side"] == "server"]
+        assert server["requests"].tolist() == [len(ex)] * 2 and report.flows["requests"].min() > 0
+    (f, *_) = report.to_dict()["flows"]
+    assert f["endpoints"]["server"]["latency_p99_ms"] == ep.loc[1, "latency_p99_ms"]
