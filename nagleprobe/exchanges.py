@@ -11,10 +11,11 @@ Pipelined requests (a second request before the first response) make one exchang
 the turns are all the capture shows. A flow whose data went one way only (a download, a
 server pushing) has no exchange: its `exchange_kind` says "one-way", no latency is forced.
 
-The engine computes them per batch of connections from the segments it built (`turns` ->
-`paired` -> `kept`), a connection judged in pieces carrying its last turns from piece to
-piece (`paired` with `open_end`); what is kept of an exchange is KEPT (27 bytes). Every step
-is numpy over columns.
+The engine pairs them per batch of connections from the segments it built (`segment_turns`
+-> `paired`), a connection judged in pieces carrying its last turns from piece to piece
+(`joined`, `paired` with `open_end`); once the batches are joined, `add_latency` gives each
+its stalls and keeps KEPT of it (30 bytes), and the flows' and endpoints' latency columns.
+Every step is numpy over columns (the turns one compiled pass where built).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .columns import Columns
+from .jsonrows import factorize
 
 try:
     from . import _flows as _compiled
@@ -272,14 +274,17 @@ def add_latency(flows: Columns, ex: Columns, stalls: Columns, endpoints: Columns
     than the work."""
     k = kept(ex, stalls["flow"], stalls["released_time"], stalls["delay_ms"])
     kind = flows.pop("exchange_kind")
-    flows.update(_rounded(summary(k["flow"], k, len(flows["requests"]))))
+    per_flow = _rounded(summary(k["flow"], k, len(flows["requests"])))
+    flows.update(per_flow)
     flows["exchange_kind"] = kind
     for j, side in enumerate(("client", "server")):
-        names, of_flow = np.unique(flows[side].astype(str), return_inverse=True)
-        per = _rounded(summary(of_flow[k["flow"]], k, len(names)))
+        of_flow, names = factorize(flows[side])
+        # an endpoint of one flow (a client's, mostly) has that flow's figures
+        per = per_flow if len(names) == len(of_flow) else _rounded(
+            summary(of_flow[k["flow"]], k, len(names)))
         for name, col in per.items():
             endpoints.setdefault(name, np.zeros(2 * len(of_flow), col.dtype))[j::2] = \
-                col[of_flow]
+                col if per is per_flow else col[of_flow]
     return k
 
 
