@@ -147,3 +147,12 @@ def test_each_endpoint_s_percentiles_are_those_of_every_flow_it_has(name):
         assert server["requests"].tolist() == [len(ex)] * 2 and report.flows["requests"].min() > 0
     (f, *_) = report.to_dict()["flows"]
     assert f["endpoints"]["server"]["latency_p99_ms"] == ep.loc[1, "latency_p99_ms"]
+
+
+def test_a_selection_has_its_flows_exchanges():
+    report = nagleprobe.analyze(str(SAMPLES / "proxy_any.pcap"))
+    for sub, flows in ((report.flow(1), [1]), (report.select(port=8002), [1]),
+                       (report.worst(2), [1])):  # (flow 0 has no stall)
+        pd.testing.assert_frame_equal(
+            sub.exchanges.reset_index(drop=True),
+            report.exchanges[report.exchanges["flow"].isin(flows)].reset_index(drop=True))
