@@ -576,6 +576,50 @@ static PyObject *turn_stats(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(nlate);
 }
 
+/* data_turns(flow, dir, ts, payload, has_data, retrans, keepalive, out_flow, out_client,
+ * out_first, out_last, out_bytes): the turns of rows in (flow, time) order (flow, ts, payload
+ * int64; dir int8; the rest bool): each run of rows of new data (data, neither a
+ * retransmission nor a keepalive) of one sender within a flow: its flow, whether the client
+ * (dir 0) sent it, its first and last row's time and its bytes, written to the outs (room
+ * for every row); returns how many (nagleprobe.exchanges.turns is its numpy twin). */
+static PyObject *data_turns(PyObject *self, PyObject *args)
+{
+    Py_buffer b[12];
+    memset(b, 0, sizeof b);
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4],
+                          &b[5], &b[6], &b[7], &b[8], &b[9], &b[10], &b[11]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, k = 0;
+    const int64_t *flow = b[0].buf, *ts = b[2].buf, *pay = b[3].buf;
+    const int8_t *dir = b[1].buf;
+    const uint8_t *data = b[4].buf, *retrans = b[5].buf, *keepalive = b[6].buf;
+    int64_t *of = b[7].buf, *first = b[9].buf, *last = b[10].buf, *bytes = b[11].buf;
+    uint8_t *client = b[8].buf;
+    int ok = b[1].len == n && b[2].len == n * 8 && b[3].len == n * 8 && b[4].len == n
+             && b[5].len == n && b[6].len == n && b[7].len >= n * 8 && b[8].len >= n
+             && b[9].len >= n * 8 && b[10].len >= n * 8 && b[11].len >= n * 8;
+    if (!ok)
+        return release_buffers(b, 12, 0, "data_turns: inconsistent arrays");
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!data[i] || retrans[i] || keepalive[i])
+            continue;
+        uint8_t c = dir[i] == 0;
+        if (k == 0 || of[k - 1] != flow[i] || client[k - 1] != c) {
+            of[k] = flow[i];
+            client[k] = c;
+            first[k] = ts[i];
+            bytes[k] = 0;
+            k++;
+        }
+        last[k - 1] = ts[i];
+        bytes[k - 1] += pay[i];
+    }
+    Py_END_ALLOW_THREADS
+    release_buffers(b, 12, 0, NULL);
+    return PyLong_FromSsize_t(k);
+}
+
 static PyMethodDef methods[] = {
     {"neighbours", neighbours, METH_VARARGS,
      "Nearest earlier (or later) row of each row's flow in the same and the other direction."},
@@ -589,6 +633,8 @@ static PyMethodDef methods[] = {
     {"reslot", reslot, METH_VARARGS, "Fill an empty 4-tuple table from its words."},
     {"segments", segments, METH_VARARGS,
      "Sequence space, classification and ACK links of every segment, per connection."},
+    {"data_turns", data_turns, METH_VARARGS,
+     "The runs of data rows of one sender within a flow: request and response turns."},
     {"turn_stats", turn_stats, METH_VARARGS,
      "Per direction, the data -> pure ACK turnarounds that are the path."},
     {NULL, NULL, 0, NULL},

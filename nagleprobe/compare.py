@@ -5,9 +5,13 @@ matched by their server endpoint and their client's host: a *group* is every flo
 client host to one server endpoint. Each report is read as its JSON document (`Report.to_dict`
 or a file saved with `analyze --format json`), so a capture analysed now and a report saved
 earlier compare alike. Per group and side: how many flows, packets and stalls, the time
-lost, the longest and median stall, the endpoints' Nagle state and delayed-ACK timers; and
-whether the second report is worse than the first (`regressions`, the check gate's
-`--baseline`).
+lost, the longest and median stall, the requests' latency (p50, p99), the endpoints' Nagle
+state and delayed-ACK timers; and whether the second report is worse than the first
+(`regressions`, the check gate's `--baseline`).
+
+A group's latency is read from its flows' (a report keeps no single request): its p99 is
+the highest of its flows' p99, its p50 their p50s' median weighted by their requests; for a
+group of one flow (most: one connection per client) both are that flow's own.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from .text_report import TEXT_WIDTH, broken_path, fit_lines
 SIDES = ("client", "server")
 TOLERANCE = 0.1  # more time lost than this share over the baseline's is a regression ...
 SLACK_MS = 1.0  # ... and more than this many ms: a few stalls' jitter is not
+# (the same two bounds hold for a group's p99 latency)
+LATENCY = ("requests", "latency_p50_ms", "latency_p99_ms")  # a flow's, as its group reads
 
 
 @dataclass
@@ -39,15 +45,32 @@ class Group:
     nagle: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SIDES})
     timers_ms: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SIDES})
     endpoints: dict[str, set[str]] = field(default_factory=lambda: {s: set() for s in SIDES})
+    latency: list[tuple[int, float, float]] = field(default_factory=list)  # per flow with
+    # requests: (requests, p50, p99)
+
+    def percentiles(self) -> tuple[int, float | None, float | None]:
+        """Requests, and their latency's p50 and p99 as the group has them (the module's
+        docstring; None without requests)."""
+        n = sum(r for r, _, _ in self.latency)
+        if not n:
+            return 0, None, None
+        half, seen = n / 2, 0
+        for r, p50, _ in sorted(self.latency, key=lambda x: x[1]):
+            seen += r
+            if seen >= half:
+                break
+        return n, p50, max(p99 for _, _, p99 in self.latency)
 
     def facts(self) -> dict:
         """The group as JSON: counts, the stall delays' median and maximum, and per side
         its endpoints, Nagle state and median delayed-ACK timer."""
         d = self.delays_ms
+        requests, p50, p99 = self.percentiles()
         return {"flows": self.flows, "packets": self.packets, "stalls": self.stalls,
                 "stall_ms": round(self.stall_ms, 3),
                 "median_stall_ms": round(statistics.median(d), 3) if d else None,
                 "max_stall_ms": round(max(d), 3) if d else None,
+                "requests": requests, "latency_p50_ms": p50, "latency_p99_ms": p99,
                 "sides": {s: {"endpoints": sorted(self.endpoints[s]),
                               "nagle": nagle_state(self.nagle[s]),
                               "delayed_ack_ms": (round(statistics.median(self.timers_ms[s]), 1)
@@ -79,7 +102,7 @@ def groups(doc: dict) -> dict[tuple[str, str], Group]:
 def report_groups(report) -> dict[tuple[str, str], Group]:
     """`groups` of a `Report`, from its tables (no JSON document made)."""
     fl, ep, st = (report.columns(t) for t in ("flows", "endpoints", "stalls"))
-    names = ("id", "client", "server", "packets", "stalls", "stall_ms")
+    names = ("id", "client", "server", "packets", "stalls", "stall_ms", *LATENCY)
     flows = [dict(zip(names, row)) for row in zip(*(fl[k].tolist() for k in names))]
     ends = zip(*(ep[k].tolist() for k in ("flow", "side", "endpoint", "nagle", "delayed_ack_ms")))
     return _grouped(flows, [(f, s, e, n, None if math.isnan(d) else d) for f, s, e, n, d in ends],
@@ -87,8 +110,9 @@ def report_groups(report) -> dict[tuple[str, str], Group]:
 
 
 def _grouped(flows, ends, stalls) -> dict[tuple[str, str], Group]:
-    """Flows (dicts: id, client, server, packets, stalls, stall_ms), their endpoints ((flow,
-    side, endpoint, nagle, delayed_ack_ms)) and stalls ((flow, delay_ms)) by group."""
+    """Flows (dicts: id, client, server, packets, stalls, stall_ms and LATENCY), their
+    endpoints ((flow, side, endpoint, nagle, delayed_ack_ms)) and stalls ((flow, delay_ms))
+    by group."""
     out: dict[tuple[str, str], Group] = {}
     by_id = {}
     for f in flows:
@@ -98,6 +122,8 @@ def _grouped(flows, ends, stalls) -> dict[tuple[str, str], Group]:
         g.packets += f["packets"]
         g.stalls += f["stalls"]
         g.stall_ms += f["stall_ms"]
+        if f.get("requests"):  # (a report saved before requests were counted has none)
+            g.latency.append(tuple(f[k] for k in LATENCY))
     for flow, side, endpoint, nagle, timer in ends:
         g = by_id[flow]
         g.endpoints[side].add(host_of(endpoint) if side == "client" else endpoint)
@@ -188,25 +214,33 @@ def regressions(comparison: dict | list[dict], tolerance: float = TOLERANCE,
     """Why the second report is worse than the first (a comparison, or its `side_by_side`
     groups), one sentence each (empty: it is not): a group with more stalls, or with more
     time lost than the first's by more than `tolerance` (a share) and `slack_ms`; a new group
-    with stalls."""
+    with stalls; a group whose requests' p99 latency grew by more than the same two."""
     out = []
     for g in comparison["groups"] if isinstance(comparison, dict) else comparison:
-        was, now = g["before"], g["after"]
-        name = f"{g['client_host']} -> {g['server']}"
-        if now is None or not now["stalls"]:
-            continue
-        if was is None:
-            out.append(f"{name}: {human_count(now['stalls'])} stalls "
-                       f"({human_ms(now['stall_ms'])} lost), a connection group the "
-                       "baseline does not have")
-            continue
-        if now["stalls"] > was["stalls"]:
-            out.append(f"{name}: {human_count(was['stalls'])} -> "
-                       f"{human_count(now['stalls'])} stalls")
-        elif now["stall_ms"] > was["stall_ms"] * (1 + tolerance) + slack_ms:
-            out.append(f"{name}: time lost {human_ms(was['stall_ms'])} -> "
-                       f"{human_ms(now['stall_ms'])}")
+        why = _worse(g["before"], g["after"], tolerance, slack_ms)
+        if why:
+            out.append(f"{g['client_host']} -> {g['server']}: {why}")
     return out
+
+
+def _worse(was: dict | None, now: dict | None, tolerance: float, slack_ms: float
+           ) -> str | None:
+    """Why a group's facts `now` are worse than `was` (the first reason of `regressions`'),
+    or None."""
+    if now is None:
+        return None
+    if was is None:
+        return (f"{human_count(now['stalls'])} stalls ({human_ms(now['stall_ms'])} lost), a "
+                "connection group the baseline does not have" if now["stalls"] else None)
+    beyond = lambda a, b: b > a * (1 + tolerance) + slack_ms  # noqa: E731
+    if now["stalls"] > was["stalls"]:
+        return f"{human_count(was['stalls'])} -> {human_count(now['stalls'])} stalls"
+    if now["stalls"] and beyond(was["stall_ms"], now["stall_ms"]):
+        return f"time lost {human_ms(was['stall_ms'])} -> {human_ms(now['stall_ms'])}"
+    p99 = was.get("latency_p99_ms"), now.get("latency_p99_ms")
+    if None not in p99 and beyond(*p99):
+        return f"p99 latency {_lat(p99[0])} -> {_lat(p99[1])}"
+    return None
 
 
 def render_text(comparison: dict) -> str:
@@ -234,6 +268,10 @@ def render_text(comparison: dict) -> str:
                      f"{_arrow(was['stall_ms'], now['stall_ms'], human_ms)}")
         if was["max_stall_ms"] is not None or now["max_stall_ms"] is not None:
             lines.append(f"  longest stall {_arrow(was['max_stall_ms'], now['max_stall_ms'], _ms)}")
+        if was.get("requests") or now.get("requests"):
+            lines.append(f"  requests {_arrow(was.get('requests'), now.get('requests'), _n)}; "
+                         f"p50 {_arrow(was.get('latency_p50_ms'), now.get('latency_p50_ms'), _lat)}"
+                         f"; p99 {_arrow(was.get('latency_p99_ms'), now.get('latency_p99_ms'), _lat)}")
         for side in SIDES:
             w, n = was["sides"][side], now["sides"][side]
             name = g["client_host"] if side == "client" else g["server"]
@@ -254,6 +292,15 @@ def _path_lines(label: str, path: str, width: int = TEXT_WIDTH) -> list[str]:
 
 def _ms(v: float | None) -> str:
     return "none" if v is None else human_ms(v)
+
+
+def _lat(v: float | None) -> str:
+    """A request latency: hundredths of a ms below 1 ms (a loopback's), else `human_ms`."""
+    return "none" if v is None else f"{v:.2f} ms" if v < 1 else human_ms(v)
+
+
+def _n(v: int | None) -> str:
+    return human_count(v or 0)
 
 
 def _arrow(was, now, fmt) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .columns import Columns
 from .detect import Detection, Evidence, Params, decide, detect, evidence, params
+from .exchanges import flow_exchanges, kind_columns
 from .flows import Flows, build_flows
 from .jsonrows import factorize
 from .pieces import Ledger
@@ -41,9 +42,10 @@ def _interned(col: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Judged:
-    """One batch's result: its tables as `tables.report_columns` gives them, the data arrivals
-    kept for linking relays, and what was left out (copies of packets, SYNs that fit no
-    connection)."""
+    """One batch's result: its tables as `tables.report_columns` gives them (the flows'
+    latency columns still to add: `exchanges.add_latency`, once batches are joined), its
+    exchanges (`exchanges.paired`), the data arrivals kept for linking relays, and what was
+    left out (copies of packets, SYNs that fit no connection)."""
 
     flows: Columns
     stalls: Columns
@@ -53,6 +55,7 @@ class Judged:
     tcp_packets: int
     arrivals: Columns
     duplicates: int
+    exchanges: Columns
     # frames of the SYNs that fit no connection (`nagleprobe.syns`), left out
     syn_jumps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -65,19 +68,22 @@ def judge(cols: Columns, tuples: np.ndarray | None, ends: TupleEnds | None,
     return _judged(flows, detect(flows), origin_ns, flows.seg["frame"][flows.starts],
                    len(flows.seg["flow"]),
                    arrivals(flows) if relays else {"flow": np.zeros(0, np.int64)},
-                   flows.duplicates, flows.syn_jumps)
+                   flows.duplicates, flow_exchanges(flows.seg, flows.count), flows.syn_jumps)
 
 
 def _judged(flows: Flows, det: Detection, origin_ns: int, first_frame: np.ndarray,
             tcp_packets: int, arrived: Columns, duplicates: int,
-            syn_jumps: np.ndarray | None = None) -> Judged:
-    """The report columns of analysed flows as one batch's result."""
+            exchanged: tuple[Columns, np.ndarray], syn_jumps: np.ndarray | None = None
+            ) -> Judged:
+    """The report columns of analysed flows as one batch's result (`exchanged`: their
+    exchanges and whether each flow carried data, `exchanges.flow_exchanges`)."""
     out = report_columns(flows, det, origin_ns)
+    out["flows"].update(kind_columns(*exchanged))
     for table_ in (out["flows"], out["endpoints"]):  # one str object per distinct value
         for k in _FEW_VALUES.intersection(table_):
             table_[k] = _interned(table_[k])
     return Judged(out["flows"], out["stalls"], out["endpoints"], flows.flow["first_ns"],
-                  first_frame, tcp_packets, arrived, duplicates,
+                  first_frame, tcp_packets, arrived, duplicates, exchanged[0],
                   np.zeros(0, np.int64) if syn_jumps is None else syn_jumps)
 
 
@@ -89,7 +95,7 @@ def judge_ledger(ledger: Ledger, rows: Columns | None, ends: TupleEnds,
                if ledger.arrivals else {"flow": np.zeros(0, np.int64)})
     ledger.arrivals = None
     return _judged(flows, det, origin_ns, np.array([ledger.start_frame]), ledger.packets,
-                   arrived, ledger.duplicates)
+                   arrived, ledger.duplicates, ledger.exchanged())
 
 
 def judge_window(cols: Columns, tuples: np.ndarray

@@ -412,6 +412,11 @@ def render_html(report: Result, plots: bool = True, command: str | None = None,
             out.append(_figure(lambda fig: plot.delay_distribution(report, ax=fig.subplots()),
                                (9, 4), "Stall lengths and the peers' ACK delays against the "
                                "usual delayed-ACK timers.", "distribution of stall lengths"))
+        if bad and int(report.columns("flows")["requests"].sum()):
+            out.append(_figure(lambda fig: plot.latency_cdf(report, ax=fig.subplots()),
+                               (9, 4), "What the stalls cost the requests: their latency "
+                               "as captured and with the stalls' held time taken out.",
+                               "request latency CDF with and without the stalls"))
         if len(worst) > 1:
             out.append(_figure(lambda fig: plot.time_lost(report, ax=fig.subplots()),
                                (9, 1.3 + 0.45 * min(len(worst), 25)),

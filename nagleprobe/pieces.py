@@ -49,6 +49,7 @@ from .columns import Columns, take
 from .copies import DUPLICATE_LOOKBACK, find_copies
 from .decode import ACK, SYN
 from .detect import Detection, evidence, params
+from . import exchanges
 from .flows import Flows, build_flows, send_mss
 from .handshake import HANDSHAKE_ROWS, WRAP, handshake_mask, rebased
 from .roundtrips import NEARBY, Samples, late_samples, round_trips, turn_samples
@@ -104,6 +105,10 @@ class Ledger:
     limits: Limits = field(default_factory=lambda: Limits())
     verdicts: Verdicts = field(init=False)  # its candidates and ACKs, judged at its end
     near_copies: bool = False  # a copy of a packet was found right after it
+    # its exchanges so far (`exchanges.paired`), and the last turns, which may still grow
+    pairs: list[Columns] = field(default_factory=list)
+    turns: Columns = field(default_factory=lambda: Columns.empty(exchanges.TURN))
+    had_data: bool = False
 
     def __post_init__(self) -> None:
         self.verdicts = Verdicts(self.limits, self.inexact)
@@ -287,6 +292,11 @@ class Ledger:
             self.arrivals.append({"flow": np.zeros(len(r), np.int64),
                                   "dir": d[r].astype(np.int8), "ts_ns": ts[r],
                                   "payload": pay[r].astype(np.int32)})
+        t = exchanges.joined(self.turns, exchanges.segment_turns(seg, own))
+        self.had_data |= t.row_count > 0
+        ex, self.turns = exchanges.paired(t, open_end=True)
+        if ex.row_count:
+            self.pairs.append(ex)
         # data let go of before its ACK came: its round trip was not measured
         for k in (0, 1):
             lost = self.dropped_outstanding[k]
@@ -431,6 +441,12 @@ class Ledger:
                                    fallback, self.late_mss)
         empty = {"flow": np.zeros(0, np.int64)}
         return Flows(seg=empty, flow=facts, starts=np.zeros(1, np.int64)), det
+
+    def exchanged(self) -> tuple[Columns, np.ndarray]:
+        """Its exchanges (`exchanges.paired`; call once it ended) and whether it carried data
+        (`exchanges.flow_exchanges`' shape)."""
+        last, _ = exchanges.paired(self.turns)
+        return Columns.concat([*self.pairs, last]), np.array([self.had_data])
 
     def finish(self, rows: Columns | None, ends: TupleEnds
                ) -> tuple[Flows, Detection]:

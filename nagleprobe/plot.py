@@ -1,5 +1,6 @@
 """Pictures of a Report: the time-sequence graph of a flow with its stalls drawn in, the
-distribution of stall lengths and of the peers' ACK delays, and an overview of the flows.
+distribution of stall lengths and of the peers' ACK delays, an overview of the flows, and
+the requests' latency CDF with and without the stalls.
 
 Every function takes an optional matplotlib `ax` (a new pyplot figure if None) and returns
 what it drew on. matplotlib (the `plot` extra) is imported by this module only, which
@@ -8,6 +9,7 @@ nothing on the CLI's text or JSON path imports.
     >>> from nagleprobe import plot
     >>> plot.time_sequence(report)             # the worst flow, all of it
     >>> plot.time_sequence(report, 3, stall=0) # flow 3, zoomed to its first stall
+    >>> plot.latency_cdf(report)               # what the stalls cost the requests
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ ACK_COLOR = "darkred"
 GID_SPAN, GID_S1, GID_ACK, GID_S2 = "stall-span", "stall-s1", "stall-ack", "stall-s2"
 GID_LIFETIME, GID_FLOW_STALLS = "flow-lifetime", "flow-stalls"
 GID_STALL_HIST, GID_ACK_HIST, GID_TIMER = "stall-length-hist", "ack-delay-hist", "timer-mark"
+GID_CDF, GID_CDF_WITHOUT = "latency-cdf", "latency-cdf-without-stalls"
 
 
 def _new_ax(figsize: tuple[float, float]) -> Axes:
@@ -348,4 +351,40 @@ def time_lost(report: Result, ax: Axes | None = None, max_flows: int = 25) -> Ax
     ax.set_xlabel("time lost to stalls (ms)")
     ax.set_title(f"Time lost per flow{note}", fontsize=10)
     ax.grid(alpha=0.25, axis="x")
+    return ax
+
+
+def latency_cdf(report: Result, flow: int | None = None, ax: Axes | None = None) -> Axes:
+    """The requests' latency as a CDF (`report.exchanges`: every flow's, or `flow`'s), as
+    seen at the capture point and with each stall's held time taken out, log-scaled, the
+    p50 and p99 of each in the legend: the gap between the curves is what the stalls cost."""
+    ax = ax if ax is not None else _new_ax((8, 4))
+    ex = report.exchanges
+    if flow is not None:
+        ex = ex[ex["flow"] == flow]
+    drawn = False
+    for col, gid, color, name in (
+            ("latency_ms", GID_CDF, STALL_COLOR, "as captured"),
+            ("latency_without_stalls_ms", GID_CDF_WITHOUT, "tab:green", "without the stalls")):
+        v = np.sort(ex[col].to_numpy(float))
+        v = v[v > 0]  # (a log axis)
+        if not len(v):
+            continue
+        p50, p99 = np.percentile(v, [50, 99])
+        ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", color=color, gid=gid,
+                label=f"{name}: p50 {p50:.3g} ms, p99 {p99:.3g} ms")
+        drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.legend(loc="lower right", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no requests", transform=ax.transAxes, ha="center", va="center",
+                fontsize=12, color="grey")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("request latency (ms, log scale)")
+    ax.set_ylabel("share of requests")
+    whose = f"flow {flow}" if flow is not None else f"{len(ex):,} requests"
+    ax.set_title(f"Request latency with and without the stalls ({whose})", fontsize=10)
+    ax.grid(alpha=0.25, which="both")
     return ax

@@ -19,6 +19,7 @@ from . import advice, relay
 from . import selection as sel
 from .columns import Columns, take
 from .detect import Detection
+from .exchanges import add_latency, flow_exchanges, kind_columns
 from .flows import Flows
 from .humanize import SIDES, counted, human_count, human_ms
 from .read import CaptureInfo
@@ -48,10 +49,12 @@ class Report:
     def __init__(self, capture: dict[str, Any], flows: Columns | pd.DataFrame,
                  stalls: Columns | pd.DataFrame,
                  endpoints: Columns | pd.DataFrame, source: Flows | None = None,
-                 reread: Callable[[Report], Flows] | None = None) -> None:
+                 reread: Callable[[Report], Flows] | None = None,
+                 exchanges: Columns | None = None) -> None:
         """`flows`, `stalls`, `endpoints`: each a DataFrame or its numpy columns (as
         `tables.report_columns` gives them); endpoints two rows per flow, client then
-        server, in the flows' order."""
+        server, in the flows' order; `exchanges` the capture's (`exchanges.KEPT`, of these
+        flows and maybe others: a selection keeps its capture's)."""
         self.capture = capture
         self.source = source
         # how to read the capture's reassembled flows again when `source` was not kept (a
@@ -65,6 +68,7 @@ class Report:
         self._segments: pd.DataFrame | None = None
         self._messages: pd.DataFrame | None = None
         self._exchanges: pd.DataFrame | None = None
+        self._exchange_columns = exchanges
         self._columns: dict[str, Columns] = {}
         self._frames: dict[str, pd.DataFrame] = {}
         for name, t in zip(TABLES, (flows, stalls, endpoints)):
@@ -232,12 +236,26 @@ class Report:
     def exchanges(self) -> pd.DataFrame:
         """One row per request/response exchange (`nagleprobe.exchanges`): its latency with
         and without the stalls released within it; `exchanges.latency_summary` gives the
-        percentiles per flow or per server. Built on first access from `segments`."""
+        percentiles per flow or per server. Made on first access from what the analysis kept
+        (a report made without them: from `segments`)."""
         if self._exchanges is None:
-            from .exchanges import exchanges
+            from .exchanges import exchanges, table
 
-            self._exchanges = exchanges(self.segments, self.stalls)
+            if self._exchange_columns is None:
+                self._exchanges = exchanges(self.segments, self.stalls)
+            else:
+                self._exchanges = table(self.exchange_columns(),
+                                        self.capture["time_origin_ns"])
         return self._exchanges
+
+    def exchange_columns(self) -> Columns:
+        """The report's flows' exchanges as numpy columns (`exchanges.KEPT`), in flow order;
+        ValueError for a report made without them."""
+        ex = self._exchange_columns
+        if ex is None:
+            raise ValueError(f"{self.capture['path']}: the report kept no exchanges")
+        keep = np.isin(ex["flow"], self.columns("flows")["id"])
+        return ex if keep.all() else take(ex, keep)
 
     @property
     def messages(self) -> pd.DataFrame:
@@ -327,7 +345,8 @@ class Report:
             chosen = flows.loc[ids]
             chosen = worst_first(chosen[chosen["stalls"] > 0])
             ids = chosen["id"].head(int(top)).tolist()
-        base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread)
+        base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread,
+                      self._exchange_columns)
         base._segments = self._segments
         base.vantage_doc = self.vantage_doc
         sub = base._subset(ids)
@@ -351,7 +370,8 @@ class Report:
         ids = [int(i) for i in ids]
         stalls = self.stalls[self.stalls["flow"].isin(ids)]
         ep = self.endpoints.loc[[2 * i + k for i in ids for k in (0, 1)]]
-        sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread)
+        sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread,
+                     self._exchange_columns)
         sub.vantage_doc = self.vantage_doc
         if self._segments is not None:
             sub._segments = self._segments[self._segments["flow"].isin(ids)]
@@ -374,6 +394,9 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
                  origin_ns: int) -> Report:
     """Assemble the tables from the pipeline's stages (vectorised: no per-packet objects)."""
     cols = report_columns(f, det, origin_ns)
+    exchanged = flow_exchanges(f.seg, f.count)
+    cols["flows"].update(kind_columns(*exchanged))
+    ex = add_latency(cols["flows"], exchanged[0], cols["stalls"], cols["endpoints"])
     capture = capture_doc(info, skipped, len(f.seg["flow"]), origin_ns)
     add_tcp_streams(cols["flows"], capture)
     arr = relay.arrivals(f)
@@ -381,7 +404,8 @@ def build_report(info: CaptureInfo, skipped: dict[str, int], f: Flows, det: Dete
         capture["warnings"].append(relay.relay_warning())
         arr = None
     cols["flows"].update(relay.link(cols["flows"], cols["stalls"], arr))
-    return Report(capture, cols["flows"], cols["stalls"], cols["endpoints"], source=f)
+    return Report(capture, cols["flows"], cols["stalls"], cols["endpoints"], source=f,
+                  exchanges=ex)
 
 
 def _parse_hosts(hosts: tuple[Any, ...]) -> list[str]:

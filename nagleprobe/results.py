@@ -15,6 +15,7 @@ import numpy as np
 from . import syns
 from .columns import Columns
 from .engine import Judged
+from .exchanges import add_latency
 from .relay import MAX_ARRIVALS, link, relay_warning
 from .report import Report
 from .wireshark import add_tcp_streams
@@ -35,6 +36,7 @@ class Results:
 
     flows: list[Columns] = field(default_factory=list)
     stalls: list[Columns] = field(default_factory=list)
+    exchanges: list[Columns] = field(default_factory=list)
     endpoints: list[Columns] = field(default_factory=list)
     first_ns: list[np.ndarray] = field(default_factory=list)
     first_frame: list[np.ndarray] = field(default_factory=list)
@@ -50,6 +52,7 @@ class Results:
         p = self
         p.flows.append(part.flows)
         p.stalls.append(part.stalls)
+        p.exchanges.append(part.exchanges)
         p.endpoints.append(part.endpoints)
         p.first_ns.append(part.first_ns)
         p.first_frame.append(part.first_frame)
@@ -91,6 +94,8 @@ def _join(p: Results, capture: dict) -> Report:
     p.flows, p.endpoints = [], []
     flow_ids = [new_id[offsets[j]:offsets[j + 1]] for j in range(len(p.stalls))]
     stalls = _join_stalls(p.stalls, order, offsets)
+    exchanges = add_latency(flows, _join_stalls(p.exchanges, order, offsets), stalls,
+                            endpoints)
     add_tcp_streams(flows, capture)
     arr = None
     if p.arrivals is None:
@@ -100,7 +105,7 @@ def _join(p: Results, capture: dict) -> Report:
         arr["flow"] = np.concatenate([ids[a["flow"]] for a, ids in zip(p.arrivals, flow_ids)])
         p.arrivals = []
     flows.update(link(flows, stalls, arr))
-    return Report(capture, flows, stalls, endpoints)
+    return Report(capture, flows, stalls, endpoints, exchanges=exchanges)
 
 
 def _placed(order: np.ndarray) -> np.ndarray | None:

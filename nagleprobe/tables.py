@@ -200,5 +200,9 @@ class Result(Protocol):
         """One row per TCP segment of the report's flows."""
 
     @property
+    def exchanges(self) -> pd.DataFrame:
+        """One row per request/response exchange of the report's flows."""
+
+    @property
     def vantages(self) -> pd.DataFrame:
         """One row per connection and vantage (no rows for one capture)."""

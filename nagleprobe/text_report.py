@@ -371,6 +371,7 @@ def _flow_block(f: dict[str, Any], options_cut: bool, tunnels: list[dict[str, An
     lines.append(f"  {counted(f['stalls'], 'stall')}, {human_ms(f['stall_ms'])} lost = "
                  f"{100 * f['lost_share']:.1f}% of {f['duration_s']:.3f} s; "
                  f"without them ~{f['duration_without_stalls_s']:.3f} s")
+    lines.append(latency_line(f))
     lines.append(f"  capture point: {f['vantage']} ({f['vantage_basis']})")
     lines += [f"  {x}" for x in _flow_notes(f, options_cut)]
     for side in SIDES:
@@ -379,6 +380,21 @@ def _flow_block(f: dict[str, Any], options_cut: bool, tunnels: list[dict[str, An
         lines.append(f"  {side}: Nagle {_nagle_text(e)}, delayed ACK {da}, "
                      f"{counted(e['quick_acks'], 'quick ACK')}")
     return lines
+
+
+def latency_line(f: dict[str, Any], width: int = TEXT_WIDTH) -> str:
+    """A flow's requests and their latency in one line of at most `width` columns (the p50
+    left out where it would not fit)."""
+    n = f["requests"]
+    if not n:
+        return ("  no requests: its data went one way only (no latency measured)"
+                if f["exchange_kind"] == "one-way" else "  no requests: no data")
+    head = (f"  {human_count(n)} {'request' if n == 1 else 'requests'}, "
+            f"{100 * f['stalled_requests_share']:.0f}% stalled: ")
+    p99 = (f"p99 {human_ms(f['latency_p99_ms'])} "
+           f"({human_ms(f['latency_p99_ms_without_stalls'])} minus the stalls)")
+    line = f"{head}p50 {human_ms(f['latency_p50_ms'])}, {p99}"
+    return line if len(line) <= width else head + p99
 
 
 def _clean_lines(r: Result, verbose: bool) -> list[str]:

@@ -107,3 +107,49 @@ def test_long_paths_are_broken_after_their_slashes_within_80_columns(tmp_path, d
     assert max(len(line) for line in text.splitlines()) <= 80
     head = text.split("\nafter", 1)[0].splitlines()
     assert head[0] == "before:" and "".join(x.strip() for x in head[1:]) == str(path)
+
+
+def test_the_fix_shows_in_the_requests_p50_and_p99(docs):
+    """Per group, the requests and their p50/p99 latency before -> after: with one flow, the
+    flow's own (numpy's percentiles of its exchanges, test_exchanges)."""
+    before, after = docs
+    (g,) = compare(before, after)["groups"]
+    for doc, facts in ((before, g["before"]), (after, g["after"])):
+        (f,) = doc["flows"]
+        assert (facts["requests"], facts["latency_p50_ms"], facts["latency_p99_ms"]) == (
+            f["requests"], f["latency_p50_ms"], f["latency_p99_ms"])
+    assert g["before"]["latency_p99_ms"] > 40 > 1 > g["after"]["latency_p99_ms"]
+    text = render_text(compare(before, after))
+    p99 = [line for line in text.splitlines() if "; p99 " in line]
+    assert p99 == [f"  requests 20 (same); p50 {g['before']['latency_p50_ms']:.1f} ms -> "
+                   f"{g['after']['latency_p50_ms']:.2f} ms; p99 "
+                   f"{g['before']['latency_p99_ms']:.1f} ms -> "
+                   f"{g['after']['latency_p99_ms']:.2f} ms"]
+    jsonschema.validate(compare(before, after), SCHEMA)
+
+
+def test_a_higher_p99_beyond_10_percent_and_1_ms_is_a_regression(docs):
+    """Without more stalls or time lost, a p99 latency higher by more than 10 % and 1 ms
+    fails the gate; within either bound it does not."""
+    _, after = docs
+    was = after["flows"][0]["latency_p99_ms"]
+    for p99, worse in ((was + 0.9, False), (was * 1.1 + 1.01, True), (was + 5, True)):
+        now = json.loads(json.dumps(after))
+        now["flows"][0]["latency_p99_ms"] = p99
+        got = regressions(compare(after, now))
+        assert bool(got) == worse
+        if worse:
+            assert got == [f"127.0.0.1 -> 127.0.0.1:8000: p99 latency {was:.2f} ms -> "
+                           f"{p99:.1f} ms"]
+
+
+def test_a_report_saved_before_requests_were_counted_still_compares(docs):
+    _, after = docs
+    old = json.loads(json.dumps(after))
+    for f in old["flows"]:
+        for k in ("requests", "latency_p50_ms", "latency_p99_ms"):
+            del f[k]
+    (g,) = compare(old, after)["groups"]
+    assert g["before"]["requests"] == 0 and g["before"]["latency_p99_ms"] is None
+    assert g["after"]["requests"] == 20
+    assert regressions(compare(old, after)) == []

@@ -77,6 +77,7 @@ def test_it_has_the_verdict_the_fix_and_the_pictures(proxy_any, proxy_html):
     assert proxy_any.flows.loc[1, "fix_text"] in proxy_html
     alts = re.findall(r'<img alt="([^"]+)"', proxy_html)
     assert alts == ["flows on a timeline", "distribution of stall lengths",
+                    "request latency CDF with and without the stalls",
                     "time-sequence graph of flow 1", "first 6 stalls of flow 1"]
 
 
@@ -138,7 +139,7 @@ def test_chromium_renders_the_report_with_every_picture(chromium, proxy_any, tmp
     title = re.search(r"<title>imgs:([^<]*)</title>", dom.stdout)
     assert title, dom.stderr[-2000:]
     sizes = title.group(1).split(",")
-    assert len(sizes) == 4 and all(int(s.split("x")[0]) > 400 for s in sizes)
+    assert len(sizes) == 5 and all(int(s.split("x")[0]) > 400 for s in sizes)
 
     shot = tmp_path / "report.png"
     subprocess.run([chromium, *CHROMIUM_FLAGS, *offline, "--hide-scrollbars",
@@ -237,7 +238,7 @@ def test_long_evidence_shows_its_first_rows_and_the_rest_one_click_away(field, f
 def test_the_pictures_are_palette_pngs_and_the_report_a_third_of_its_old_size(field_html):
     """The 4-flow report was 1,521,731 bytes with full-colour pictures (issue 32)."""
     page = Page(field_html)
-    assert len(page.sources) == 11
+    assert len(page.sources) == 12  # (the latency CDF among them)
     for src in page.sources:
         img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
         assert img.mode == "P" and img.width > 400

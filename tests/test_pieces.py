@@ -80,11 +80,13 @@ def test_every_sample_cut_into_pieces_of_16_packets_gives_the_whole_analysis(pat
     why-not counts, fix, relay, tcp.stream; per endpoint the Nagle verdict, evidence and
     flavour, delayed-ACK timer, delayed and quick ACK counts, MSS, window scale; per stall
     every field: flow, sender, endpoint, delay, bytes, behind_full, peer ACK delay,
-    reaction, frames S1/ACK/S2, times, confidence), and so are the notebook tables."""
+    reaction, frames S1/ACK/S2, times, confidence), and so are the notebook tables, the
+    request/response exchanges and their latency included (a turn cut between pieces is
+    one turn)."""
     whole = analyze_whole(str(path))
     rep, st = in_pieces(path, TINY)
     assert without_pieces(rep.to_dict()) == without_pieces(whole.to_dict())
-    for name in ("stalls", "endpoints"):
+    for name in ("stalls", "endpoints", "exchanges"):
         pd.testing.assert_frame_equal(getattr(rep, name), getattr(whole, name))
     pd.testing.assert_frame_equal(rep.flows.drop(columns="pieces"),
                                   whole.flows.drop(columns="pieces"))

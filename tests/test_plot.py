@@ -251,3 +251,26 @@ def test_time_ticks_are_the_seconds_of_the_tables_without_an_offset(draw):
     assert len(shown) >= 3 and r.stalls["small_s"].min() > 1e8
     for x, text in shown:
         assert float(text.replace("\N{MINUS SIGN}", "-")) == pytest.approx(x)
+
+
+def test_latency_cdf_draws_every_request_with_and_without_the_stalls(echo_split):
+    """Two step curves over the requests' latencies (as captured, and less the stalls' held
+    time), each reaching 1 at its largest, their p50 and p99 (numpy's) in the legend."""
+    ax = plot.latency_cdf(echo_split)
+    ex = echo_split.exchanges
+    for gid, col in ((plot.GID_CDF, "latency_ms"),
+                     (plot.GID_CDF_WITHOUT, "latency_without_stalls_ms")):
+        (line,) = by_gid(ax, gid)
+        v = np.sort(ex[col].to_numpy())
+        np.testing.assert_array_equal(line.get_xdata(), v)
+        assert line.get_ydata()[-1] == 1 and len(line.get_ydata()) == len(ex) == 20
+        p50, p99 = np.percentile(v, [50, 99])
+        assert f"p50 {p50:.3g} ms, p99 {p99:.3g} ms" in line.get_label()
+    assert by_gid(ax, plot.GID_CDF)[0].get_xdata()[-1] > 40 > 1 > \
+        by_gid(ax, plot.GID_CDF_WITHOUT)[0].get_xdata()[-1]
+    render(ax)
+
+
+def test_latency_cdf_of_a_one_way_flow_says_no_requests():
+    ax = plot.latency_cdf(nagleprobe.analyze(str(SAMPLES / "classic_bulk_tap.pcap")))
+    assert not by_gid(ax, plot.GID_CDF) and "no requests" in [t.get_text() for t in ax.texts]

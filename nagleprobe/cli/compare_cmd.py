@@ -32,7 +32,8 @@ def compare(before: str, after: str, fmt: str, output: str | None, debug: bool,
 
     Connections are matched by their server endpoint and client host (the client's port
     changes between runs). Per such group: flows, stalls, time lost and the longest stall,
-    each side's Nagle state and delayed-ACK timer, before -> after.
+    the requests and their latency's p50 and p99, each side's Nagle state and delayed-ACK
+    timer, before -> after.
 
     \b
     Examples:

@@ -49,8 +49,9 @@ _GATE_OPTIONS = [
                       "(repeatable)."),
     click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
                  help="Also fail a capture worse than this report (saved with analyze "
-                      "--format json): more stalls, or more time lost by over 10 % and 1 ms, "
-                      "per client host and server. Without limits set, only this is checked."),
+                      "--format json): more stalls, or more time lost or a higher p99 request "
+                      "latency by over 10 % and 1 ms, per client host and server. Without "
+                      "limits set, only this is checked."),
     click.option("--config", type=click.Path(exists=True, dir_okay=False), metavar="TOML",
                  help="Read [tool.nagleprobe.check] from this file instead of the nearest "
                       "pyproject.toml."),
