@@ -27,7 +27,8 @@ Then prints per tree the medians over the rounds: ratio = fleet / (S / cores) an
 overhead per file = (fleet - S / cores) * cores / files for wall time; for CPU time (which
 the other jobs on a shared machine disturb less) ratio = fleet / S and overhead per file =
 (fleet - S) / files. Not a test: run it by hand (the data, about 0.6 GB per 60 files of
-10 MB, goes to benchmarks/out/, which git ignores):
+10 MB, goes to benchmarks/out/, which git ignores; the table is appended to
+benchmarks/RESULTS.md, see `--results`):
 
     python3 benchmarks/bench_fleet.py --files 60 --mb 10 [--gzip | --url] [--rounds 2] \\
         [--old /tmp/np-old]
@@ -52,6 +53,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import bench_results
 from bench_analyze import DEFAULT_SOURCES, ROOT, build
 
 BYTES_PER_PACKET = 86  # about, for the generator's default sources (record header included)
@@ -245,6 +247,7 @@ def main() -> None:
     ap.add_argument("--old", type=Path, help="a second source tree, run in paired rounds")
     ap.add_argument("--new", type=Path, default=ROOT)
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # a measuring process's spec (JSON)
+    bench_results.add_argument(ap)
     args = ap.parse_args()
     if args.measure:
         spec = json.loads(args.measure)
@@ -264,30 +267,30 @@ def main() -> None:
                 r = run_tree(trees[name], spec)
                 runs[name].append(r)
                 print(json.dumps({"round": i, "tree": name, **r}), file=sys.stderr)
-    kind = "url" if args.url else "gzip" if args.gzip else "pcap"
-    print(f"{args.files} files of {args.mb:g} MB ({kind}), {args.workers} workers, "
-          f"{os.cpu_count()} CPUs, medians of {args.rounds} rounds "
-          f"(wall: busy shared machine, CPU: this process tree)")
-    print("| tree | fleet | wall s | ratio | ms/file | CPU s | CPU ratio | CPU ms/file |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for name in trees:
-        rs = runs[name]
-        med = {k: statistics.median(r[k]["wall"] for r in rs) for k in ("single_sum", *FIGURES)}
-        cpu = {k: statistics.median(r[k]["cpu"] for r in rs) for k in ("single_sum", *FIGURES)}
-        rat = [ratios(r) for r in rs]
-        print(f"| {name} | single analyses (sum) | {med['single_sum']:.2f} | | | "
-              f"{cpu['single_sum']:.2f} | | |")
-        task = statistics.median(r["task_in_process"]["cpu"] for r in rs)
-        print(f"| {name} | one file's task in process | | | | {task:.3f} | "
-              f"{task / (cpu['single_sum'] / args.files):.2f} | |")
-        for k in FIGURES:
-            m = {f: statistics.median(x[k][f] for x in rat) for f in rat[0][k]}
-            print(f"| {name} | {k} | {med[k]:.2f} | {m['wall_ratio']:.2f} | "
-                  f"{m['wall_ms_per_file']:.1f} | {cpu[k]:.2f} | {m['cpu_ratio']:.2f} | "
-                  f"{m['cpu_ms_per_file']:.1f} |")
-        print(f"| {name} | cluster start | "
-              f"{statistics.median(r['cluster_start_s'] for r in rs):.2f} | | | | | |")
-
+    with bench_results.recorded("bench_fleet.py", args.results, list(trees.values())):
+        kind = "url" if args.url else "gzip" if args.gzip else "pcap"
+        print(f"{args.files} files of {args.mb:g} MB ({kind}), {args.workers} workers, "
+              f"{os.cpu_count()} CPUs, medians of {args.rounds} rounds "
+              f"(wall: busy shared machine, CPU: this process tree)")
+        print("| tree | fleet | wall s | ratio | ms/file | CPU s | CPU ratio | CPU ms/file |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name in trees:
+            rs = runs[name]
+            med = {k: statistics.median(r[k]["wall"] for r in rs) for k in ("single_sum", *FIGURES)}
+            cpu = {k: statistics.median(r[k]["cpu"] for r in rs) for k in ("single_sum", *FIGURES)}
+            rat = [ratios(r) for r in rs]
+            print(f"| {name} | single analyses (sum) | {med['single_sum']:.2f} | | | "
+                  f"{cpu['single_sum']:.2f} | | |")
+            task = statistics.median(r["task_in_process"]["cpu"] for r in rs)
+            print(f"| {name} | one file's task in process | | | | {task:.3f} | "
+                  f"{task / (cpu['single_sum'] / args.files):.2f} | |")
+            for k in FIGURES:
+                m = {f: statistics.median(x[k][f] for x in rat) for f in rat[0][k]}
+                print(f"| {name} | {k} | {med[k]:.2f} | {m['wall_ratio']:.2f} | "
+                      f"{m['wall_ms_per_file']:.1f} | {cpu[k]:.2f} | {m['cpu_ratio']:.2f} | "
+                      f"{m['cpu_ms_per_file']:.1f} |")
+            print(f"| {name} | cluster start | "
+                  f"{statistics.median(r['cluster_start_s'] for r in rs):.2f} | | | | | |")
 
 if __name__ == "__main__":
     main()
