@@ -21,6 +21,9 @@
  * written without the GIL (held again only for a float Python's repr must write), so a
  * thread can render one piece of a document while another builds the next.
  *
+ * dicts(keys, cols, n) -> [{keys[j]: cols[j][r] for j} for r in range(n)]: the objects of a
+ * program's rows (jsonrows.objects), each column a list of n Python values.
+ *
  * factorize(objects, codes) -> uniques: the twin of jsonrows.factorize_python. Writes into
  * `codes` (int64, as long as `objects`) the index of each object among the distinct ones, in
  * order of first sight, -1 for None and NaN (missing); returns the distinct objects.
@@ -474,10 +477,54 @@ static PyObject *factorize(PyObject *self, PyObject *args)
     return uniques;
 }
 
+static PyObject *dicts(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *cols;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &keys, &PyList_Type, &cols, &n))
+        return NULL;
+    Py_ssize_t nk = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(cols) != nk || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "dicts: one column per key");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < nk; j++) {
+        PyObject *c = PyList_GET_ITEM(cols, j);
+        if (!PyList_Check(c) || PyList_GET_SIZE(c) != n) {
+            PyErr_SetString(PyExc_ValueError, "dicts: each column a list of one value per row");
+            return NULL;
+        }
+    }
+    /* each row's dict a copy of one with every key (None values): no resizing per row */
+    PyObject *shape = PyDict_New();
+    for (Py_ssize_t j = 0; shape && j < nk; j++)
+        if (PyDict_SetItem(shape, PyList_GET_ITEM(keys, j), Py_None) < 0)
+            Py_CLEAR(shape);
+    PyObject *out = shape ? PyList_New(n) : NULL;
+    for (Py_ssize_t r = 0; out && r < n; r++) {
+        PyObject *d = PyDict_Copy(shape);
+        if (!d) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, r, d);
+        for (Py_ssize_t j = 0; j < nk; j++) {
+            if (PyDict_SetItem(d, PyList_GET_ITEM(keys, j),
+                               PyList_GET_ITEM(PyList_GET_ITEM(cols, j), r)) < 0) {
+                Py_CLEAR(out);
+                break;
+            }
+        }
+    }
+    Py_XDECREF(shape);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"render", render, METH_VARARGS, "Rows start..stop-1 of a program of ops as JSON text."},
     {"factorize", factorize, METH_VARARGS,
      "Codes of objects among the distinct ones (written to an int64 buffer); the distinct."},
+    {"dicts", dicts, METH_VARARGS, "Per row r, {keys[j]: cols[j][r]} (keys and cols lists)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -95,7 +95,8 @@ class CaptureVerdict:
     fixes: list[dict[str, Any]] = field(default_factory=list)  # of the failing flows, one
     # per endpoint to change (advice.fix_groups of the counted stalls)
     packets: int = 0  # packets read (for the progress display's rate)
-    # the report's flows, stalls and endpoints tables, when asked for (`analyze_many`)
+    # the report's flows, stalls and endpoints as numpy columns (`Report.columns`), when
+    # asked for (`analyze_many`, which makes one table of each from every capture's columns)
     tables: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -235,8 +236,7 @@ def check_capture(path: str | list[str], budget: Budget, with_document: bool = F
         if with_document:
             v.document = json.loads(report.to_json())
         if with_tables:
-            v.tables = {"flows": report.flows, "stalls": report.stalls,
-                        "endpoints": report.endpoints}
+            v.tables = {name: report.columns(name) for name in ("flows", "stalls", "endpoints")}
     except CaptureError as e:
         v = CaptureVerdict(path=path, status=ExitStatus.BAD_CAPTURE, error=str(e))
     except MemoryError:
@@ -339,6 +339,8 @@ def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None 
             local += remote
             remote = []
         if remote:
+            from . import pipeline  # noqa: F401 (forked workers start with the analysis imported)
+
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 futures = {pool.submit(check_capture, targets[i].path, *args): i
                            for i in remote}

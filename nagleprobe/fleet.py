@@ -2,10 +2,11 @@
 
 Rotated captures from hundreds of hosts are analysed where they can be read: with a
 `distributed.Client` each capture is a task on the cluster's workers, which read the file
-(a path they can reach, or a URL) themselves and send back only the verdict and the
-report's small tables, never its packets; without one, `check`'s local process pool does
-the same. The verdicts are `check`'s (`nagleprobe.check.run_check` is the one place that
-runs captures in parallel); the tables are concatenated with a `capture` column.
+(a path they can reach, or a URL) themselves and send back only the verdict and the numpy
+columns of the report's small tables, never its packets; without one, `check`'s local
+process pool does the same. The verdicts are `check`'s (`nagleprobe.check.run_check` is
+the one place that runs captures in parallel); each table is made once, of every
+capture's columns joined, with a `capture` column in front.
 """
 
 from __future__ import annotations
@@ -159,16 +160,18 @@ def analyze_many(paths: Iterable[str | os.PathLike[str]] | str, client: Any = No
 
 
 def _combined(verdicts: list[CaptureVerdict], name: str) -> pd.DataFrame:
-    """One table of every capture's `name` table, with the capture's path in front."""
+    """One table of every capture's `name` table, with the capture's path in front: made
+    once from the captures' columns joined."""
+    import numpy as np
     import pandas as pd
 
-    parts = []
-    for v in verdicts:
-        if v.tables is None:
-            continue
-        t = v.tables[name].copy()
-        t.insert(0, "capture", v.path)
-        parts.append(t)
+    from .dataframes import table
+
+    parts = [(v.path, v.tables[name]) for v in verdicts if v.tables is not None]
     if not parts:
         return pd.DataFrame({"capture": pd.Series([], dtype=object)})
-    return pd.concat(parts, ignore_index=True)
+    names = list(parts[0][1])  # every capture's table has the same columns (one capture each)
+    rows = [len(cols[names[0]]) for _, cols in parts]
+    joined = {"capture": np.repeat(np.array([path for path, _ in parts], dtype=object), rows)}
+    joined.update((n, np.concatenate([cols[n] for _, cols in parts])) for n in names)
+    return table(joined)

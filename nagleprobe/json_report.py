@@ -4,12 +4,13 @@ The shapes of a flow and of a stall are written down once, each a `jsonrows.Prog
 the tables' columns (no pandas, no Python object per row): the flat columns in table order,
 then the nested objects (a flow's why_not, relay, endpoints, fix and Wireshark filters; a
 stall's frames, times, files of a file set, and confidence last). `json_pieces` writes the
-whole document a slice of rows at a time; `flow_docs`/`stall_docs` give rows as Python
-objects for the documents that embed them (`check`).
+whole document a slice of rows at a time; `document` gives it as Python objects, and
+`flow_docs`/`stall_docs` rows of it for the documents that embed them (`check`).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import deque
 from collections.abc import Iterator
@@ -108,8 +109,8 @@ def stall_program(st: Columns, fields: tuple[str, ...] | None = None) -> Program
 
 
 def parsed(p: Program, rows: int) -> list[dict[str, Any]]:
-    """The rows of a program as Python objects (the text parsed back)."""
-    return json.loads("[" + p.render(0, rows) + "]")
+    """The rows of a program as Python objects (as `json.loads` reads their text)."""
+    return p.objects(0, rows)
 
 
 def flow_docs(report: Result, ids: list[int] | np.ndarray | None = None) -> list[dict[str, Any]]:
@@ -162,12 +163,7 @@ def json_pieces(report: Result, rows_per_piece: int = 20_000) -> Iterator[str]:
 def _json_parts(report: Result, rows_per_piece: int
                 ) -> Iterator[tuple[str, Program | None, int]]:
     """The document as (text, program, rows): each text followed by the program's rows."""
-    doc = {**document_head(), "capture": _capture_doc(report.capture),
-           "selection": report.selection, "summary": report.summary()}
-    if report.vantage_doc is not None:
-        doc["vantages"] = report.vantage_doc
-    head = json.dumps({**doc, "flows": []},
-                      separators=(",", ":"), allow_nan=False)
+    head = json.dumps({**_head(report), "flows": []}, separators=(",", ":"), allow_nan=False)
     assert head.endswith('"flows":[]}')
     # a slice at a time: a program holds a column per key for its rows
     ids, per = report.columns("flows")["id"], min(rows_per_piece, FLOWS_PER_PIECE)
@@ -181,6 +177,30 @@ def _json_parts(report: Result, rows_per_piece: int
         part = take(st, slice(a, a + rows_per_piece))
         yield "," if a else "", stall_program(part), len(part["flow"])
     yield "]}", None, 0
+
+
+def document(report: Result) -> dict[str, Any]:
+    """The document as the Python objects `json.loads` makes of `json_pieces`' text, built
+    from the columns without the text."""
+    doc = json.loads(json.dumps(_head(report), allow_nan=False))
+    collecting = gc.isenabled()
+    gc.disable()  # the rows hold no reference cycles: collections while making them find none
+    try:
+        doc["flows"] = flow_docs(report)
+        doc["stalls"] = stall_docs(report.columns("stalls"))
+    finally:
+        if collecting:
+            gc.enable()
+    return doc
+
+
+def _head(report: Result) -> dict[str, Any]:
+    """The document's fields before its flows and stalls."""
+    doc = {**document_head(), "capture": _capture_doc(report.capture),
+           "selection": report.selection, "summary": report.summary()}
+    if report.vantage_doc is not None:
+        doc["vantages"] = report.vantage_doc
+    return doc
 
 
 def _capture_doc(capture: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,8 @@ be null) is written down once as a program (`Program`), and `render` runs it ove
 columns, in C (`_jsonrows.c`) or, without a compiler, in Python (`render_python`: the
 reference, held equal byte for byte by tests/test_jsonrows.py). Numbers come out as
 `json.dumps` writes them (Python's float repr), text as `json.dumps` encodes it (ASCII).
+`objects` runs the same program column by column into the Python objects `json.loads`
+would make of that text, without the text (`Report.to_dict`).
 """
 
 from __future__ import annotations
@@ -139,12 +141,23 @@ class Program:
         """Rows start..stop-1 as JSON text, comma-separated."""
         return render(self.ops, start, stop)
 
+    def objects(self, start: int, stop: int) -> list[Any]:
+        """Rows start..stop-1 as the objects `json.loads` makes of their text."""
+        return _values(_tree(self.ops), np.arange(start, stop, dtype=np.int64))
+
 
 def render(ops: list[tuple], start: int, stop: int) -> str:
     """Run `ops` over rows start..stop-1 (compiled when built)."""
     if _compiled is not None:
         return _compiled.render(ops, start, stop)
     return render_python(ops, start, stop)
+
+
+def dicts(keys: list[str], cols: list[list[Any]], rows: int) -> list[dict[str, Any]]:
+    """Per row, {keys[j]: cols[j][row]} (compiled when built)."""
+    if _compiled is not None:
+        return _compiled.dicts(keys, cols, rows)
+    return [dict(zip(keys, r)) for r in zip(*cols)] if cols else [{} for _ in range(rows)]
 
 
 def _float(x: float) -> str:
@@ -189,3 +202,111 @@ def render_python(ops: list[tuple], start: int, stop: int) -> str:
                                           if c[r]) + "}")
             i += 1
     return "".join(out)
+
+
+# ------------------------------------------------------------------- rows as Python objects
+# A program read as a tree: ("obj", keys, children), ("maybe", mask, child) or ("op", op).
+# Its literal text is only braces, commas and keys (`Program.obj` writes nothing else).
+
+def _tree(ops: Sequence[tuple]) -> tuple:
+    """The value the ops write, as a tree (see above)."""
+    tokens: list[tuple] = []  # ("{",), ("}",), ("key", name) or ("value", tree)
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if op[0] == LIT:
+            tokens += _lit_tokens(op[1])
+        elif op[0] == MAYBE:
+            tokens.append(("value", ("maybe", op[1], _tree(ops[i + 1:i + 1 + op[2]]))))
+            i += op[2]
+        else:
+            tokens.append(("value", ("op", op)))
+        i += 1
+    tree, end = _parse(tokens, 0)
+    if end != len(tokens):
+        raise ValueError("jsonrows: a program must write one value per row")
+    return tree
+
+
+def _lit_tokens(text: str) -> list[tuple]:
+    out: list[tuple] = []
+    pos = 0
+    while pos < len(text):
+        c = text[pos]
+        if c in "{}":
+            out.append((c,))
+        elif c == '"':
+            key, pos = _decoder.raw_decode(text, pos)
+            out.append(("key", key))
+            continue
+        elif c not in ",:":
+            raise ValueError(f"jsonrows: literal {text!r} is not an object's keys")
+        pos += 1
+    return out
+
+
+_decoder = json.JSONDecoder()
+
+
+def _parse(tokens: list[tuple], pos: int) -> tuple[tuple, int]:
+    """(tree, position after it) of the value starting at tokens[pos]."""
+    if tokens[pos][0] == "value":
+        return tokens[pos][1], pos + 1
+    if tokens[pos][0] != "{":
+        raise ValueError(f"jsonrows: {tokens[pos]!r} where a value should start")
+    keys: list[str] = []
+    children: list[tuple] = []
+    pos += 1
+    while tokens[pos][0] != "}":
+        keys.append(tokens[pos][1])
+        child, pos = _parse(tokens, pos + 1)
+        children.append(child)
+    return ("obj", keys, children), pos + 1
+
+
+def _values(tree: tuple, rows: np.ndarray) -> list[Any]:
+    """The tree's value in each of `rows`, as `json.loads` reads the text `render` writes."""
+    kind = tree[0]
+    if kind == "obj":
+        return dicts(tree[1], [_values(child, rows) for child in tree[2]], len(rows))
+    if kind == "maybe":
+        there = ~np.asarray(tree[1])[rows]
+        out: list[Any] = [None] * len(rows)
+        for j, v in zip(np.flatnonzero(there).tolist(), _values(tree[2], rows[there])):
+            out[j] = v
+        return out
+    op = tree[1]
+    code = op[0]
+    if code in (INT, FLOAT, BOOL):
+        vals = op[1][rows].tolist()
+        if code == INT and op[2] is not None:
+            missing = op[2][rows]
+        elif code == FLOAT:
+            x = op[1][rows]
+            if np.isinf(x).any():
+                raise ValueError("Out of range float values are not JSON compliant")
+            missing = np.isnan(x)
+        else:
+            return vals
+        for j in np.flatnonzero(missing).tolist():
+            vals[j] = None
+        return vals
+    if code == TEXT:
+        texts = op[2]
+        codes = op[1][rows].tolist()
+        read = json.loads("[" + ",".join(texts) + "]")
+        if any(isinstance(v, (list, dict)) for v in read):  # each row its own copy
+            return [None if c < 0 else json.loads(texts[c]) for c in codes]
+        read.append(None)  # code -1
+        return [read[c] for c in codes]
+    if code == INTLIST:  # the rows' lists gathered, written by `render`, read back
+        starts, counts = op[2][rows], op[2][rows + 1] - op[2][rows]
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        at = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
+        text = render([(INTLIST, op[1][at], offsets, op[3], op[4])], 0, len(rows))
+        return json.loads("[" + text + "]")
+    if code == SPARSE:
+        keys = [json.loads(k[:-1]) for k in op[1]]
+        cols = [c[rows].tolist() for c in op[2]]
+        return [{k: v for k, v in zip(keys, r) if v} for r in zip(*cols)]
+    raise ValueError(f"jsonrows: unknown op {code}")

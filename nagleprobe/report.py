@@ -10,7 +10,6 @@ it as a `tables.Result` and never import this module; its `to_json`, `to_text` a
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -160,8 +159,11 @@ class Report:
         return stall_docs(st if flow is None else take(st, st["flow"] == flow))
 
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON document (see docs/json.md)."""
-        return json.loads(self.to_json())
+        """The documented JSON document (see docs/json.md): what `json.loads(to_json())`
+        gives, built from the columns without the text."""
+        from .json_report import document
+
+        return document(self)
 
     def to_json(self) -> str:
         """`to_dict()` as compact JSON text, written from the tables' columns (no Python

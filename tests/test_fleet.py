@@ -254,3 +254,19 @@ def test_expand_targets_keeps_urls_for_the_workers():
     t = expand_targets(["https://example.invalid/caps/a.pcap?sig=x", SPLIT])
     assert [x.path for x in t] == ["https://example.invalid/caps/a.pcap?sig=x", SPLIT]
     assert all(x.problem is None for x in t)
+
+
+def test_the_combined_tables_are_the_reports_tables_each_under_its_capture_dtypes_too():
+    import pandas as pd
+
+    fleet = analyze_many(FLEET, jobs=2)
+    readable = [p for p in FLEET if p not in (EMPTY, NOT_A_CAPTURE, MISSING)]
+    for name in ("flows", "stalls", "endpoints"):
+        parts = []
+        for p in readable:
+            t = getattr(nagleprobe.analyze(p), name).copy()
+            t.insert(0, "capture", p)
+            parts.append(t)
+        pd.testing.assert_frame_equal(getattr(fleet, name), pd.concat(parts, ignore_index=True))
+    none = analyze_many([EMPTY, MISSING], jobs=2)
+    assert list(none.stalls.columns) == ["capture"] and len(none.stalls) == 0

@@ -3,6 +3,7 @@ its why-not counts, relay, fix and endpoints nested), each stall object its row 
 (frames and times nested), as docs/json.md describes them. Checked against
 the tables value by value on every sample, without the writer's code."""
 
+import gc
 import json
 import math
 from pathlib import Path
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 
 import nagleprobe
-from nagleprobe import wireshark
+from nagleprobe import jsonrows, wireshark
 from nagleprobe.advice import FIX_FIELDS
 from nagleprobe.detect import REASONS
 from nagleprobe.relay import RELAY_COLUMNS
@@ -91,3 +92,29 @@ def test_flow_and_stall_objects_of_a_few_rows_are_the_documents():
     assert r.flow_docs(ids) == [doc["flows"][i] for i in ids]
     flow = int(r.stalls["flow"].iloc[-1])
     assert r.stall_docs(flow) == [s for s in doc["stalls"] if s["flow"] == flow]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_the_dict_is_the_documents_text_read_back_to_the_type_and_key_order(path, compiled,
+                                                                           monkeypatch):
+    r = nagleprobe.analyze(sorted(str(p) for p in path.iterdir() if ".pcap" in p.name)
+                           if path.is_dir() else str(path))
+    if not compiled:
+        monkeypatch.setattr(jsonrows, "_compiled", None)
+    doc = r.to_dict()
+    assert doc == json.loads(r.to_json())
+    # 1 == 1.0 and {"a": 1, "b": 2} == {"b": 2, "a": 1}: the text tells them apart
+    assert json.dumps(doc, separators=(",", ":"), allow_nan=False) == r.to_json()
+
+
+def test_making_the_dict_leaves_the_garbage_collector_as_it_found_it():
+    r = nagleprobe.analyze(str(SAMPLES / "proxy_any.pcap"))
+    r.to_dict()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        r.to_dict()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

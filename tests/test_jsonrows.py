@@ -127,3 +127,55 @@ def test_every_samples_flows_and_stalls_are_written_the_same_by_both(path):
     r = nagleprobe.analyze(str(path))
     both(json_report.flow_program(r), len(r.flows))
     both(json_report.stall_program(r.stalls), len(r.stalls))
+
+
+def objects_both(p: Program, start: int, stop: int) -> list:
+    """The rows as objects, compiled and in Python, checked equal to the text read back."""
+    want = json.loads("[" + render_python(p.ops, start, stop) + "]")
+    got = p.objects(start, stop)
+    assert json.dumps(got) == json.dumps(want)  # types and key order too
+    saved, jsonrows._compiled = jsonrows._compiled, None
+    try:
+        assert json.dumps(p.objects(start, stop)) == json.dumps(want)
+    finally:
+        jsonrows._compiled = saved
+    return got
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_objects_are_what_the_text_reads_back_as_over_any_rows(seed):
+    rng = np.random.default_rng(seed)
+    n = 300
+    texts = np.array(rng.choice(["a", "é \" \\", None, "z\n"], n), dtype=object)
+    null = rng.random(n) < 0.3
+    counts = rng.integers(0, 4, n)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    p = Program().obj([
+        ("i", lambda q: q.value(rng.integers(-2**63, 2**63 - 1, n), rng.random(n) < 0.2)),
+        ("f", lambda q: q.value(np.where(rng.random(n) < 0.2, np.nan,
+                                         np.round(rng.normal(0, 1e3, n), 3)))),
+        ("b", lambda q: q.value(rng.random(n) < 0.5)),
+        ("t", lambda q: q.text(texts)),
+        ("m", lambda q: q.maybe(null, lambda g: g.obj(
+            [("x", lambda h: h.value(np.arange(n) * 0.5)),
+             ("e", lambda h: h.obj([]))]))),
+        ("l", lambda q: q.int_list(rng.integers(0, 1000, offsets[-1]), offsets, '"in {', '}"')),
+        ("s", lambda q: q.sparse(["p", "q"], [rng.integers(0, 2, n), rng.integers(0, 3, n)])),
+        ("r", lambda q: q.raw(['{"k":[1,2]}' if v % 2 else "null" for v in range(n)]))])
+    rows = objects_both(p, 0, n)
+    assert len(rows) == n and rows[1]["r"] == {"k": [1, 2]}
+    assert rows[1]["r"] is not rows[3]["r"]  # each row its own (mutable) objects
+    objects_both(p, 17, 161)
+    assert objects_both(p, 5, 5) == []
+
+
+def test_objects_refuse_infinity_and_text_that_is_not_keys():
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        Program().value(np.array([1.0, np.inf])).objects(0, 2)
+    assert Program().value(np.array([1.0, np.nan])).objects(0, 2) == [1.0, None]
+    shared = Program()
+    shared.ops.append((jsonrows.TEXT, np.array([0, 0, -1]), ["[1]"]))
+    a, b, none = shared.objects(0, 3)
+    assert a == b == [1] and a is not b and none is None
+    with pytest.raises(ValueError, match="not an object's keys"):
+        Program().lit("[").objects(0, 1)
