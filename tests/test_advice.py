@@ -153,3 +153,38 @@ def test_a_timer_is_typical_of_an_os_in_every_output_never_a_fact_about_the_host
 ])
 def test_a_header_is_short_and_its_body_at_least_four_times_as_long(s1, s2, one_message):
     assert header_then_body(np.array([s1]), np.array([s2]))[0] == one_message
+
+
+def test_each_row_s_sentence_is_the_one_fix_text_writes():
+    """fix_texts writes a sentence once per distinct rest and joins each row's endpoint and
+    time lost into it: every row must read as fix_text writes it alone."""
+    from nagleprobe.advice import BASES, fix_text, fix_texts
+    from nagleprobe.humanize import human_ms, json_ms
+
+    rows = [(0, "10.0.0.1:40000", 41.0, 12, 480.2, 1, 6, 7, ""),
+            (0, "10.0.0.1:40001", 41.0, 12, 12345.6, 1, 6, 7, "Nagle also held 2 writes."),
+            (1, "10.0.0.2:8000", None, 1, 0.04, 0, 1448, 20, ""),
+            (1, "10.0.0.2:8000", 203.9, 3, 612.0, 2, 2, 33, ""),
+            (0, "[fe80::1]:5000", 200.0, 5, 1001.0, 3, 96.5, 656, ""),
+            (0, "10.0.0.1:40000", 41.0, 12, 480.2, 1, 6, 7, "")]
+    cols = [np.array(c, dtype=object) for c in zip(*rows)]
+    timer = np.array([np.nan if t is None else t for t in cols[2]])
+    for say in (human_ms, json_ms):
+        got = fix_texts(cols[0].astype(int), cols[1], timer, cols[3].astype(int),
+                        cols[4].astype(float), cols[5].astype(int), cols[6].astype(float),
+                        cols[7].astype(float), cols[8], say_ms=say)
+        assert got.tolist() == [fix_text(k, e, t, n, ms, BASES[b], s1, s2, note, say_ms=say)
+                                for k, e, t, n, ms, b, s1, s2, note in rows]
+    assert len(fix_texts(*(np.zeros(0),) * 9)) == 0
+
+
+def test_a_fix_s_basis_is_that_of_most_stalls_and_a_tie_goes_to_the_last_name(four_clients):
+    flows = dict(four_clients.columns("flows"))
+    flows["fix_basis"] = np.array(["separate-messages", "peer-answered", "peer-answered",
+                                   "separate-messages"], dtype=object)[flows["id"]]
+    (g,) = fix_groups(flows, four_clients.columns("stalls"), four_clients.columns("endpoints"))
+    assert g["basis"] == "separate-messages"  # two flows each, as many stalls: the last name
+    flows["fix_basis"] = np.array(["peer-answered", "peer-answered", "peer-answered",
+                                   "separate-messages"], dtype=object)[flows["id"]]
+    (g,) = fix_groups(flows, four_clients.columns("stalls"), four_clients.columns("endpoints"))
+    assert g["basis"] == "peer-answered"
