@@ -203,10 +203,12 @@ def reassembled(parts: list[Columns]) -> Flows:
 
 
 def with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
-    """The report, told how to read its capture again (for `segments`), and for a file set
-    each frame number back in its own file (see `nagleprobe.report.name_files`)."""
+    """The report, told how to read its capture again (for `segments`; where its records
+    lie for `held`), and for a file set each frame number back in its own file (see
+    `nagleprobe.report.name_files`)."""
     report.reread = reread
     if not isinstance(reader, SetReader):
+        report.frame_index = reader.index
         return report
     from .report import name_files
 

@@ -20,8 +20,9 @@ from . import selection as sel
 from .columns import Columns, take
 from .detect import Detection
 from .flows import Flows
+from .held import STALL_KEYS, Held
 from .humanize import SIDES, counted, human_count, human_ms
-from .read import CaptureInfo
+from .read import CaptureInfo, FrameIndex
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
@@ -64,6 +65,10 @@ class Report:
         self.vantage_doc: dict[str, Any] | None = None
         self._segments: pd.DataFrame | None = None
         self._messages: pd.DataFrame | None = None
+        # where the capture's records lie in its file (set by the pipeline for a plain pcap
+        # file), for reading the held messages by seeking; None: read from the start
+        self.frame_index: FrameIndex | None = None
+        self._held: Held | None = None
         self._exchanges: pd.DataFrame | None = None
         self._columns: dict[str, Columns] = {}
         self._frames: dict[str, pd.DataFrame] = {}
@@ -84,7 +89,13 @@ class Report:
         if name not in self._frames:
             from .dataframes import table
 
-            self._frames[name] = table(self._columns[name])
+            frame = table(self._columns[name])
+            if name == "stalls":  # the held messages of the stalls read (`held`)
+                said = self.held().stalls
+                for k in STALL_KEYS:
+                    frame[k] = np.array([said[r][k] if r in said else None
+                                         for r in range(len(frame))], dtype=object)
+            self._frames[name] = frame
         return self._frames[name]
 
     @property
@@ -260,6 +271,17 @@ class Report:
             self._messages.index = self.stalls.index
         return self._messages
 
+    def held(self) -> Held:
+        """The held message of each flow's first stalls, read back from the capture within
+        a bound (`nagleprobe.held`): what the JSON, text and HTML reports and the stalls
+        table's protocol, held_message and before_message columns say."""
+        if self._held is None:
+            from .held import held_messages
+
+            self._held = held_messages(self.capture, self.columns("flows"),
+                                       self.columns("stalls"), self.frame_index)
+        return self._held
+
     def flow(self, flow_id: int) -> Report:
         """The report of one flow (by its `id`)."""
         if flow_id not in self.flows.index:
@@ -330,6 +352,7 @@ class Report:
         base = Report(self.capture, flows, stalls, self.endpoints, self.source, self.reread)
         base._segments = self._segments
         base.vantage_doc = self.vantage_doc
+        base.frame_index = self.frame_index
         sub = base._subset(ids)
         prev = self.selection
         criteria = {"ports": list(ports), "hosts": list(hosts), "flows": list(flow_ids),
@@ -353,6 +376,7 @@ class Report:
         ep = self.endpoints.loc[[2 * i + k for i in ids for k in (0, 1)]]
         sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread)
         sub.vantage_doc = self.vantage_doc
+        sub.frame_index = self.frame_index
         if self._segments is not None:
             sub._segments = self._segments[self._segments["flow"].isin(ids)]
         return sub
