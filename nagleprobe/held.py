@@ -8,8 +8,9 @@ read (the other flows say NOT_READ); per stall its outstanding segment (S1), the
 released after the delayed ACK (S2) and the CONTEXT_RECORDS records before S1, where the
 same direction's earlier bytes are looked for (contiguous up to S1, else none). A plain pcap
 file is read by seeking (its reader's `read.FrameIndex`); one without an index (pcapng, gzip)
-in one pass up to the last frame wanted when it is at most FORWARD_BYTES; standard input,
-URLs, file sets and larger files are not read again (NOT_SEEKABLE).
+and each file of a file set in one pass up to the last frame wanted, when they are at most
+FORWARD_BYTES in all (else TOO_LARGE); standard input and URLs are not read again
+(NOT_SEEKABLE).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ MAX_FLOWS = 50  # flows with stalls read, those that lost the most time first
 CONTEXT_RECORDS = 32  # records before S1 searched for its direction's earlier bytes
 FORWARD_BYTES = 64 << 20  # the largest file without an index read again from its start
 NOT_SEEKABLE = "payload not read (input not seekable)"
+TOO_LARGE = f"payload not read (no record index and over {FORWARD_BYTES >> 20} MB)"
 NOT_READ = f"payload not read (only the {MAX_FLOWS} flows that lost the most are)"
 FLOW_KEYS = ("protocol", "held_message", "before_message", "split", "fix", "advice")
 STALL_KEYS = FLOW_KEYS[:3]  # a stall's: the stalls table's columns and its JSON "message"
@@ -37,13 +39,22 @@ STALL_KEYS = FLOW_KEYS[:3]  # a stall's: the stalls table's columns and its JSON
 
 @dataclass(frozen=True)
 class Held:
-    """Per flow id the message of its first recognised stall (FLOW_KEYS), or a note in
-    held_message (NOT_CAPTURED, NOT_READ, NOT_SEEKABLE) with the other keys None; per stall
-    row (its position in the stalls table) STALL_KEYS where read and recognised or not
-    captured. Flows and stalls whose protocol is unknown are absent."""
+    """Per flow id read the message of its first recognised stall (FLOW_KEYS), or
+    NOT_CAPTURED in held_message with the other keys None; `rest`, that note for every other
+    flow with stalls (NOT_READ or NOT_SEEKABLE; None: all were read); per stall row (its
+    position in the stalls table) STALL_KEYS where read and recognised or not captured.
+    Flows and stalls whose protocol is unknown are absent."""
 
     flows: dict[int, dict[str, Any]]
     stalls: dict[int, dict[str, Any]]
+    rest: dict[str, Any] | None = None
+    read: frozenset[int] = frozenset()  # the ids of the flows read
+
+    def of(self, flow: int, stalls: int) -> dict[str, Any] | None:
+        """Flow `flow`'s entry (it has `stalls` stalls), None where there is nothing to say."""
+        if flow in self.flows:
+            return self.flows[flow]
+        return self.rest if stalls and flow not in self.read else None
 
 
 def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
@@ -54,23 +65,34 @@ def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
     ids = flows["id"][stalled].tolist()
     if not ids:
         return Held({}, {})
-    why = _unreadable(capture, index)
+    files = [f["path"] for f in capture.get("files") or ()] or [capture["path"]]
+    index = index if len(files) == 1 else None
+    why = _unreadable(files, capture["path"], index)
     if why:
-        return Held({i: _note(why) for i in ids}, {})
+        return Held({}, {}, _note(why))
     chosen = ids[:MAX_FLOWS]
     rows = _first_stalls(stalls["flow"], np.asarray(chosen, np.int64))
-    s1, s2 = (stalls[c][rows].astype(np.int64) for c in ("small_frame", "released_frame"))
-    frames = np.concatenate([s2, *(s1 - k for k in range(CONTEXT_RECORDS + 1))])
+    # each stall's S1 and S2 as (file, frame): a file set's frames count in their own file
+    s1, s2 = ((stalls[f"{k}_file"][rows] if "small_file" in stalls
+               else np.full(len(rows), files[0], object),
+               stalls[f"{k}_frame"][rows].astype(np.int64)) for k in ("small", "released"))
     from .payloads import segments  # (with the decoder: only when a report asks)
 
+    read: dict[str, tuple[Columns, dict[int, bytes]]] = {}
     try:
-        cols, got = segments(capture["path"], frames[frames > 0], index)
+        for name in files:
+            frames = np.concatenate([s2[1][s2[0] == name], *(s1[1][s1[0] == name] - k
+                                                             for k in range(CONTEXT_RECORDS + 1))])
+            if len(frames):
+                read[name] = segments(name, frames[frames > 0], index)
     except (OSError, ValueError):  # gone, or changed since it was analysed
-        return Held({i: _note(NOT_SEEKABLE) for i in ids}, {})
+        return Held({}, {}, _note(NOT_SEEKABLE))
     per_stall: dict[int, dict[str, Any]] = {}
-    per_flow: dict[int, dict[str, Any]] = {i: _note(NOT_READ) for i in ids[MAX_FLOWS:]}
-    for r, a, b in zip(rows.tolist(), s1.tolist(), s2.tolist()):
-        out, held = got.get(a, b""), got.get(b, b"")
+    per_flow: dict[int, dict[str, Any]] = {}
+    none: tuple[Columns, dict[int, bytes]] = ({"frame": np.zeros(0, np.int64)}, {})
+    for r, fa, a, fb, b in zip(rows.tolist(), *(x.tolist() for x in (*s1, *s2))):
+        cols, got = read.get(fa, none)
+        out, held = got.get(a, b""), read.get(fb, none)[1].get(b, b"")
         flow = int(stalls["flow"][r])
         if len(out) < int(stalls["small_bytes"][r]) or not held:
             per_stall[r] = dict(zip(STALL_KEYS, (None, NOT_CAPTURED, NOT_CAPTURED)))
@@ -82,26 +104,28 @@ def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
         per_stall[r] = dict(zip(STALL_KEYS, (m.protocol, m.held, m.before)))
         if per_flow.get(flow, {}).get("protocol") is None:
             per_flow[flow] = _said(m)
-    return Held({i: per_flow[i] for i in ids if i in per_flow}, per_stall)
+    return Held({i: per_flow[i] for i in chosen if i in per_flow}, per_stall,
+                _note(NOT_READ) if len(ids) > MAX_FLOWS else None, frozenset(chosen))
 
 
-def _unreadable(capture: dict[str, Any], index: FrameIndex | None) -> str | None:
-    """Why the capture's payloads cannot be read again (None: they can)."""
-    path = capture["path"]
-    if capture.get("files") or path == "-" or url_scheme(path) or not os.path.isfile(path):
+def _unreadable(files: list[str], path: str, index: FrameIndex | None) -> str | None:
+    """Why the capture's payloads cannot be read again (None: they can): `files` the files
+    read (`path` itself, or a file set's), `index` where the one file's records lie."""
+    if path == "-" or url_scheme(path) or not all(map(os.path.isfile, files)):
         return NOT_SEEKABLE
-    if index is None and os.path.getsize(path) > FORWARD_BYTES:
-        return NOT_SEEKABLE
+    if index is None and sum(map(os.path.getsize, files)) > FORWARD_BYTES:
+        return TOO_LARGE
     return None
 
 
 def _first_stalls(flow: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     """Rows of the first SAMPLE_STALLS stalls (in table order) of each chosen flow."""
-    order = np.argsort(flow, kind="stable")
-    f = flow[order]
-    rank = np.arange(len(f)) - np.searchsorted(f, f)
-    keep = (rank < SAMPLE_STALLS) & np.isin(f, chosen)
-    return np.sort(order[keep])
+    order = None if (np.diff(flow) >= 0).all() else np.argsort(flow, kind="stable")
+    f = flow if order is None else flow[order]  # (a stalls table is in flow order)
+    at = (np.searchsorted(f, chosen)[:, None] + np.arange(SAMPLE_STALLS)).reshape(-1)
+    at = at[at < len(f)]
+    at = at[np.isin(f[at], chosen)]
+    return np.sort(at if order is None else order[at])
 
 
 def _earlier(cols: Columns, got: dict[int, bytes], s1: int) -> bytes:

@@ -78,8 +78,12 @@ def flow_program(report: Result, ids: np.ndarray | None = None) -> Program:
     items.append(("fix", lambda q: q.maybe(
         np.equal(fix["side"], None), lambda g: g.obj([(k, _column(fix, k)) for k in fix]))))
     items.append(("wireshark", lambda q: _filters(q, report, fl)))
-    said = report.held().flows
-    return p.obj(items, tail=[_message(said.get(i)) for i in fl["id"].tolist()])
+    said, rest = report.held(), ""
+    if said.rest is not None:
+        rest = _message(said.rest)
+    tail = [_message(said.flows[i]) if i in said.flows else rest if n and i not in said.read
+            else "" for i, n in zip(fl["id"].tolist(), fl["stalls"].tolist())]
+    return p.obj(items, tail=tail)
 
 
 def _message(doc: dict[str, Any] | None) -> str:

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from .columns import Columns
 from .decode import TCP_COLUMNS, decode
 from .messages import NOT_CAPTURED, Message, recognise
 from .read import CaptureReader, FrameIndex, RecordBatch
+
+if TYPE_CHECKING:
+    import pandas as pd  # for the notebook's stall_messages only: the reports never load it
 
 CONTEXT_BYTES = 4096  # how much of a direction's stream before the outstanding segment is read
 
@@ -140,6 +143,8 @@ def stall_messages(report, path: str, context: int = CONTEXT_BYTES) -> pd.DataFr
                 break
             kept.append(data)
         rows.append(_row(recognise(out, held, b"".join(kept[::-1])), None))
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=["protocol", "held_message", "before_message", "split",
                                        "fix", "advice"])
 

@@ -319,11 +319,11 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
     """One fix per endpoint, then the evidence of the flows chosen (see `render_text`)."""
     fl, lines = r.columns("flows"), []
     groups = r.fix_groups()
-    said = r.held().flows
+    said = r.held()
     for g in groups[:TEXT_FIXES]:
         lines += ["", f"FIX for the {g['side']} {g['endpoint']} ({flow_list(g['flows'])}):",
                   f"  {g['text']}"]
-        known = [said[i] for i in g["flows"] if said.get(i, {}).get("protocol")]
+        known = [said.flows[i] for i in g["flows"] if said.flows.get(i, {}).get("protocol")]
         lines += [f"  {fix_line(known[0], g['side'], g['action'])}"] if known else []
     if len(groups) > TEXT_FIXES:
         lines += ["", f"... {counted(len(groups) - TEXT_FIXES, 'more fix', 'more fixes')} (--format json "
@@ -351,7 +351,8 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
     for f, mine, n in zip(docs, rows, map(len, cut)):
         lines += ["", *_flow_block(f, bool(r.capture["skipped"].get("options-cut")),
                                    r.capture.get("tunnels", []))]
-        lines += [f"  {held_line(said[f['id']], width - 2)}"] if f["id"] in said else []
+        m = said.of(f["id"], f["stalls"])
+        lines += [f"  {held_line(m, width - 2)}"] if m else []
         lines += evidence_lines(listed[a:a + n], width,
                                 {k: v[a:a + n] for k, v in shown.items()}, numbers)
         a += n

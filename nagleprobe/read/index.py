@@ -18,6 +18,7 @@ from .formats import RecordBatch
 STEP = 256  # records between checkpoints: 10 M records keep 40,000 (frame, offset) pairs
 HEADER = 16  # a pcap record header: seconds, fraction, captured length, original length
 MAX_RECORD = 1 << 18  # longer than any snap length: a header claiming more is not a record
+READ_BYTES = 1 << 16  # read at a time while walking from a checkpoint
 
 
 class FrameIndex:
@@ -49,47 +50,49 @@ class FrameIndex:
         marks, offsets = self._checkpoints()
         wanted = np.unique(np.asarray(frames, np.int64))
         cp = np.searchsorted(marks, wanted, side="right") - 1
-        chunks, got, caplens, wirelens, stamps = [], [], [], [], []
+        ok = (cp >= 0) & (wanted - marks[np.maximum(cp, 0)] < STEP)  # else in no batch read
+        wanted, cp = wanted[ok], cp[ok]
+        chunks, got, heads = [], [], []
         with open(self.path, "rb") as f:
-            walking, frame = -1, 0  # the checkpoint walked from, the frame at f's position
-            for want, c in zip(wanted.tolist(), cp.tolist()):
-                if c < 0 or want - int(marks[c]) >= STEP:
-                    continue  # before the first record, or in no batch (a damaged stretch)
-                if c != walking or frame > want:
-                    f.seek(int(offsets[c]))
-                    walking, frame = c, int(marks[c])
-                record = self._walk_to(f, frame, want)
-                frame = want + 1
-                if record is None:
-                    walking = -1
-                    continue
-                sec, frac, caplen, wirelen, data = record
-                chunks.append(data)
-                got.append(want)
-                caplens.append(caplen)
-                wirelens.append(wirelen)
-                stamps.append(sec * 1_000_000_000 + frac * self._frac_ns)
-        lengths = np.asarray(caplens, np.int64)
+            for c in np.unique(cp).tolist():
+                mine = wanted[cp == c].tolist()
+                f.seek(int(offsets[c]))
+                for frame, head, data in self._walk(f, int(marks[c]), mine):
+                    got.append(frame)
+                    heads.append(head)
+                    chunks.append(data)
+        sec, frac, caplen, wirelen = (np.asarray([h[k] for h in heads], np.int64)
+                                      for k in range(4))
         return RecordBatch(
             data=np.frombuffer(b"".join(chunks), np.uint8),
-            offset=np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            if len(lengths) else lengths, caplen=lengths,
-            wirelen=np.asarray(wirelens, np.int64), ts_ns=np.asarray(stamps, np.int64),
-            linktype=np.full(len(lengths), self._linktype, np.int32),
+            offset=np.cumsum(caplen) - caplen, caplen=caplen, wirelen=wirelen,
+            ts_ns=sec * 1_000_000_000 + frac * self._frac_ns,
+            linktype=np.full(len(caplen), self._linktype, np.int32),
             frame=np.asarray(got, np.int64))
 
-    def _walk_to(self, f, frame: int, want: int) -> tuple[int, int, int, int, bytes] | None:
-        """Past the records from `frame` (at f's position) to `want`, whose header and
-        bytes are returned; None where the file no longer holds such records."""
-        while True:
-            head = f.read(HEADER)
-            if len(head) < HEADER:
-                return None
-            sec, frac, caplen, wirelen = self._header.unpack(head)
-            if caplen > MAX_RECORD:
-                return None
-            if frame == want:
-                data = f.read(caplen)
-                return (sec, frac, caplen, wirelen, data) if len(data) == caplen else None
-            f.seek(caplen, 1)
-            frame += 1
+    def _walk(self, f, frame: int, wanted: list[int]):
+        """(frame, header fields, bytes) of each of `wanted` (ascending, of one batch), from
+        the record of `frame` at f's position; stops where the file no longer holds such
+        records."""
+        buf, at = f.read(READ_BYTES), 0
+        for want in wanted:
+            while True:
+                if at + HEADER > len(buf):
+                    buf, at = buf[at:] + f.read(READ_BYTES), 0
+                    if at + HEADER > len(buf):
+                        return
+                head = self._header.unpack_from(buf, at)
+                caplen = head[2]
+                if caplen > MAX_RECORD:
+                    return
+                end = at + HEADER + caplen
+                if frame == want:
+                    if end > len(buf):
+                        buf, at = buf[at:] + f.read(end - at - len(buf) + READ_BYTES), 0
+                        end = HEADER + caplen
+                        if end > len(buf):
+                            return
+                    yield frame, head, buf[at + HEADER:end]
+                at, frame = end, frame + 1
+                if frame > want:
+                    break
