@@ -73,26 +73,30 @@ class FrameIndex:
     def _walk(self, f, frame: int, wanted: list[int]):
         """(frame, header fields, bytes) of each of `wanted` (ascending, of one batch), from
         the record of `frame` at f's position; stops where the file no longer holds such
-        records."""
-        buf, at = f.read(READ_BYTES), 0
+        records. `buf` holds the file's bytes from where `at` counts; `at` may point past
+        its end (a record skipped beyond it)."""
+        buf, at = b"", 0
+
+        def have(n: int) -> bool:
+            nonlocal buf, at
+            if len(buf) - at >= n:
+                return True
+            if at > len(buf):
+                f.seek(at - len(buf), 1)
+                buf, at = b"", 0
+            buf, at = buf[at:], 0
+            buf += f.read(max(n - len(buf), READ_BYTES))
+            return len(buf) >= n
+
         for want in wanted:
-            while True:
-                if at + HEADER > len(buf):
-                    buf, at = buf[at:] + f.read(READ_BYTES), 0
-                    if at + HEADER > len(buf):
-                        return
-                head = self._header.unpack_from(buf, at)
-                caplen = head[2]
-                if caplen > MAX_RECORD:
+            while frame <= want:
+                if not have(HEADER):
                     return
-                end = at + HEADER + caplen
+                head = self._header.unpack_from(buf, at)
+                if head[2] > MAX_RECORD:
+                    return
                 if frame == want:
-                    if end > len(buf):
-                        buf, at = buf[at:] + f.read(end - at - len(buf) + READ_BYTES), 0
-                        end = HEADER + caplen
-                        if end > len(buf):
-                            return
-                    yield frame, head, buf[at + HEADER:end]
-                at, frame = end, frame + 1
-                if frame > want:
-                    break
+                    if not have(HEADER + head[2]):
+                        return
+                    yield frame, head, buf[at + HEADER:at + HEADER + head[2]]
+                at, frame = at + HEADER + head[2], frame + 1
