@@ -9,7 +9,8 @@ released after the delayed ACK (S2) and the CONTEXT_RECORDS records before S1, w
 same direction's earlier bytes are looked for (contiguous up to S1, else none). A plain pcap
 file is read by seeking (its reader's `read.FrameIndex`); one without an index (pcapng, gzip)
 and each file of a file set in one pass up to the last frame wanted, when they are at most
-FORWARD_BYTES in all (else TOO_LARGE); standard input and URLs are not read again
+FORWARD_BYTES in all (else TOO_LARGE); so is a seekable stream given to `analyze` (from
+where it stood, then left where it was); standard input, pipes and URLs are not read again
 (NOT_SEEKABLE).
 """
 
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .columns import Columns
+from .errors import CaptureError
 from .messages import NOT_CAPTURED, Message, recognise
 from .read import FrameIndex, url_scheme
 from .selection import worst_order
@@ -58,16 +60,21 @@ class Held:
 
 
 def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
-                  index: FrameIndex | None) -> Held:
+                  index: FrameIndex | None,
+                  stream: tuple[BinaryIO, int] | None = None) -> Held:
     """The held messages of a report's stalls (its capture document and tables; `index`:
-    where its file's records lie, None when not known)."""
+    where its file's records lie, None when not known; `stream`: a seekable stream it was
+    read from and where it started, read again from there when its name is no file)."""
     stalled = worst_order(flows["stall_ms"], flows["id"], flows["stalls"] > 0)
     ids = flows["id"][stalled].tolist()
     if not ids:
         return Held({}, {})
     files = [f["path"] for f in capture.get("files") or ()] or [capture["path"]]
     index = index if len(files) == 1 else None
-    why = _unreadable(files, capture["path"], index)
+    if stream is not None and not os.path.isfile(files[0]):
+        why = _unseekable(*stream)
+    else:
+        why, stream = _unreadable(files, capture["path"], index), None
     if why:
         return Held({}, {}, _note(why))
     chosen = ids[:MAX_FLOWS]
@@ -76,16 +83,14 @@ def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
     s1, s2 = ((stalls[f"{k}_file"][rows] if "small_file" in stalls
                else np.full(len(rows), files[0], object),
                stalls[f"{k}_frame"][rows].astype(np.int64)) for k in ("small", "released"))
-    from .payloads import segments  # (with the decoder: only when a report asks)
-
     read: dict[str, tuple[Columns, dict[int, bytes]]] = {}
     try:
         for name in files:
             frames = np.concatenate([s2[1][s2[0] == name], *(s1[1][s1[0] == name] - k
                                                              for k in range(CONTEXT_RECORDS + 1))])
             if len(frames):
-                read[name] = segments(name, frames[frames > 0], index)
-    except (OSError, ValueError):  # gone, or changed since it was analysed
+                read[name] = _segments(name, frames[frames > 0], index, stream)
+    except (OSError, ValueError, CaptureError):  # gone, closed or changed since
         return Held({}, {}, _note(NOT_SEEKABLE))
     per_stall: dict[int, dict[str, Any]] = {}
     per_flow: dict[int, dict[str, Any]] = {}
@@ -116,6 +121,34 @@ def _unreadable(files: list[str], path: str, index: FrameIndex | None) -> str | 
     if index is None and sum(map(os.path.getsize, files)) > FORWARD_BYTES:
         return TOO_LARGE
     return None
+
+
+def _unseekable(stream: BinaryIO, start: int) -> str | None:
+    """Why a stream's payloads cannot be read again from `start` (None: they can)."""
+    try:
+        at = stream.tell()
+        size = stream.seek(0, os.SEEK_END) - start
+        stream.seek(at)
+    except (OSError, ValueError):
+        return NOT_SEEKABLE
+    return TOO_LARGE if size > FORWARD_BYTES else None
+
+
+def _segments(path: str, frames: np.ndarray, index: FrameIndex | None,
+              stream: tuple[BinaryIO, int] | None) -> tuple[Columns, dict[int, bytes]]:
+    """`payloads.segments` of the file, or of the stream read from its start and left where
+    it stood."""
+    from .payloads import segments  # (with the decoder: only when a report asks)
+
+    if stream is None:
+        return segments(path, frames, index)
+    s, start = stream
+    at = s.tell()
+    try:
+        s.seek(start)
+        return segments(path, frames, None, s)
+    finally:
+        s.seek(at)
 
 
 def _first_stalls(flow: np.ndarray, chosen: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -36,11 +36,12 @@ def payloads(path: str, frames: Iterable[int]) -> dict[int, bytes]:
     return segments(path, frames)[1]
 
 
-def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None
-             ) -> tuple[dict[str, np.ndarray], dict[int, bytes]]:
+def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None,
+             stream: BinaryIO | None = None) -> tuple[dict[str, np.ndarray], dict[int, bytes]]:
     """(the decoded TCP columns of those of `frames` that are TCP segments, {frame: its
     payload as captured}): read by seeking with the file's `index` when given, else in one
-    pass from the start that stops after the last frame asked for."""
+    pass from the start (of `path`, or of `stream` from where it stands, named `path`) that
+    stops after the last frame asked for."""
     wanted = np.unique(np.fromiter((int(f) for f in frames), np.int64))
     skipped: collections.Counter = collections.Counter()
     if not len(wanted):
@@ -48,7 +49,7 @@ def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None
     if index is not None:
         return segment_payloads(index.read(wanted), skipped)
     parts, out = [], {}
-    reader = CaptureReader(path)
+    reader = CaptureReader(path, stream=stream)
     try:
         for batch in reader:
             hit = np.flatnonzero(np.isin(batch.frame, wanted))

@@ -93,6 +93,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
                             f"'rb'), not {type(path).__name__}")
         name = getattr(path, "name", None)
         stream, path = path, name if isinstance(name, str) and name else "<stream>"
+    start = _position(stream)
     loader = threading.Thread(target=_load_analysis, name="nagleprobe-import")
     loader.start()
     try:
@@ -110,9 +111,19 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
                                                      piece_rows))
         if kept is not None:
             report.source = reassembled(kept)
+        if start is not None:  # a seekable stream: its held messages can be read again
+            report.payload_stream = (stream, start)
         return report
     finally:
         loader.join()
+
+
+def _position(stream: BinaryIO | None) -> int | None:
+    """Where a seekable stream stands (None: no stream, or one that cannot seek)."""
+    try:
+        return stream.tell() if stream is not None and stream.seekable() else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def open_reader(path: str | os.PathLike[str] | list[str], chunk_bytes: int = 32 << 20,

@@ -11,7 +11,7 @@ it as a `tables.Result` and never import this module; its `to_json`, `to_text` a
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -68,6 +68,8 @@ class Report:
         # where the capture's records lie in its file (set by the pipeline for a plain pcap
         # file), for reading the held messages by seeking; None: read from the start
         self.frame_index: FrameIndex | None = None
+        # a seekable stream the capture was read from, and where it started (else None)
+        self.payload_stream: tuple[BinaryIO, int] | None = None
         self._held: Held | None = None
         self._exchanges: pd.DataFrame | None = None
         self._columns: dict[str, Columns] = {}
@@ -279,7 +281,8 @@ class Report:
             from .held import held_messages
 
             self._held = held_messages(self.capture, self.columns("flows"),
-                                       self.columns("stalls"), self.frame_index)
+                                       self.columns("stalls"), self.frame_index,
+                                       self.payload_stream)
         return self._held
 
     def flow(self, flow_id: int) -> Report:
@@ -353,6 +356,7 @@ class Report:
         base._segments = self._segments
         base.vantage_doc = self.vantage_doc
         base.frame_index = self.frame_index
+        base.payload_stream = self.payload_stream
         sub = base._subset(ids)
         prev = self.selection
         criteria = {"ports": list(ports), "hosts": list(hosts), "flows": list(flow_ids),
@@ -377,6 +381,7 @@ class Report:
         sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread)
         sub.vantage_doc = self.vantage_doc
         sub.frame_index = self.frame_index
+        sub.payload_stream = self.payload_stream
         if self._segments is not None:
             sub._segments = self._segments[self._segments["flow"].isin(ids)]
         return sub

@@ -194,3 +194,19 @@ def test_field_mqtt_in_json_calls_for_nodelay():
     doc = field_doc("pos__nfstream_coap_mqtt.pcap")
     said = [f["message"] for f in doc["flows"] if f.get("message")]
     assert said and said[0]["protocol"] == "mqtt" and said[0]["advice"] == "nodelay"
+
+
+def test_a_seekable_stream_is_read_again_from_where_it_stood_and_left_there():
+    import io
+
+    data = (MESSAGES / "dns_lo.pcap").read_bytes()
+    stream = io.BytesIO(b"junk" + data)
+    stream.seek(4)
+    report = nagleprobe.analyze(stream)
+    end = stream.tell()
+    assert report.held().flows[0]["held_message"] == "the 36-byte DNS query"
+    assert stream.tell() == end
+    closed = io.BytesIO(data)
+    report = nagleprobe.analyze(closed)
+    closed.close()
+    assert report.held().of(0, 1)["held_message"] == held.NOT_SEEKABLE
