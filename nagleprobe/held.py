@@ -218,5 +218,5 @@ def fix_line(message: dict[str, Any], side: str, action: str) -> str:
            else "the held bytes belong with the outstanding ones")
     agree = (action == "set-tcp-nodelay") == nodelay
     name = PROTOCOL_NAMES.get(message["protocol"], message["protocol"])
-    return (f"In {name} terms, from the {side}'s first stalls: {message['fix']}. The held "
-            f"message says {call}{' too' if agree else ' instead'}: {why}.")
+    return (f"In {name} terms (the {side}'s writes): {message['fix']}. The held message says "
+            f"{call}{' too' if agree else ' instead'}: {why}.")
