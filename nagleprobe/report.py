@@ -89,14 +89,17 @@ class Report:
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
-            from .dataframes import table
+            import pandas as pd
+
+            from .dataframes import TEXT_DTYPE, table
 
             frame = table(self._columns[name])
             if name == "stalls":  # the held messages of the stalls read (`held`)
                 said = self.held().stalls
                 for k in STALL_KEYS:
-                    frame[k] = np.array([said[r][k] if r in said else None
-                                         for r in range(len(frame))], dtype=object)
+                    frame[k] = pd.Series([said[r][k] if r in said else None
+                                          for r in range(len(frame))], index=frame.index,
+                                         dtype=TEXT_DTYPE)
             self._frames[name] = frame
         return self._frames[name]
 
