@@ -204,6 +204,12 @@ def held_line(message: dict[str, Any], width: int) -> str:
     return line if len(line) <= width else f"held: {message['held_message']} ({message['protocol']})"
 
 
+def group_message(said: dict[int, dict[str, Any]], ids: list[int]) -> dict[str, Any] | None:
+    """The named message of the first of a fix group's flows (`ids`, worst first) that has
+    one (`said`: `Held.flows`), or None."""
+    return next((said[i] for i in ids if said.get(i, {}).get("protocol")), None)
+
+
 PROTOCOL_NAMES = {"dns": "DNS", "tls": "TLS", "http/1.1": "HTTP/1", "postgresql": "PostgreSQL",
                   "smtp": "SMTP", "mqtt": "MQTT"}
 

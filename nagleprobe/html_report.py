@@ -26,7 +26,7 @@ import pandas as pd
 from . import __version__, wireshark
 from .advice import timer_words
 from .errors import printable
-from .held import fix_line, held_line
+from .held import fix_line, group_message, held_line
 from .humanize import SIDES, human_ms
 from .selection import worst_first
 
@@ -278,6 +278,12 @@ def _evidence_table(stalls: pd.DataFrame) -> str:
     return out
 
 
+def _message_fix(g: dict[str, Any], said: dict[int, dict[str, Any]]) -> str:
+    """A fix group's sentence in its first named flow's protocol terms, or nothing."""
+    m = group_message(said, g["flows"])
+    return f"<br>{_text(fix_line(m, g['side'], g['action']))}" if m else ""
+
+
 def _held_html(report: Result, f: dict[str, Any]) -> str:
     """The flow's held message and the fix in its protocol's terms (`held`), or nothing."""
     m = report.held().of(f["id"], f["stalls"])
@@ -367,9 +373,11 @@ def _contents(detailed: pd.DataFrame, fixes: int, pictures: bool, flows: int) ->
     return f'<nav class="toc"><b>Contents</b><ol>{"".join(items)}</ol></nav>'
 
 
-def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
+def _fixes(groups: list[dict[str, Any]], linked: set[int],
+           said: dict[int, dict[str, Any]]) -> str:
     """A box per program that must change (`Report.fix_groups`): the action, the flows it
-    fixes (linked to their sections), and the fix in words for all of them."""
+    fixes (linked to their sections), the fix in words for all of them, then in the
+    protocol's terms where a flow's held message was named (`said`: `Held.flows`)."""
     out = ['<section id="fixes"><h2>What to fix</h2>']
     for g in groups[:HTML_FIX_GROUPS]:
         ids = g["flows"]
@@ -383,7 +391,7 @@ def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
                    f'{n} flow{"s" if n != 1 else ""}, {_stalls(g["stalls"])}, '
                    f'{human_ms(g["lost_ms"])} lost</h3>'
                    f'{"Flows" if n != 1 else "Flow"} {listed}.<br>'
-                   f"{_text(g['text'])}</div>")
+                   f"{_text(g['text'])}{_message_fix(g, said)}</div>")
     if len(groups) > HTML_FIX_GROUPS:
         rest = groups[HTML_FIX_GROUPS:]
         out.append(f'<p class="note">{len(rest)} more programs must change, for '
@@ -417,7 +425,7 @@ def render_html(report: Result, plots: bool = True, command: str | None = None,
     groups = report.fix_groups()
     out.append(_contents(detailed, len(groups), plots and len(fl) > 0, len(fl)))
     if len(groups):
-        out.append(_fixes(groups, set(detailed["id"].tolist())))
+        out.append(_fixes(groups, set(detailed["id"].tolist()), report.held().flows))
     if plots and len(fl):
         from . import plot
 

@@ -18,7 +18,7 @@ from .detect import REASONS
 from .errors import printable
 from .fileset import set_name
 from .humanize import SIDES, counted, flow_list, human_count, human_ms
-from .held import fix_line, held_line
+from .held import fix_line, group_message, held_line
 from .relay import RELAY_COLUMNS
 from .selection import selection_line, worst_order
 from .tables import NULLABLE, STALL_POINTS, rows_of
@@ -323,8 +323,8 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
     for g in groups[:TEXT_FIXES]:
         lines += ["", f"FIX for the {g['side']} {g['endpoint']} ({flow_list(g['flows'])}):",
                   f"  {g['text']}"]
-        known = [said.flows[i] for i in g["flows"] if said.flows.get(i, {}).get("protocol")]
-        lines += [f"  {fix_line(known[0], g['side'], g['action'])}"] if known else []
+        m = group_message(said.flows, g["flows"])
+        lines += [f"  {fix_line(m, g['side'], g['action'])}"] if m else []
     if len(groups) > TEXT_FIXES:
         lines += ["", f"... {counted(len(groups) - TEXT_FIXES, 'more fix', 'more fixes')} (--format json "
                       "has each flow's)"]
