@@ -7,11 +7,12 @@ SAMPLE_STALLS stalls of each of the MAX_FLOWS flows with stalls that lost the mo
 read (the other flows say NOT_READ); per stall its outstanding segment (S1), the segment
 released after the delayed ACK (S2) and the CONTEXT_RECORDS records before S1, where the
 same direction's earlier bytes are looked for (contiguous up to S1, else none). A plain pcap
-file is read by seeking (its reader's `read.FrameIndex`); one without an index (pcapng, gzip)
-and each file of a file set in one pass up to the last frame wanted, when they are at most
-FORWARD_BYTES in all (else TOO_LARGE); so is a seekable stream given to `analyze` (from
-where it stood, then left where it was); standard input, pipes and URLs are not read again
-(NOT_SEEKABLE).
+file is read by seeking (its reader's `read.FrameIndex`); anything else that can be read
+again -- a pcapng or gzip file, the files of a set, a URL, a seekable stream given to
+`analyze` (from where it stood, then left where it was) -- in one pass from its start that
+stops after the last frame wanted, or once it has read FORWARD_BYTES (TOO_LARGE). Standard
+input and pipes are not read again (NOT_SEEKABLE); an input that fails the second reading
+(gone, closed, changed) says NOT_REREAD.
 """
 
 from __future__ import annotations
@@ -25,15 +26,17 @@ import numpy as np
 from .columns import Columns
 from .errors import CaptureError
 from .messages import NOT_CAPTURED, Message, recognise
+from .payloads import ReadTooFar, segments
 from .read import FrameIndex, url_scheme
 from .selection import worst_order
 
 SAMPLE_STALLS = 3  # stalls read per flow, its first
 MAX_FLOWS = 50  # flows with stalls read, those that lost the most time first
 CONTEXT_RECORDS = 32  # records before S1 searched for its direction's earlier bytes
-FORWARD_BYTES = 64 << 20  # the largest file without an index read again from its start
+FORWARD_BYTES = 64 << 20  # the most of an input without an index read again from its start
 NOT_SEEKABLE = "payload not read (input not seekable)"
-TOO_LARGE = f"payload not read (no record index and over {FORWARD_BYTES >> 20} MB)"
+TOO_LARGE = f"payload not read (no record index, and beyond its first {FORWARD_BYTES >> 20} MB)"
+NOT_REREAD = "payload not read (input could not be read again)"
 NOT_READ = f"payload not read (only the {MAX_FLOWS} flows that lost the most are)"
 FLOW_KEYS = ("protocol", "held_message", "before_message", "split", "fix", "advice")
 STALL_KEYS = FLOW_KEYS[:3]  # a stall's: the stalls table's columns and its JSON "message"
@@ -72,9 +75,9 @@ def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
     files = [f["path"] for f in capture.get("files") or ()] or [capture["path"]]
     index = index if len(files) == 1 else None
     if stream is not None and not os.path.isfile(files[0]):
-        why = _unseekable(*stream)
+        why = _unseekable(stream[0])
     else:
-        why, stream = _unreadable(files, capture["path"], index), None
+        why, stream = _unreadable(files, capture["path"]), None
     if why:
         return Held({}, {}, _note(why))
     chosen = ids[:MAX_FLOWS]
@@ -90,8 +93,10 @@ def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
                                                              for k in range(CONTEXT_RECORDS + 1))])
             if len(frames):
                 read[name] = _segments(name, frames[frames > 0], index, stream)
+    except ReadTooFar:
+        return Held({}, {}, _note(TOO_LARGE))
     except (OSError, ValueError, CaptureError):  # gone, closed or changed since
-        return Held({}, {}, _note(NOT_SEEKABLE))
+        return Held({}, {}, _note(NOT_REREAD))
     per_stall: dict[int, dict[str, Any]] = {}
     per_flow: dict[int, dict[str, Any]] = {}
     none: tuple[Columns, dict[int, bytes]] = ({"frame": np.zeros(0, np.int64)}, {})
@@ -113,40 +118,35 @@ def held_messages(capture: dict[str, Any], flows: Columns, stalls: Columns,
                 _note(NOT_READ) if len(ids) > MAX_FLOWS else None, frozenset(chosen))
 
 
-def _unreadable(files: list[str], path: str, index: FrameIndex | None) -> str | None:
+def _unreadable(files: list[str], path: str) -> str | None:
     """Why the capture's payloads cannot be read again (None: they can): `files` the files
-    read (`path` itself, or a file set's), `index` where the one file's records lie."""
-    if path == "-" or url_scheme(path) or not all(map(os.path.isfile, files)):
+    read (`path` itself, or a file set's)."""
+    if url_scheme(path):
+        return None
+    if path == "-" or not all(map(os.path.isfile, files)):
         return NOT_SEEKABLE
-    if index is None and sum(map(os.path.getsize, files)) > FORWARD_BYTES:
-        return TOO_LARGE
     return None
 
 
-def _unseekable(stream: BinaryIO, start: int) -> str | None:
-    """Why a stream's payloads cannot be read again from `start` (None: they can)."""
+def _unseekable(stream: BinaryIO) -> str | None:
+    """Why a stream's payloads cannot be read again (None: they can)."""
     try:
-        at = stream.tell()
-        size = stream.seek(0, os.SEEK_END) - start
-        stream.seek(at)
+        return None if stream.seekable() else NOT_SEEKABLE
     except (OSError, ValueError):
-        return NOT_SEEKABLE
-    return TOO_LARGE if size > FORWARD_BYTES else None
+        return NOT_REREAD
 
 
 def _segments(path: str, frames: np.ndarray, index: FrameIndex | None,
               stream: tuple[BinaryIO, int] | None) -> tuple[Columns, dict[int, bytes]]:
     """`payloads.segments` of the file, or of the stream read from its start and left where
     it stood."""
-    from .payloads import segments  # (with the decoder: only when a report asks)
-
     if stream is None:
-        return segments(path, frames, index)
+        return segments(path, frames, index, limit=FORWARD_BYTES)
     s, start = stream
     at = s.tell()
     try:
         s.seek(start)
-        return segments(path, frames, None, s)
+        return segments(path, frames, None, s, limit=FORWARD_BYTES)
     finally:
         s.seek(at)
 

@@ -36,12 +36,18 @@ def payloads(path: str, frames: Iterable[int]) -> dict[int, bytes]:
     return segments(path, frames)[1]
 
 
+class ReadTooFar(Exception):
+    """A pass from the start would read more than its limit to reach the frames asked for."""
+
+
 def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None,
-             stream: BinaryIO | None = None) -> tuple[dict[str, np.ndarray], dict[int, bytes]]:
+             stream: BinaryIO | None = None, limit: int | None = None
+             ) -> tuple[dict[str, np.ndarray], dict[int, bytes]]:
     """(the decoded TCP columns of those of `frames` that are TCP segments, {frame: its
     payload as captured}): read by seeking with the file's `index` when given, else in one
-    pass from the start (of `path`, or of `stream` from where it stands, named `path`) that
-    stops after the last frame asked for."""
+    pass from the start (of `path`, a file or URL, or of `stream` from where it stands,
+    named `path`) that stops after the last frame asked for; ReadTooFar once that pass has
+    read more than `limit` bytes of its input."""
     wanted = np.unique(np.fromiter((int(f) for f in frames), np.int64))
     skipped: collections.Counter = collections.Counter()
     if not len(wanted):
@@ -52,6 +58,8 @@ def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None,
     reader = CaptureReader(path, stream=stream)
     try:
         for batch in reader:
+            if limit is not None and reader.input_progress()[0] > limit:
+                raise ReadTooFar(path)
             hit = np.flatnonzero(np.isin(batch.frame, wanted))
             if len(hit):
                 cols, got = segment_payloads(batch.rows(hit), skipped)

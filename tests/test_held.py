@@ -147,6 +147,15 @@ def test_gzip_and_pcapng_without_an_index_are_read_from_the_start(tmp_path):
     assert report.held().flows[0]["held_message"] == "the 36-byte DNS query"
 
 
+def test_a_pass_from_the_start_gives_up_beyond_its_limit(tmp_path, monkeypatch):
+    gz = tmp_path / "dns.pcap.gz"
+    gz.write_bytes(gzip.compress((MESSAGES / "dns_lo.pcap").read_bytes()))
+    monkeypatch.setattr(held, "FORWARD_BYTES", 100)
+    report = nagleprobe.analyze(str(gz))
+    assert report.held().of(0, 1)["held_message"] == held.TOO_LARGE
+    assert "held: payload not read (no record index, and beyond" in report.to_text()
+
+
 def test_a_plain_pcap_is_read_by_seeking_not_walked(monkeypatch):
     report = nagleprobe.analyze(str(MESSAGES / "postgres_lo.pcap"))
     assert report.frame_index is not None
@@ -211,4 +220,4 @@ def test_a_seekable_stream_is_read_again_from_where_it_stood_and_left_there():
     closed = io.BytesIO(data)
     report = nagleprobe.analyze(closed)
     closed.close()
-    assert report.held().of(0, 1)["held_message"] == held.NOT_SEEKABLE
+    assert report.held().of(0, 1)["held_message"] == held.NOT_REREAD
