@@ -46,9 +46,9 @@ STALL_KEYS = FLOW_KEYS[:3]  # a stall's: the stalls table's columns and its JSON
 class Held:
     """Per flow id read the message of its first recognised stall (FLOW_KEYS), or
     NOT_CAPTURED in held_message with the other keys None; `rest`, that note for every other
-    flow with stalls (NOT_READ or NOT_SEEKABLE; None: all were read); per stall row (its
-    position in the stalls table) STALL_KEYS where read and recognised or not captured.
-    Flows and stalls whose protocol is unknown are absent."""
+    flow with stalls (NOT_READ, NOT_SEEKABLE, TOO_LARGE or NOT_REREAD; None: all were
+    read); per stall row (its position in the stalls table) STALL_KEYS where read and
+    recognised or not captured. Flows and stalls whose protocol is unknown are absent."""
 
     flows: dict[int, dict[str, Any]]
     stalls: dict[int, dict[str, Any]]
@@ -201,7 +201,8 @@ def held_line(message: dict[str, Any], width: int) -> str:
         return f"held: {message['held_message']}"
     line = (f"held: {message['held_message']} behind {message['before_message']} "
             f"({message['protocol']})")
-    return line if len(line) <= width else f"held: {message['held_message']} ({message['protocol']})"
+    short = f"held: {message['held_message']} ({message['protocol']})"
+    return line if len(line) <= width else short
 
 
 def group_message(said: dict[int, dict[str, Any]], ids: list[int]) -> dict[str, Any] | None:

@@ -17,8 +17,8 @@ from .columns import Columns, take
 from .detect import REASONS
 from .errors import printable
 from .fileset import set_name
-from .humanize import SIDES, counted, flow_list, human_count, human_ms
 from .held import fix_line, group_message, held_line
+from .humanize import SIDES, counted, flow_list, human_count, human_ms
 from .relay import RELAY_COLUMNS
 from .selection import selection_line, worst_order
 from .tables import NULLABLE, STALL_POINTS, rows_of

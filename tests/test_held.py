@@ -16,13 +16,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from test_messages import FIELD, cut_copy
 
 import nagleprobe
 from nagleprobe import held, payloads
 from nagleprobe.cli import main
 from nagleprobe.json_report import json_schema
 from nagleprobe.messages import NOT_CAPTURED
-from test_messages import FIELD, cut_copy
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 MESSAGES = SAMPLES / "messages"
@@ -87,7 +87,7 @@ def test_the_stalls_table_names_the_first_stalls_of_each_flow():
 def test_text_report_has_a_held_line_and_the_fix_in_the_protocols_terms():
     text = run_text(str(MESSAGES / "dns_lo.pcap"))
     assert "  held: the 36-byte DNS query behind its 2-byte length prefix (dns)\n" in text
-    fix = " ".join(re.search(r"\n  In DNS terms.*?\n\n", text, re.S).group(0).split())
+    fix = " ".join(re.search(r"\n  In DNS terms.*?\n\n", text, re.DOTALL).group(0).split())
     assert "the 2-byte DNS length prefix and the 36-byte query were written in two" in fix
     assert "says coalesce too" in fix
     assert max(map(len, text.splitlines())) <= 80

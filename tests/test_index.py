@@ -65,7 +65,7 @@ def test_only_plain_pcap_files_are_indexed(tmp_path):
 def test_records_longer_than_a_read_are_walked_past_and_read_whole():
     """postgres_lo holds 12 kB records: with reads of 1 kB, a walk skips past and reads
     across the end of what it has read."""
-    import nagleprobe.read.index as index
+    from nagleprobe.read import index
 
     reader, whole = records_read(SAMPLES / "messages" / "postgres_lo.pcap", 32 << 20)
     assert max(map(len, whole.values())) > 3 * 1024
