@@ -26,6 +26,7 @@ import pandas as pd
 from . import __version__, wireshark
 from .advice import timer_words
 from .errors import printable
+from .held import fix_line, group_message, held_line
 from .humanize import SIDES, human_ms
 from .selection import worst_first
 
@@ -145,6 +146,8 @@ EVIDENCE_COLUMNS = {"sender": "sender", "small_frame": "S1 frame", "small_s": "S
                     "released_frame": "S2 frame", "released_s": "S2 s", "held_bytes": "S2 bytes",
                     "delay_ms": "stall ms", "peer_ack_delay_ms": "peer ACK delay ms",
                     "reaction_ms": "S2 after ACK ms", "confidence": "confidence"}
+HELD_COLUMNS = {"protocol": "protocol", "held_message": "held message",
+                "before_message": "behind"}
 EVIDENCE_FMT = {"small_s": "{:.6f}", "ack_s": "{:.6f}", "released_s": "{:.6f}",
                 "delay_ms": "{:.1f}", "peer_ack_delay_ms": "{:.1f}", "reaction_ms": "{:.3f}",
                 "confidence": "{:.2f}"}
@@ -258,17 +261,37 @@ def _endpoint_table(report: Result, fid: int) -> str:
 
 
 def _evidence_table(stalls: pd.DataFrame) -> str:
-    """A flow's stalls: the first HTML_EVIDENCE_ROWS, then the others behind a click."""
-    out = table_html(stalls.head(HTML_EVIDENCE_ROWS), EVIDENCE_COLUMNS, EVIDENCE_FMT)
+    """A flow's stalls: the first HTML_EVIDENCE_ROWS, then the others behind a click; the
+    held messages' columns where any was read (`held`)."""
+    columns = EVIDENCE_COLUMNS
+    if "held_message" in stalls and stalls["held_message"].notna().any():
+        columns = {**columns, **HELD_COLUMNS}
+    out = table_html(stalls.head(HTML_EVIDENCE_ROWS), columns, EVIDENCE_FMT)
     rest = stalls.iloc[HTML_EVIDENCE_ROWS:HTML_TABLE_ROWS]
     if len(rest):
         out += (f'<details class="more"><summary>Show the other {len(stalls) - HTML_EVIDENCE_ROWS}'
-                f" stalls</summary>{table_html(rest, EVIDENCE_COLUMNS, EVIDENCE_FMT)}")
+                f" stalls</summary>{table_html(rest, columns, EVIDENCE_FMT)}")
         if len(stalls) > HTML_TABLE_ROWS:
             out += (f'<p class="note">... {len(stalls) - HTML_TABLE_ROWS} more rows (the JSON '
                     "output lists them all)</p>")
         out += "</details>"
     return out
+
+
+def _message_fix(g: dict[str, Any], said: dict[int, dict[str, Any]]) -> str:
+    """A fix group's sentence in its first named flow's protocol terms, or nothing."""
+    m = group_message(said, g["flows"])
+    return f"<br>{_text(fix_line(m, g['side'], g['action']))}" if m else ""
+
+
+def _held_html(report: Result, f: dict[str, Any]) -> str:
+    """The flow's held message and the fix in its protocol's terms (`held`), or nothing."""
+    m = report.held().of(f["id"], f["stalls"])
+    if m is None:
+        return ""
+    out = f"<br>{_text(held_line(m, 10**6))}"
+    return out + (f"<br>{_text(fix_line(m, f['fix_side'], f['fix_action']))}"
+                  if m["protocol"] else "")
 
 
 def _stalls(n: int) -> str:
@@ -291,7 +314,8 @@ def _flow_section(report: Result, f: dict[str, Any], pictures: bool, is_open: bo
            f"{_text(f['roles'])}. Capture point: {_text(f['vantage'])} "
            f"({_text(f['vantage_basis'])}).</p>",
            f'<div class="fix"><span class="action">{_text(f["fix_action"])}</span> on the '
-           f"{_text(f['fix_side'])} {_text(f['fix_endpoint'])}<br>{_text(f['fix_text'])}</div>",
+           f"{_text(f['fix_side'])} {_text(f['fix_endpoint'])}<br>{_text(f['fix_text'])}"
+           f"{_held_html(report, f)}</div>",
            f'<p class="filters">{filters_html(wireshark.filter_docs(report, [fid])[0])}</p>',
            _endpoint_table(report, fid)]
     if pictures:
@@ -349,9 +373,11 @@ def _contents(detailed: pd.DataFrame, fixes: int, pictures: bool, flows: int) ->
     return f'<nav class="toc"><b>Contents</b><ol>{"".join(items)}</ol></nav>'
 
 
-def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
+def _fixes(groups: list[dict[str, Any]], linked: set[int],
+           said: dict[int, dict[str, Any]]) -> str:
     """A box per program that must change (`Report.fix_groups`): the action, the flows it
-    fixes (linked to their sections), and the fix in words for all of them."""
+    fixes (linked to their sections), the fix in words for all of them, then in the
+    protocol's terms where a flow's held message was named (`said`: `Held.flows`)."""
     out = ['<section id="fixes"><h2>What to fix</h2>']
     for g in groups[:HTML_FIX_GROUPS]:
         ids = g["flows"]
@@ -365,7 +391,7 @@ def _fixes(groups: list[dict[str, Any]], linked: set[int]) -> str:
                    f'{n} flow{"s" if n != 1 else ""}, {_stalls(g["stalls"])}, '
                    f'{human_ms(g["lost_ms"])} lost</h3>'
                    f'{"Flows" if n != 1 else "Flow"} {listed}.<br>'
-                   f"{_text(g['text'])}</div>")
+                   f"{_text(g['text'])}{_message_fix(g, said)}</div>")
     if len(groups) > HTML_FIX_GROUPS:
         rest = groups[HTML_FIX_GROUPS:]
         out.append(f'<p class="note">{len(rest)} more programs must change, for '
@@ -399,7 +425,7 @@ def render_html(report: Result, plots: bool = True, command: str | None = None,
     groups = report.fix_groups()
     out.append(_contents(detailed, len(groups), plots and len(fl) > 0, len(fl)))
     if len(groups):
-        out.append(_fixes(groups, set(detailed["id"].tolist())))
+        out.append(_fixes(groups, set(detailed["id"].tolist()), report.held().flows))
     if plots and len(fl):
         from . import plot
 

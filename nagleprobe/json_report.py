@@ -24,6 +24,7 @@ from .advice import FIX_FIELDS
 from .columns import Columns, take
 from .detect import REASONS
 from .errors import utf8_safe
+from .held import STALL_KEYS
 from .jsonrows import Program, encode
 from .tables import NULLABLE, STALL_POINTS, TABLE_ONLY, rows_of
 from .weirds import fact
@@ -78,7 +79,17 @@ def flow_program(report: Result, ids: np.ndarray | None = None) -> Program:
     items.append(("fix", lambda q: q.maybe(
         np.equal(fix["side"], None), lambda g: g.obj([(k, _column(fix, k)) for k in fix]))))
     items.append(("wireshark", lambda q: _filters(q, report, fl)))
-    return p.obj(items)
+    said, rest = report.held(), ""
+    if said.rest is not None:
+        rest = _message(said.rest)
+    tail = [_message(said.flows[i]) if i in said.flows else rest if n and i not in said.read
+            else "" for i, n in zip(fl["id"].tolist(), fl["stalls"].tolist())]
+    return p.obj(items, tail=tail)
+
+
+def _message(doc: dict[str, Any] | None) -> str:
+    """',"message":{...}' where a held message was read (`held`), else nothing."""
+    return "" if doc is None else ',"message":' + encode(doc)
 
 
 def _filters(p: Program, report: Result, fl: Columns) -> None:
@@ -92,20 +103,22 @@ def _filters(p: Program, report: Result, fl: Columns) -> None:
                                                         '}"'))])
 
 
-def stall_program(st: Columns, fields: tuple[str, ...] | None = None) -> Program:
+def stall_program(st: Columns, fields: tuple[str, ...] | None = None,
+                  messages: list[dict[str, Any] | None] | None = None) -> Program:
     """One stall per row, as the document's "stalls": its columns (or only `fields`), then
-    frames and times nested (a file set: each frame's file too), confidence last."""
+    frames and times nested (a file set: each frame's file too), confidence, then the
+    held message where one of `messages` (one per row) was read."""
     points = {w: {k: f"{k}_{w}" for k in STALL_POINTS} for w in ("frame", "s", "file")}
     nested = {c for cols in points.values() for c in cols.values()} | {"confidence"}
-    flat = fields if fields is not None else [c for c in st
-                                              if c not in nested and c not in TABLE_ONLY]
+    flat = fields if fields is not None else [
+        c for c in st if c not in nested and c not in TABLE_ONLY and c not in STALL_KEYS]
     items = [(c, _column(st, c)) for c in flat]
     for group, w in (("frames", "frame"), ("times", "s"), ("files", "file")):
         if points[w]["small"] in st and (w != "file" or fields is None):
             items.append((group, lambda q, cols=points[w]: q.obj(
                 [(k, _column(st, c)) for k, c in cols.items()])))
     items.append(("confidence", _column(st, "confidence")))
-    return Program().obj(items)
+    return Program().obj(items, tail=None if messages is None else list(map(_message, messages)))
 
 
 def parsed(p: Program, rows: int) -> list[dict[str, Any]]:
@@ -172,10 +185,12 @@ def _json_parts(report: Result, rows_per_piece: int
         part = ids[a:a + per]
         yield "," if a else "", flow_program(report, part), len(part)
     yield '],"stalls":[', None, 0
-    st = report.columns("stalls")
+    st, said = report.columns("stalls"), report.held().stalls
     for a in range(0, len(st["flow"]), rows_per_piece):
         part = take(st, slice(a, a + rows_per_piece))
-        yield "," if a else "", stall_program(part), len(part["flow"])
+        n = len(part["flow"])
+        yield "," if a else "", stall_program(part, messages=[said.get(r) for r in range(
+            a, a + n)]), n
     yield "]}", None, 0
 
 

@@ -130,11 +130,14 @@ class Program:
         return self
 
     def obj(self, items: Sequence[tuple[str, Callable[[Program], object]]],
-            first: str = "{") -> Program:
-        """{"key": ..., ...}: each item's value added by its function."""
+            first: str = "{", tail: Sequence[str] | None = None) -> Program:
+        """{"key": ..., ...}: each item's value added by its function; then per row the
+        JSON text `tail` gives (',"key":value' or "", for a key only some rows have)."""
         for j, (key, add) in enumerate(items):
             self.lit(("," if j else first) + encode(key) + ":")
             add(self)
+        if tail is not None and items:
+            self.raw(tail)
         return self.lit("}" if items else first + "}")
 
     def render(self, start: int, stop: int) -> str:

@@ -1,8 +1,9 @@
 """The TCP payload bytes of chosen frames, read back from the capture, and the application
 messages of the stalls named from them (`messages.recognise`).
 
-One pass over the capture: each batch's records are filtered to the frames asked for with
-numpy, only those are decoded (`decode.decode`), and only their payloads are copied out.
+With the file's `read.FrameIndex` (a plain pcap file) the frames are read by seeking;
+otherwise in one pass over the capture, each batch's records filtered to the frames asked
+for with numpy. Only those are decoded (`decode.decode`), and only their payloads copied out.
 The decoder gives the TCP ports, sequence and acknowledgement numbers and the payload length
 (from the IP lengths) but not where the TCP header starts; it is found as the first place in
 the record holding those 12 header bytes (outer tunnel headers never carry the inner TCP
@@ -14,13 +15,17 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
-import pandas as pd
 
-from .decode import decode
+from .columns import Columns
+from .decode import TCP_COLUMNS, decode
 from .messages import NOT_CAPTURED, Message, recognise
-from .read import CaptureReader, RecordBatch
+from .read import CaptureReader, FrameIndex, RecordBatch
+
+if TYPE_CHECKING:
+    import pandas as pd  # for the notebook's stall_messages only: the reports never load it
 
 CONTEXT_BYTES = 4096  # how much of a direction's stream before the outstanding segment is read
 
@@ -28,26 +33,49 @@ CONTEXT_BYTES = 4096  # how much of a direction's stream before the outstanding 
 def payloads(path: str, frames: Iterable[int]) -> dict[int, bytes]:
     """{frame: its TCP payload bytes as captured} for those of `frames` that are TCP
     segments (a frame that is not, or not in the capture, is absent)."""
+    return segments(path, frames)[1]
+
+
+class ReadTooFar(Exception):
+    """A pass from the start would read more than its limit to reach the frames asked for."""
+
+
+def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None,
+             stream: BinaryIO | None = None, limit: int | None = None
+             ) -> tuple[dict[str, np.ndarray], dict[int, bytes]]:
+    """(the decoded TCP columns of those of `frames` that are TCP segments, {frame: its
+    payload as captured}): read by seeking with the file's `index` when given, else in one
+    pass from the start (of `path`, a file or URL, or of `stream` from where it stands,
+    named `path`) that stops after the last frame asked for; ReadTooFar once that pass has
+    read more than `limit` bytes of its input."""
     wanted = np.unique(np.fromiter((int(f) for f in frames), np.int64))
-    out: dict[int, bytes] = {}
-    if not len(wanted):
-        return out
     skipped: collections.Counter = collections.Counter()
-    reader = CaptureReader(path)
+    if not len(wanted):
+        return Columns.empty(TCP_COLUMNS), {}
+    if index is not None:
+        return segment_payloads(index.read(wanted), skipped)
+    parts, out = [], {}
+    reader = CaptureReader(path, stream=stream)
     try:
         for batch in reader:
+            if limit is not None and reader.input_progress()[0] > limit:
+                raise ReadTooFar(path)
             hit = np.flatnonzero(np.isin(batch.frame, wanted))
             if len(hit):
-                out.update(_batch_payloads(batch.rows(hit), skipped))
+                cols, got = segment_payloads(batch.rows(hit), skipped)
+                parts.append(cols)
+                out.update(got)
             if len(batch.frame) and batch.frame[-1] >= wanted[-1]:
                 break  # past the last frame asked for: the rest is not read
     finally:
         reader.close()
-    return out
+    return ({k: np.concatenate([p[k] for p in parts]) for k in TCP_COLUMNS} if parts
+            else Columns.empty(TCP_COLUMNS)), out
 
 
-def _batch_payloads(batch: RecordBatch, skipped: collections.Counter) -> dict[int, bytes]:
-    """The payloads of every TCP record of a batch holding only frames asked for."""
+def segment_payloads(batch: RecordBatch, skipped: collections.Counter
+                     ) -> tuple[dict[str, np.ndarray], dict[int, bytes]]:
+    """(the decoded TCP columns of a batch's records, {frame: its payload as captured})."""
     cols = decode(batch, skipped)
     where = {int(f): i for i, f in enumerate(batch.frame)}
     out = {}
@@ -63,7 +91,7 @@ def _batch_payloads(batch: RecordBatch, skipped: collections.Counter) -> dict[in
             continue
         body = at + (record[at + 12] >> 4) * 4
         out[int(cols["frame"][k])] = record[body:body + max(int(cols["payload"][k]), 0)]
-    return out
+    return cols, out
 
 
 CONTEXT_FRAMES = 64  # nor more segments than this
@@ -124,6 +152,8 @@ def stall_messages(report, path: str, context: int = CONTEXT_BYTES) -> pd.DataFr
                 break
             kept.append(data)
         rows.append(_row(recognise(out, held, b"".join(kept[::-1])), None))
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=["protocol", "held_message", "before_message", "split",
                                        "fix", "advice"])
 

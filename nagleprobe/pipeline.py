@@ -93,6 +93,7 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
                             f"'rb'), not {type(path).__name__}")
         name = getattr(path, "name", None)
         stream, path = path, name if isinstance(name, str) and name else "<stream>"
+    start = _position(stream)
     loader = threading.Thread(target=_load_analysis, name="nagleprobe-import")
     loader.start()
     try:
@@ -110,9 +111,19 @@ def analyze(path: str | os.PathLike[str] | BinaryIO | list[str | os.PathLike[str
                                                      piece_rows))
         if kept is not None:
             report.source = reassembled(kept)
+        if start is not None:  # a seekable stream: its held messages can be read again
+            report.payload_stream = (stream, start)
         return report
     finally:
         loader.join()
+
+
+def _position(stream: BinaryIO | None) -> int | None:
+    """Where a seekable stream stands (None: no stream, or one that cannot seek)."""
+    try:
+        return stream.tell() if stream is not None and stream.seekable() else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def open_reader(path: str | os.PathLike[str] | list[str], chunk_bytes: int = 32 << 20,
@@ -203,10 +214,12 @@ def reassembled(parts: list[Columns]) -> Flows:
 
 
 def with_files(reader: CaptureReader | SetReader, report: Report) -> Report:
-    """The report, told how to read its capture again (for `segments`), and for a file set
-    each frame number back in its own file (see `nagleprobe.report.name_files`)."""
+    """The report, told how to read its capture again (for `segments`; where its records
+    lie for `held`), and for a file set each frame number back in its own file (see
+    `nagleprobe.report.name_files`)."""
     report.reread = reread
     if not isinstance(reader, SetReader):
+        report.frame_index = reader.index
         return report
     from .report import name_files
 

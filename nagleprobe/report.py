@@ -10,7 +10,7 @@ it as a `tables.Result` and never import this module; its `to_json`, `to_text` a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -20,8 +20,9 @@ from .columns import Columns, take
 from .detect import Detection
 from .exchanges import add_latency, flow_exchanges, kind_columns
 from .flows import Flows
+from .held import STALL_KEYS, Held
 from .humanize import SIDES, counted, human_count, human_ms
-from .read import CaptureInfo
+from .read import CaptureInfo, FrameIndex
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import parse_host, worst_first
 from .tables import STALL_POINTS, capture_doc, report_columns
@@ -66,6 +67,12 @@ class Report:
         self.vantage_doc: dict[str, Any] | None = None
         self._segments: pd.DataFrame | None = None
         self._messages: pd.DataFrame | None = None
+        # where the capture's records lie in its file (set by the pipeline for a plain pcap
+        # file), for reading the held messages by seeking; None: read from the start
+        self.frame_index: FrameIndex | None = None
+        # a seekable stream the capture was read from, and where it started (else None)
+        self.payload_stream: tuple[BinaryIO, int] | None = None
+        self._held: Held | None = None
         self._exchanges: pd.DataFrame | None = None
         self._exchange_columns = exchanges
         self._columns: dict[str, Columns] = {}
@@ -85,9 +92,18 @@ class Report:
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
-            from .dataframes import table
+            import pandas as pd
 
-            self._frames[name] = table(self._columns[name])
+            from .dataframes import TEXT_DTYPE, table
+
+            frame = table(self._columns[name])
+            if name == "stalls":  # the held messages of the stalls read (`held`)
+                said = self.held().stalls
+                for k in STALL_KEYS:
+                    frame[k] = pd.Series([said[r][k] if r in said else None
+                                          for r in range(len(frame))], index=frame.index,
+                                         dtype=TEXT_DTYPE)
+            self._frames[name] = frame
         return self._frames[name]
 
     @property
@@ -280,6 +296,18 @@ class Report:
             self._messages.index = self.stalls.index
         return self._messages
 
+    def held(self) -> Held:
+        """The held message of each flow's first stalls, read back from the capture within
+        a bound (`nagleprobe.held`): what the JSON, text and HTML reports and the stalls
+        table's protocol, held_message and before_message columns say."""
+        if self._held is None:
+            from .held import held_messages
+
+            self._held = held_messages(self.capture, self.columns("flows"),
+                                       self.columns("stalls"), self.frame_index,
+                                       self.payload_stream)
+        return self._held
+
     def flow(self, flow_id: int) -> Report:
         """The report of one flow (by its `id`)."""
         if flow_id not in self.flows.index:
@@ -351,6 +379,8 @@ class Report:
                       self._exchange_columns)
         base._segments = self._segments
         base.vantage_doc = self.vantage_doc
+        base.frame_index = self.frame_index
+        base.payload_stream = self.payload_stream
         sub = base._subset(ids)
         prev = self.selection
         criteria = {"ports": list(ports), "hosts": list(hosts), "flows": list(flow_ids),
@@ -375,6 +405,8 @@ class Report:
         sub = Report(self.capture, self.flows.loc[ids], stalls, ep, self.source, self.reread,
                      self._exchange_columns)
         sub.vantage_doc = self.vantage_doc
+        sub.frame_index = self.frame_index
+        sub.payload_stream = self.payload_stream
         if self._segments is not None:
             sub._segments = self._segments[self._segments["flow"].isin(ids)]
         return sub

@@ -21,6 +21,7 @@ from .roundtrips import vantage_basis
 if TYPE_CHECKING:
     import pandas as pd
 
+    from .held import Held
     from .weirds import Weird
 
 _NAGLE = np.array(["on", "off", "unknown"], dtype=object)  # each row refers to one of these
@@ -182,6 +183,9 @@ class Result(Protocol):
 
     def fix_groups(self, ids: list[int] | None = None) -> list[dict[str, Any]]:
         """One fix per endpoint to change, worst first (see `advice.fix_groups`)."""
+
+    def held(self) -> Held:
+        """The held messages of the first stalls of each flow (`nagleprobe.held`)."""
 
     @property
     def flows(self) -> pd.DataFrame:

@@ -17,6 +17,7 @@ from .columns import Columns, take
 from .detect import REASONS
 from .errors import printable
 from .fileset import set_name
+from .held import fix_line, group_message, held_line
 from .humanize import SIDES, counted, flow_list, human_count, human_ms
 from .relay import RELAY_COLUMNS
 from .selection import selection_line, worst_order
@@ -318,9 +319,12 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
     """One fix per endpoint, then the evidence of the flows chosen (see `render_text`)."""
     fl, lines = r.columns("flows"), []
     groups = r.fix_groups()
+    said = r.held()
     for g in groups[:TEXT_FIXES]:
         lines += ["", f"FIX for the {g['side']} {g['endpoint']} ({flow_list(g['flows'])}):",
                   f"  {g['text']}"]
+        m = group_message(said.flows, g["flows"])
+        lines += [f"  {fix_line(m, g['side'], g['action'])}"] if m else []
     if len(groups) > TEXT_FIXES:
         lines += ["", f"... {counted(len(groups) - TEXT_FIXES, 'more fix', 'more fixes')} (--format json "
                       "has each flow's)"]
@@ -345,6 +349,8 @@ def _fixes_and_evidence(r: Result, worst: np.ndarray, width: int, verbose: bool,
     for f, mine, n in zip(docs, rows, map(len, cut)):
         lines += ["", *_flow_block(f, bool(r.capture["skipped"].get("options-cut")),
                                    r.capture.get("tunnels", []))]
+        m = said.of(f["id"], f["stalls"])
+        lines += [f"  {held_line(m, width - 2)}"] if m else []
         lines += evidence_lines(listed[a:a + n], width,
                                 {k: v[a:a + n] for k, v in shown.items()}, numbers)
         a += n

@@ -223,15 +223,18 @@ def test_one_fix_for_the_flows_of_one_client_naming_them_all(field, field_html):
 
 
 def test_long_evidence_shows_its_first_rows_and_the_rest_one_click_away(field, field_html):
-    from nagleprobe.html_report import HTML_EVIDENCE_ROWS
+    from nagleprobe.html_report import EVIDENCE_COLUMNS, HELD_COLUMNS, HTML_EVIDENCE_ROWS
 
     section = field_html.split('id="flow-0"', 1)[1].split("</details>\n", 1)[0]
     evidence = section.split("<h3>Evidence", 1)[1]
     shown, rest = evidence.split('<details class="more">', 1)
     n = int((field.stalls["flow"] == 0).sum())
     assert f"<summary>Show the other {n - HTML_EVIDENCE_ROWS} stalls</summary>" in rest
-    frames = [int(c) for c in Page(shown).cells[1::13]] + [int(c) for c in Page(rest).cells[1::13]]
-    assert len(Page(shown).cells) == 13 * HTML_EVIDENCE_ROWS
+    # its stalls' held messages were read (MQTT): their three columns follow the 13
+    assert field.stalls[field.stalls["flow"] == 0]["held_message"].notna().any()
+    w = len(EVIDENCE_COLUMNS) + len(HELD_COLUMNS)
+    frames = [int(c) for c in Page(shown).cells[1::w]] + [int(c) for c in Page(rest).cells[1::w]]
+    assert len(Page(shown).cells) == w * HTML_EVIDENCE_ROWS
     assert frames == field.stalls[field.stalls["flow"] == 0]["small_frame"].tolist()
 
 

@@ -16,6 +16,7 @@ import nagleprobe
 from nagleprobe import jsonrows, wireshark
 from nagleprobe.advice import FIX_FIELDS
 from nagleprobe.detect import REASONS
+from nagleprobe.held import STALL_KEYS
 from nagleprobe.relay import RELAY_COLUMNS
 from nagleprobe.tables import STALL_POINTS, TABLE_ONLY
 
@@ -73,10 +74,14 @@ def test_the_document_holds_the_tables(path):
             assert f["wireshark"]["stall_frames_filter"] == wireshark.frames_filter(frames)
 
     points = {f"{k}_{w}" for k in STALL_POINTS for w in ("frame", "s", "file")}
-    flat = [c for c in st.columns if c not in points | set(TABLE_ONLY) | {"confidence"}]
+    # the held message's columns are the stall's "message" (where read: see test_held)
+    flat = [c for c in st.columns
+            if c not in points | set(TABLE_ONLY) | {"confidence"} | set(STALL_KEYS)]
     for i, s in enumerate(doc["stalls"]):
+        said = pd.notna(st["held_message"].iloc[i])
         assert list(s) == flat + ["frames", "times"] + (["files"] if "small_file" in st else []) \
-            + ["confidence"]
+            + ["confidence"] + (["message"] if said else [])
+        assert s.get("message") == (row(st, i, list(STALL_KEYS)) if said else None)
         assert {c: s[c] for c in flat} == row(st, i, flat)
         assert s["frames"] == {k: int(st[f"{k}_frame"].iloc[i]) for k in STALL_POINTS}
         assert s["times"] == {k: float(st[f"{k}_s"].iloc[i]) for k in STALL_POINTS}

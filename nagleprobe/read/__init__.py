@@ -22,7 +22,8 @@ from the byte layouts of `nagleprobe.layouts`, limits, link types; `RecordBatch`
 `CaptureInfo`), `source` (files,
 stdin, gzip, URLs), `walk` (where records start: compiled `_walk.c` or numpy/Python),
 `pcap` and `pcapng` (each format's reading and resynchronisation), `damage` (the damage
-policy and its limits), `clock` (implausible times, steps of the clock, time resolution)
+policy and its limits), `clock` (implausible times, steps of the clock, time resolution),
+`index` (where a pcap file's records lie, to read a few again by seeking)
 and `reader` (`CaptureReader`, the facade over them).
 """
 
@@ -39,12 +40,13 @@ from .formats import (
     block_length_ok,
     linktype_name,
 )
+from .index import FrameIndex
 from .reader import CaptureReader, read_capture
 from .source import URL_TIMEOUT_S, open_uncompressed, open_url, url_scheme
 from .walk import u32_rows, u32_rows_numpy, walk_headers, walk_python
 
 __all__ = ["KNOWN_BLOCKS", "LINKTYPE_NAMES", "MAX_BLOCK", "MAX_CAPLEN", "MAX_WARNINGS",
            "MIN_BLOCK", "RESYNC_WINDOW_S", "SUPPORTED_LINKTYPES", "URL_TIMEOUT_S", "CaptureInfo",
-           "CaptureReader", "RecordBatch", "block_length_ok", "linktype_name", "open_uncompressed",
+           "CaptureReader", "FrameIndex", "RecordBatch", "block_length_ok", "linktype_name", "open_uncompressed",
            "open_url", "read_capture", "u32_rows", "u32_rows_numpy", "url_scheme", "walk_headers",
            "walk_python"]

@@ -20,6 +20,7 @@ from .damage import (
     RESYNC_SPAN,
 )
 from .formats import MAX_CAPLEN, SUPPORTED_LINKTYPES, RecordBatch, linktype_name
+from .index import FrameIndex
 from .walk import first_decided, u32_rows, walk_headers
 
 HEADER = PCAP_RECORD.size  # a record's header: its packet bytes follow
@@ -60,6 +61,8 @@ class PcapRecords:
         self._jump_len = self._jump_end = self._jump_ts = -1
         self.info.link_types.append(linktype_name(lt))
         self._pos = PCAP_FILE.size
+        if not self.info.compressed and self._size is not None and self._given is None:
+            self.index = FrameIndex(self.path, self._big, lt, self._ts_frac_mul)
 
     def _pcap_chunks(self) -> Iterator[RecordBatch]:
         big = self._big
@@ -111,6 +114,8 @@ class PcapRecords:
                     end = int(st[k])
                     need = int(cl[k]) + HEADER
                 if k:
+                    if self.index is not None:
+                        self.index.add(self._frames + 1, st[:k], base)
                     yield self._pcap_batch(data, st[:k], ts[:k], cl[:k], wl[:k])
                     buf, data = self._unmap_lost(buf, data)  # (a file truncated meanwhile)
                     n = len(buf)

@@ -16,6 +16,7 @@ from ..layouts import BT_SHB, PCAP_KUZNETSOV, PCAP_NS, PCAP_US
 from .clock import Clock
 from .damage import DamagePolicy
 from .formats import CaptureInfo, Interface, RecordBatch
+from .index import FrameIndex
 from .pcap import PcapRecords
 from .pcapng import PcapngBlocks
 from .source import URL_TIMEOUT_S, Gunzip, Prefixed, UrlStream, open_url, url_scheme
@@ -52,6 +53,8 @@ class CaptureReader(PcapRecords, PcapngBlocks, DamagePolicy):
         self._mapped = False  # chunks are maps of the file, not buffers read (see _map)
         self._map_file = map_file
         self._clock = Clock()  # implausible times, steps of the clock, time resolution
+        # where the records lie in the file, for reading a few again (plain pcap files only)
+        self.index: FrameIndex | None = None
         self._stream = self._open(path)
         try:
             self._start(path)
