@@ -92,6 +92,12 @@ def _message(doc: dict[str, Any] | None) -> str:
     return "" if doc is None else ',"message":' + encode(doc)
 
 
+def _said(said: dict[int, dict[str, Any]], a: int, n: int) -> list[dict[str, Any] | None] | None:
+    """The held messages read (`held`, by stall row) of rows a..a+n-1, one per row; None
+    where none of them was read."""
+    return [said.get(r) for r in range(a, a + n)] if any(a <= r < a + n for r in said) else None
+
+
 def _filters(p: Program, report: Result, fl: Columns) -> None:
     """{"flow_filter", "stall_frames_filter"} (a file set: per file, see wireshark)."""
     if "small_file" in report.columns("stalls"):
@@ -189,8 +195,7 @@ def _json_parts(report: Result, rows_per_piece: int
     for a in range(0, len(st["flow"]), rows_per_piece):
         part = take(st, slice(a, a + rows_per_piece))
         n = len(part["flow"])
-        yield "," if a else "", stall_program(part, messages=[said.get(r) for r in range(
-            a, a + n)]), n
+        yield "," if a else "", stall_program(part, messages=_said(said, a, n)), n
     yield "]}", None, 0
 
 
@@ -202,7 +207,9 @@ def document(report: Result) -> dict[str, Any]:
     gc.disable()  # the rows hold no reference cycles: collections while making them find none
     try:
         doc["flows"] = flow_docs(report)
-        doc["stalls"] = stall_docs(report.columns("stalls"))
+        st = report.columns("stalls")
+        n = len(st["flow"])
+        doc["stalls"] = parsed(stall_program(st, messages=_said(report.held().stalls, 0, n)), n)
     finally:
         if collecting:
             gc.enable()

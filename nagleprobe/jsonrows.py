@@ -136,8 +136,8 @@ class Program:
         for j, (key, add) in enumerate(items):
             self.lit(("," if j else first) + encode(key) + ":")
             add(self)
-        if tail is not None and items:
-            self.raw(tail)
+        if tail is not None and items:  # marked, for `objects` to read as further keys
+            self.ops.append((TEXT, np.arange(len(tail), dtype=np.int64), list(tail), TAIL))
         return self.lit("}" if items else first + "}")
 
     def render(self, start: int, stop: int) -> str:
@@ -209,7 +209,9 @@ def render_python(ops: list[tuple], start: int, stop: int) -> str:
 
 # ------------------------------------------------------------------- rows as Python objects
 # A program read as a tree: ("obj", keys, children), ("maybe", mask, child) or ("op", op).
-# Its literal text is only braces, commas and keys (`Program.obj` writes nothing else).
+# Its literal text is only braces, commas and keys (`Program.obj` writes nothing else); an
+# object's `tail` (per row ',"key":value...' or "") is its last child, ("tail", op), keyed None.
+TAIL = "tail"
 
 def _tree(ops: Sequence[tuple]) -> tuple:
     """The value the ops write, as a tree (see above)."""
@@ -222,6 +224,8 @@ def _tree(ops: Sequence[tuple]) -> tuple:
         elif op[0] == MAYBE:
             tokens.append(("value", ("maybe", op[1], _tree(ops[i + 1:i + 1 + op[2]]))))
             i += op[2]
+        elif len(op) > 3 and op[3] == TAIL:
+            tokens += [("key", None), ("value", ("tail", op))]
         else:
             tokens.append(("value", ("op", op)))
         i += 1
@@ -271,6 +275,13 @@ def _values(tree: tuple, rows: np.ndarray) -> list[Any]:
     """The tree's value in each of `rows`, as `json.loads` reads the text `render` writes."""
     kind = tree[0]
     if kind == "obj":
+        if tree[1] and tree[1][-1] is None:  # a tail: each row's further keys, in order
+            out = dicts(tree[1][:-1], [_values(c, rows) for c in tree[2][:-1]], len(rows))
+            texts, codes = tree[2][-1][1][2], tree[2][-1][1][1][rows].tolist()
+            for d, c in zip(out, codes):
+                if texts[c]:
+                    d.update(json.loads("{" + texts[c][1:] + "}"))
+            return out
         return dicts(tree[1], [_values(child, rows) for child in tree[2]], len(rows))
     if kind == "maybe":
         there = ~np.asarray(tree[1])[rows]
