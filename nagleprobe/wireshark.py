@@ -110,8 +110,14 @@ def stall_frames(report: Result, ids: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """The frames of the stalls (S1, late ACK, S2) of each flow of `ids`, sorted and each
     once per flow: (values, offsets), flow j's frames being values[offsets[j]:offsets[j+1]]."""
     st = report.columns("stalls")
-    mine = np.isin(st["flow"], ids) if len(ids) < len(report.columns("flows")["id"]) \
-        else slice(None)
+    flows = np.asarray(st["flow"])
+    if len(ids) == len(report.columns("flows")["id"]) or not len(ids):
+        mine: np.ndarray | slice = slice(None)
+    elif len(flows) and np.all(flows[1:] >= flows[:-1]):  # stalls by flow: their rows' span
+        mine = slice(int(np.searchsorted(flows, ids.min())),
+                     int(np.searchsorted(flows, ids.max(), side="right")))
+    else:
+        mine = np.isin(flows, ids)
     flow, frames = _sorted_points(st, mine)
     frames = frames.astype(np.int64)
     once = np.r_[True, (flow[1:] != flow[:-1]) | (frames[1:] != frames[:-1])] \
