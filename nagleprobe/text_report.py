@@ -398,7 +398,7 @@ def latency_line(f: dict[str, Any], width: int = TEXT_WIDTH) -> str:
     head = (f"  {human_count(n)} {'request' if n == 1 else 'requests'}, "
             f"{100 * f['stalled_requests_share']:.0f}% stalled: ")
     p99 = (f"p99 {human_ms(f['latency_p99_ms'])} "
-           f"({human_ms(f['latency_p99_ms_without_stalls'])} minus the stalls)")
+           f"({human_ms(f['latency_p99_ms_without_stalls'])} without the stalls)")
     line = f"{head}p50 {human_ms(f['latency_p50_ms'])}, {p99}"
     return line if len(line) <= width else head + p99
 
