@@ -220,7 +220,8 @@ def fix_groups(flows: Columns, stalls: Columns,
         n, ms = int(group_n[g]), float(group_ms[g])
         note = _hold_note(int(holds[g]), float(hold_ms[g]), float(duration[g]), human_ms)
         bases = flows["fix_basis"][r]
-        basis = max(set(bases.tolist()), key=lambda b: (int(flow_n[m][bases == b].sum()), b))
+        basis = bases[0] if len(m) == 1 else max(
+            set(bases.tolist()), key=lambda b: (int(flow_n[m][bases == b].sum()), b))
         s1, s2 = (0.0 if np.isnan(v[g]) else float(v[g]) for v in (s1_med, s2_med))
         out.append({"side": SIDES[side], "host": host[m[0]], "endpoint": name,
                     "action": flows["fix_action"][r[0]], "basis": basis,

@@ -93,12 +93,11 @@ def flow_mask(flows: pd.DataFrame, ports: Iterable[int] = (), hosts: Iterable[st
               ) -> np.ndarray:
     """The flows (rows of a flows table, or its columns) with an endpoint on one of `ports`
     and an endpoint at one of `hosts`; empty lists select all."""
-    import pandas as pd
-
     ports, nets = tuple(int(p) for p in ports), networks(hosts)
     n = len(flows[SIDES[0]])
     if not ports and not nets:
         return np.ones(n, dtype=bool)
+    import pandas as pd
     port_any = np.zeros(n, dtype=bool)
     host_any = np.zeros(n, dtype=bool)
     for side in SIDES:
