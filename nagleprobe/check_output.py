@@ -3,7 +3,7 @@ Actions annotations (the JSON document is `CheckRun.to_dict`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import Any
 
@@ -156,7 +156,7 @@ def _suite_children(run: CheckRun, v: CaptureVerdict) -> Iterator[str]:
             text = ("the capture's time stamps are too coarse to show a stall: record with "
                     "microsecond time stamps (tcpdump's default)")
         else:
-            text = "\n".join(map(_failure_line(t), np.flatnonzero(~t.passed).tolist()))
+            text = "\n".join(_failure_lines(t, np.flatnonzero(~t.passed)))
         parts.append(inner + _leaf("failure", text, message="; ".join(v.reasons),
                                    type=FAILURE_TYPES.get(v.status, "NagleStallBudget")))
     parts.append(inner + _leaf("system-out", f"{v.stalls} counted stalls, {v.stall_ms:.1f} ms, "
@@ -171,28 +171,27 @@ def _suite_children(run: CheckRun, v: CaptureVerdict) -> Iterator[str]:
     messages = [_attr("; ".join(x)) for x in lists]
     for a in range(0, len(t), CASES_PER_PIECE):
         b = min(a + CASES_PER_PIECE, len(t))
-        texts = _evidence_texts(t, a, b, [lists[c] for c in codes[a:b]])
+        texts = _texts(_evidence_texts(t, a, b, [lists[c] for c in codes[a:b]]))
         out = []
         for r, name, text in zip(range(a, b), t.names(a, b), texts):
             case = f'{ind}<testcase name="{_attr(name)}" classname="{cls}" time="0">{inner}'
             if passed[r]:
-                out.append(f'{case}<system-out>{_text(text)}</system-out>{ind}</testcase>')
+                out.append(f'{case}<system-out>{text}</system-out>{ind}</testcase>')
             else:
                 out.append(f'{case}<failure message="{messages[codes[r]]}" type="NagleStall">'
-                           f'{_text(text)}</failure>{ind}</testcase>')
+                           f'{text}</failure>{ind}</testcase>')
         yield "".join(out)
     for i, c, s in v.clean_flows:
         yield f'{ind}<testcase name="{_attr(f"flow {i} {c} -> {s}")}" classname="{cls}" time="0" />'
 
 
-def _failure_line(t: FlowTable) -> Callable[[int], str]:
-    """A row's line in the capture's failure: the flow, its stalls and its fix."""
-    def line(r: int) -> str:
-        n, side = int(t.stalls[r]), t.fix["side"][r]
-        head = f"{t.name(r)}: {n} stall{plural(n)}"
-        return (head if side is None else f"{head}, {float(t.stall_ms[r]):.1f} ms; held: "
-                f"{side} {t.fix['endpoint'][r]}; fix: {t.fix['action'][r]}")
-    return line
+def _failure_lines(t: FlowTable, rows: np.ndarray) -> list[str]:
+    """The capture's failure text on these rows: the flow, its stalls and its fix."""
+    fix = [t.fix[k][rows].tolist() for k in ("side", "endpoint", "action")]
+    return [f"{name}: {n} stall{plural(n)}" if side is None else
+            f"{name}: {n} stall{plural(n)}, {ms:.1f} ms; held: {side} {end}; fix: {act}"
+            for name, n, ms, side, end, act in zip(t.names(rows=rows), t.stalls[rows].tolist(),
+                                                   t.stall_ms[rows].tolist(), *fix)]
 
 
 def _evidence_texts(t: FlowTable, a: int, b: int, reasons: list[list[str]]) -> list[str]:
@@ -309,6 +308,15 @@ def _text(value: str) -> str:
         if ch in text:
             text = text.replace(ch, ref)
     return text
+
+
+def _texts(values: list[str]) -> list[str]:
+    """`_text` of each value, looked at all at once where none needs a change."""
+    every = "\n".join(values)
+    if every.isascii() and every.replace("\n", "").isprintable() and not any(
+            ch in every for ch, _ in _ATTR_REFS[:3]):
+        return values
+    return list(map(_text, values))
 
 
 def _tag(element: str, **attrs: Any) -> str:

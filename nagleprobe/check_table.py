@@ -103,10 +103,12 @@ class FlowTable:
     def name(self, r: int) -> str:
         return self.names(r, r + 1)[0]
 
-    def names(self, a: int = 0, b: int | None = None) -> list[str]:
-        """The names of rows a..b-1 ("flow ID CLIENT -> SERVER")."""
+    def names(self, a: int = 0, b: int | None = None, rows: np.ndarray | None = None
+              ) -> list[str]:
+        """The names ("flow ID CLIENT -> SERVER") of rows a..b-1, or of `rows`."""
+        at = slice(a, b) if rows is None else rows
         return [f"flow {i} {c} -> {s}" for i, c, s in zip(
-            self.id[a:b].tolist(), self.client[a:b].tolist(), self.server[a:b].tolist())]
+            self.id[at].tolist(), self.client[at].tolist(), self.server[at].tolist())]
 
     def fix_of(self, r: int) -> dict[str, Any] | None:
         if self.fix["side"][r] is None:
