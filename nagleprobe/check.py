@@ -168,7 +168,8 @@ def evaluate(report: Any, budget: Budget, path: str | None = None,
     chosen = flow_mask(fl, budget.ports, budget.hosts)
     stall_rows = rows_of(fl, st["flow"])
     in_sel = chosen[stall_rows]
-    counted = np.flatnonzero(in_sel & confident(st, budget.min_confidence))
+    sure = confident(st, budget.min_confidence)
+    counted = np.flatnonzero(in_sel & sure)
     # counted stalls grouped by flow, each flow's in table order
     counted = counted[np.argsort(stall_rows[counted], kind="stable")]
     rows, starts, n = np.unique(stall_rows[counted], return_index=True, return_counts=True)
@@ -219,8 +220,8 @@ def evaluate(report: Any, budget: Budget, path: str | None = None,
     failing = t.id[~t.passed]
     if len(failing):
         v.status = ExitStatus.STALLS_FOUND
-        counted_rows = take(st, confident(st, budget.min_confidence))
-        v.fixes = advice.fix_groups(fl, counted_rows, report.columns("endpoints"), failing)
+        sure_rows = st if sure.all() else take(st, sure)  # no copy of every stall
+        v.fixes = advice.fix_groups(fl, sure_rows, report.columns("endpoints"), failing)
     if not chosen.any() and not budget.allow_empty:
         nf = len(fl["id"])
         v.status = ExitStatus.EMPTY
