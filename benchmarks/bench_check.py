@@ -6,9 +6,9 @@ run (not a test; run it by hand, it takes minutes):
     python3 benchmarks/bench_check.py /tmp/np-old . --capture benchmarks/out/bench_10000000_every20ms.pcap
 
 The gate must cost at most 1.2x the analysis (issue 34). The default capture is N short
-connections with one stall each (built once into benchmarks/out/ by bench_analyze.build:
-copies of the one stalled request of samples/excerpt_echo_split_lo.pcap, ports and times
-shifted), the shape where per-flow work shows most: every flow fails the default budget.
+connections with one stall each (bench_scaling's "one-stall" workload, built once into
+benchmarks/out/: copies of the one stalled request of samples/excerpt_echo_split_lo.pcap,
+ports and times shifted), the shape where per-flow work shows most: every flow fails the default budget.
 Each round runs, per build and in alternating order, `analyze --format json`, `check
 --junit F --github` and `check --format json` (outputs to /dev/null, the JUnit file into
 benchmarks/out/), timed whole as bench_ab times them (wall, CPU, peak RSS, steal). Prints one
@@ -21,37 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_results  # noqa: E402
 from bench_ab import compiled, print_table  # noqa: E402
 from bench_analyze import ROOT  # noqa: E402
-from bench_scaling import run  # noqa: E402
+from bench_scaling import capture, run  # noqa: E402
 
-STALLED_REQUEST = "samples/excerpt_echo_split_lo.pcap"  # 6 packets, one stall, no handshake
-PACKETS_PER_CONNECTION = 6
+PACKETS_PER_CONNECTION = 6  # of bench_scaling's "one-stall" workload
 EVERY_MS = 1.0  # a new connection every ms of capture time (each lasts ~44 ms)
 
 
 def connections_capture(n: int) -> Path:
-    """The capture of `n` connections with one stall each (built once, cached), in a child
-    process: a command's peak RSS (wait4) counts the memory of the process it forked from."""
-    out = ROOT / "benchmarks" / "out" / f"one_stall_{n}_connections.pcap"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        t0 = time.perf_counter()
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); from bench_analyze import build; "
-                "build(sys.argv[2], int(sys.argv[3]), [sys.argv[4]], float(sys.argv[5]))")
-        subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent),
-                        str(out), str(n * PACKETS_PER_CONNECTION), str(ROOT / STALLED_REQUEST),
-                        str(EVERY_MS)], check=True)
-        print(f"# built {out.name} ({out.stat().st_size / 1e6:.0f} MB) in "
-              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return out
+    """The capture of `n` connections with one stall each (bench_scaling's, cached)."""
+    return capture(n * PACKETS_PER_CONNECTION, EVERY_MS, "one-stall")
 
 
 def commands(tree: Path, pcap: Path, junit: Path) -> dict[str, list[str]]:
