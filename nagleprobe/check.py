@@ -81,8 +81,11 @@ class CaptureVerdict:
     _report: Any = field(default=None, repr=False, compare=False)
     _document_text: str | None = field(default=None, repr=False, compare=False)
     _document: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # what `fixes` is made of until it is read (only the text verdict and callers read it)
+    _fix_source: tuple | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
+        self.fixes  # made here: its source is the report's tables
         state = dict(self.__dict__)
         if state["_report"] is not None:  # never the report itself: its segments are big
             state["_document_text"], state["_report"] = state["_report"].to_json(), None
@@ -158,6 +161,20 @@ class CaptureVerdict:
         yield "}"
 
 
+def _fixes(v: CaptureVerdict) -> list[dict[str, Any]]:
+    if v._fix_source is not None:
+        v.__dict__["fixes"], v._fix_source = advice.fix_groups(*v._fix_source), None
+    return v.__dict__["fixes"]
+
+
+def _set_fixes(v: CaptureVerdict, fixes: list[dict[str, Any]]) -> None:
+    v.__dict__["fixes"], v.__dict__["_fix_source"] = fixes, None
+
+
+# `fixes` (a field: given, or made by `evaluate`) is made from its source when first read
+CaptureVerdict.fixes = property(_fixes, _set_fixes)  # type: ignore[assignment]
+
+
 def evaluate(report: Any, budget: Budget, path: str | None = None,
              baseline: Baseline | None = None) -> CaptureVerdict:
     """Hold a `Report` against a budget: which selected flows fail, and why; with a
@@ -221,7 +238,7 @@ def evaluate(report: Any, budget: Budget, path: str | None = None,
     if len(failing):
         v.status = ExitStatus.STALLS_FOUND
         sure_rows = st if sure.all() else take(st, sure)  # no copy of every stall
-        v.fixes = advice.fix_groups(fl, sure_rows, report.columns("endpoints"), failing)
+        v._fix_source = (fl, sure_rows, report.columns("endpoints"), failing)
     if not chosen.any() and not budget.allow_empty:
         nf = len(fl["id"])
         v.status = ExitStatus.EMPTY
