@@ -4,9 +4,11 @@ The budget (`nagleprobe.budget`) comes from `[tool.nagleprobe.check]` in the nea
 pyproject.toml, overridden by command-line options; with no limit set at all it allows no
 stall. Many captures are checked
 in parallel, one process per core, and each gets its own verdict, so one unreadable file
-never hides the verdict on the others. The results render as the JSON document of `analyze`
-plus a "check" object (`CheckRun.to_dict`); text, JUnit XML and GitHub workflow-command
-annotations are written by `nagleprobe.check_output`.
+never hides the verdict on the others. A verdict keeps its flows as columns
+(`check_table`), so a capture of a million stalled connections costs about what its analysis
+does. The results render as the JSON document of `analyze` plus a "check" object, written in
+pieces from the report as `analyze` writes its own (`CheckRun.json_pieces`); text, JUnit XML
+and GitHub workflow-command annotations are written by `nagleprobe.check_output`.
 """
 
 from __future__ import annotations
