@@ -71,7 +71,10 @@ def run(cmd: list[str]) -> dict:
 # stall-dense: only conversations in which every request stalls (19 stalls in 107 packets
 # each), so stall events are about a sixth of the packets (issue 35's workload)
 STALLED_SOURCES = ["samples/echo_split_lo.pcap", "samples/server_split_lo.pcap"]
-WORKLOADS = {"mix": DEFAULT_SOURCES, "stall-dense": STALLED_SOURCES}
+# one-stall: the one stalled request of excerpt_echo_split_lo (6 packets, no handshake) as
+# many short connections (bench_check.py's capture)
+WORKLOADS = {"mix": DEFAULT_SOURCES, "stall-dense": STALLED_SOURCES,
+             "one-stall": ["samples/excerpt_echo_split_lo.pcap"]}
 
 
 def capture(n: int, every_ms: float, workload: str = "mix") -> Path:

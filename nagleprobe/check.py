@@ -4,9 +4,11 @@ The budget (`nagleprobe.budget`) comes from `[tool.nagleprobe.check]` in the nea
 pyproject.toml, overridden by command-line options; with no limit set at all it allows no
 stall. Many captures are checked
 in parallel, one process per core, and each gets its own verdict, so one unreadable file
-never hides the verdict on the others. The results render as the JSON document of `analyze`
-plus a "check" object (`CheckRun.to_dict`); text, JUnit XML and GitHub workflow-command
-annotations are written by `nagleprobe.check_output`.
+never hides the verdict on the others. A verdict keeps its flows as columns
+(`check_table`), so a capture of a million stalled connections costs about what its analysis
+does. The results render as the JSON document of `analyze` plus a "check" object, written in
+pieces from the report as `analyze` writes its own (`CheckRun.json_pieces`); text, JUnit XML
+and GitHub workflow-command annotations are written by `nagleprobe.check_output`.
 """
 
 from __future__ import annotations
@@ -17,21 +19,26 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from . import advice
+from .advice import FIX_FIELDS
 from .budget import Budget, budget_from_mapping, find_pyproject, load_budget  # noqa: F401 (API)
 from .columns import take
 from .compare import Baseline
 from .errors import BudgetError, CaptureError, ExitStatus, printable, utf8_safe  # noqa: F401 (API)
 from .fileset import CAPTURE_SUFFIXES, Target, expand_targets, set_name  # noqa: F401 (API)
 from .humanize import plural, short_number
-from .json_report import stall_docs
+from .check_table import EVIDENCE_COLUMNS, EVIDENCE_ROWS, FlowTable, FlowVerdict, FlowViews
+from .json_report import FLOWS_PER_PIECE
+from .jsonrows import Program, encode
 from .read import URL_TIMEOUT_S, url_scheme
 from .read.clock import UNRESOLVED_NS, duration
 from .selection import confident, flow_mask
+from .tables import rows_of
 
-EVIDENCE_ROWS = 20  # stalls kept per failing flow for the text, JUnit and annotations
 CLEAN_FLOW_CASES = 1000  # flows without counted stalls listed one by one (JUnit), per capture
 VERDICT_WORDS = {ExitStatus.OK: "PASS", ExitStatus.STALLS_FOUND: "FAIL",
                  ExitStatus.EMPTY: "EMPTY", ExitStatus.UNRESOLVED: "UNRESOLVED",
@@ -48,33 +55,6 @@ SEVERITY = (ExitStatus.OK, ExitStatus.STALLS_FOUND, ExitStatus.EMPTY, ExitStatus
 
 # ------------------------------------------------------------------------------- verdicts
 @dataclass
-class FlowVerdict:
-    """One selected flow of a capture held against the budget."""
-
-    id: int
-    client: str
-    server: str
-    stalls: int  # counted (confidence >= min_confidence)
-    stall_ms: float
-    lost_share_pct: float
-    duration_s: float
-    passed: bool = True
-    reasons: list[str] = field(default_factory=list)
-    fix: dict[str, Any] | None = None
-    evidence: list[dict[str, Any]] = field(default_factory=list)  # first EVIDENCE_ROWS stalls
-
-    @property
-    def name(self) -> str:
-        return f"flow {self.id} {self.client} -> {self.server}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "client": self.client, "server": self.server,
-                "status": "pass" if self.passed else "fail", "stalls": self.stalls,
-                "stall_ms": self.stall_ms, "lost_share_pct": self.lost_share_pct,
-                "reasons": list(self.reasons)}
-
-
-@dataclass
 class CaptureVerdict:
     """One capture held against the budget, or the reason it could not be."""
 
@@ -82,7 +62,8 @@ class CaptureVerdict:
     status: ExitStatus
     reasons: list[str] = field(default_factory=list)
     error: str | None = None
-    flows: list[FlowVerdict] = field(default_factory=list)  # selected flows with stalls
+    # selected flows with stalls: given, or views of `table` (the verdict's columns)
+    flows: Sequence[FlowVerdict] = field(default_factory=list)
     clean_flows: list[tuple[int, str, str]] = field(default_factory=list)  # up to the cap
     flows_total: int = 0
     flows_selected: int = 0
@@ -90,7 +71,6 @@ class CaptureVerdict:
     stall_ms: float = 0.0
     ignored_stalls: int = 0  # below min_confidence, in selected flows
     seconds: float = 0.0
-    document: dict[str, Any] | None = None  # the analyze JSON document, when asked for
     warnings: list[str] = field(default_factory=list)  # the capture's warnings' texts
     fixes: list[dict[str, Any]] = field(default_factory=list)  # of the failing flows, one
     # per endpoint to change (advice.fix_groups of the counted stalls)
@@ -98,60 +78,148 @@ class CaptureVerdict:
     # the report's flows, stalls and endpoints as numpy columns (`Report.columns`), when
     # asked for (`analyze_many`, which makes one table of each from every capture's columns)
     tables: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    table: FlowTable | None = field(default=None, repr=False, compare=False)
+    # the analyze document, when asked for: written from the report while this process
+    # holds it, else its text (what crosses to another process), else as a dict once read
+    _report: Any = field(default=None, repr=False, compare=False)
+    _document_text: str | None = field(default=None, repr=False, compare=False)
+    _document: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    # what `fixes` is made of until it is read (only the text verdict and callers read it)
+    _fix_source: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.fixes  # made here: its source is the report's tables
+        state = dict(self.__dict__)
+        if state["_report"] is not None:  # never the report itself: its segments are big
+            state["_document_text"], state["_report"] = state["_report"].to_json(), None
+        return state
 
     @property
     def passed(self) -> bool:
         return self.status == ExitStatus.OK
 
     @property
-    def failing_flows(self) -> list[FlowVerdict]:
-        return [f for f in self.flows if not f.passed]
+    def document(self) -> dict[str, Any] | None:
+        """The analyze JSON document, when asked for (`check_capture(with_document=True)`)."""
+        if self._document is None and (self._report is not None or self._document_text):
+            self._document = json.loads(self._document_text or self._report.to_json())
+            self._report = self._document_text = None
+        return self._document
+
+    @document.setter
+    def document(self, doc: dict[str, Any] | None) -> None:
+        self._document, self._report, self._document_text = doc, None, None
+
+    def flow_table(self) -> FlowTable:
+        """The selected flows with stalls as columns (`table`, or made from `flows`)."""
+        return self.table if self.table is not None else FlowTable.of(list(self.flows))
+
+    @property
+    def failing_flows(self) -> Sequence[FlowVerdict]:
+        if self.table is None:
+            return [f for f in self.flows if not f.passed]
+        return FlowViews(self.table, np.flatnonzero(~self.table.passed))
 
     def to_dict(self) -> dict[str, Any]:
         """The "check" object added to the capture's analyze document."""
-        return {"status": STATUS_NAMES[self.status], "exit_status": int(self.status),
-                "reasons": list(self.reasons),
-                "error": utf8_safe(self.error) if self.error is not None else None,
-                "flows_selected": self.flows_selected, "stalls": self.stalls,
-                "stall_ms": self.stall_ms, "ignored_stalls": self.ignored_stalls,
-                "flows": [f.to_dict() for f in self.flows], "warnings": list(self.warnings)}
+        return json.loads("".join(self.check_pieces()))
+
+    def check_pieces(self) -> Iterator[str]:
+        """The "check" object's compact JSON text, its flows written from their columns."""
+        head = json.dumps(
+            {"status": STATUS_NAMES[self.status], "exit_status": int(self.status),
+             "reasons": list(self.reasons),
+             "error": utf8_safe(self.error) if self.error is not None else None,
+             "flows_selected": self.flows_selected, "stalls": self.stalls,
+             "stall_ms": self.stall_ms, "ignored_stalls": self.ignored_stalls,
+             "flows": [], "warnings": list(self.warnings)},
+            separators=(",", ":"), allow_nan=False)
+        before, after = head.split('"flows":[]', 1)
+        t = self.flow_table()
+        rows = flow_program(t)
+        yield before + '"flows":['
+        for a in range(0, len(t), FLOWS_PER_PIECE):
+            yield ("," if a else "") + rows.render(a, min(a + FLOWS_PER_PIECE, len(t)))
+        yield "]" + after
+
+    def json_pieces(self) -> Iterator[str]:
+        """The capture's analyze document (or only its path) with the "check" object added,
+        as compact JSON text in pieces."""
+        if self._document is not None:
+            pieces: Iterable[str] = [json.dumps(self._document, separators=(",", ":"),
+                                                allow_nan=False)]
+        elif self._report is not None:
+            pieces = self._report.json_pieces()
+        else:
+            pieces = [self._document_text or json.dumps({"capture": {"path": utf8_safe(self.path)}},
+                                                        separators=(",", ":"))]
+        last = None
+        for piece in pieces:
+            if last:
+                yield last
+            last = piece
+        assert last and last.endswith("}")
+        yield last[:-1] + (',"check":' if last[:-1] != "{" else '"check":')
+        yield from self.check_pieces()
+        yield "}"
+
+
+def _fixes(v: CaptureVerdict) -> list[dict[str, Any]]:
+    if v._fix_source is not None:
+        v.__dict__["fixes"], v._fix_source = advice.fix_groups(*v._fix_source), None
+    return v.__dict__["fixes"]
+
+
+def _set_fixes(v: CaptureVerdict, fixes: list[dict[str, Any]]) -> None:
+    v.__dict__["fixes"], v.__dict__["_fix_source"] = fixes, None
+
+
+# `fixes` (a field: given, or made by `evaluate`) is made from its source when first read
+CaptureVerdict.fixes = property(_fixes, _set_fixes)  # type: ignore[assignment]
 
 
 def evaluate(report: Any, budget: Budget, path: str | None = None,
              baseline: Baseline | None = None) -> CaptureVerdict:
     """Hold a `Report` against a budget: which selected flows fail, and why; with a
-    `baseline` (the budget's), also whether it is worse than that report."""
-    fl, st = report.flows, report.stalls
+    `baseline` (the budget's), also whether it is worse than that report. Works on the
+    report's columns: no object per flow or stall."""
+    fl, st = report.columns("flows"), report.columns("stalls")
     # the selection of `analyze --port/--host/--min-confidence` and `Report.select`
-    chosen = fl["id"].to_numpy()[flow_mask(fl, budget.ports, budget.hosts)].tolist()
-    in_sel = st[st["flow"].isin(chosen)]
-    counted = in_sel[confident(in_sel, budget.min_confidence)]
-    by_flow = {int(i): rows for i, rows in counted.groupby("flow")}
-    evidence = _evidence(counted, EVIDENCE_ROWS)
+    chosen = flow_mask(fl, budget.ports, budget.hosts)
+    stall_rows = rows_of(fl, st["flow"])
+    in_sel = chosen[stall_rows]
+    sure = confident(st, budget.min_confidence)
+    counted = np.flatnonzero(in_sel & sure)
+    # counted stalls grouped by flow, each flow's in table order
+    counted = counted[np.argsort(stall_rows[counted], kind="stable")]
+    rows, starts, n = np.unique(stall_rows[counted], return_index=True, return_counts=True)
     v = CaptureVerdict(path=path or report.capture["path"], status=ExitStatus.OK,
-                       flows_total=len(fl), flows_selected=len(chosen),
-                       ignored_stalls=len(in_sel) - len(counted), stalls=len(counted))
-
-    docs = {d["id"]: d for d in report.flow_docs(sorted(by_flow))} if by_flow else {}
-    share_failures = 0
-    for i in chosen:
-        if i not in by_flow:
-            if len(v.clean_flows) < CLEAN_FLOW_CASES:
-                v.clean_flows.append((i, str(fl["client"].iat[i]), str(fl["server"].iat[i])))
-            continue
-        d, rows = docs[i], by_flow[i]
-        ms = round(float(rows["delay_ms"].sum()), 3)
-        share = round(100 * ms / 1e3 / d["duration_s"], 2) if d["duration_s"] > 0 else 0.0
-        fv = FlowVerdict(id=i, client=d["client"], server=d["server"], stalls=len(rows),
-                         stall_ms=ms, lost_share_pct=share, duration_s=d["duration_s"],
-                         fix=d["fix"], evidence=evidence[i])
-        if budget.max_lost_share is not None and share > budget.max_lost_share:
-            fv.passed = False
-            fv.reasons.append(f"{short_number(share)}% of the flow lost to stalls, budget "
-                              f"{short_number(budget.max_lost_share)}%")
-            share_failures += 1
-        v.flows.append(fv)
-    v.stall_ms = round(sum(f.stall_ms for f in v.flows), 3)
+                       flows_total=len(fl["id"]), flows_selected=int(chosen.sum()),
+                       ignored_stalls=int(in_sel.sum()) - len(counted), stalls=len(counted))
+    # each flow's sum as pandas sums a group (numpy's pairwise sum of its run of values),
+    # rounded as Python rounds, so the figures are those of the flow's own rows
+    sums = np.add.reduceat(st["delay_ms"][counted], starts) if len(counted) else np.zeros(0)
+    ms = [round(x, 3) for x in sums.tolist()]
+    dur = fl["duration_s"][rows]
+    share = [round(100 * m / 1e3 / d, 2) if d > 0 else 0.0 for m, d in zip(ms, dur.tolist())]
+    share_a = np.array(share, dtype=float)
+    share_failed = (share_a > budget.max_lost_share if budget.max_lost_share is not None
+                    else np.zeros(len(rows), dtype=bool))
+    first = np.arange(len(counted)) - np.repeat(starts, n) < EVIDENCE_ROWS
+    t = FlowTable(id=fl["id"][rows], client=fl["client"][rows], server=fl["server"][rows],
+                  stalls=n.astype(np.int64), stall_ms=np.array(ms, dtype=float),
+                  lost_share_pct=share_a, duration_s=dur.astype(float),
+                  share_failed=share_failed,
+                  fix={k: fl[f"fix_{k}"][rows] for k in FIX_FIELDS},
+                  evidence={k: st[k][counted[first]] for k in EVIDENCE_COLUMNS},
+                  evidence_offsets=np.r_[0, np.cumsum(np.minimum(n, EVIDENCE_ROWS))],
+                  max_lost_share=budget.max_lost_share)
+    v.table, v.flows = t, FlowViews(t)
+    clean = np.flatnonzero(chosen & (np.bincount(rows, minlength=len(chosen)) == 0)
+                           )[:CLEAN_FLOW_CASES]
+    v.clean_flows = list(zip(fl["id"][clean].tolist(), map(str, fl["client"][clean]),
+                             map(str, fl["server"][clean])))
+    v.stall_ms = round(sum(ms), 3)
 
     limit = budget.stall_limit
     if limit is not None and v.stalls > limit:
@@ -161,25 +229,24 @@ def evaluate(report: Any, budget: Budget, path: str | None = None,
                          f"{short_number(budget.max_stall_ms)} ms")
     worse = baseline.regressions(report) if baseline is not None else []
     v.reasons += [f"worse than the baseline {baseline.path}: {w}" for w in worse]
-    if v.reasons:  # over a capture-wide limit: every flow with counted stalls adds to it
-        for f in v.flows:
-            f.passed = False
-            f.reasons[:0] = [f"capture: {r}" for r in v.reasons]
+    # over a capture-wide limit: every flow with counted stalls adds to it
+    t.capture_reasons = list(v.reasons)
+    share_failures = int(share_failed.sum())
     if share_failures:
         v.reasons.append(f"{share_failures} flow{plural(share_failures)} over the "
                          f"{short_number(budget.max_lost_share)}% lost-share budget")
     if worse:
         v.status = ExitStatus.STALLS_FOUND
-    if v.failing_flows:
+    failing = t.id[~t.passed]
+    if len(failing):
         v.status = ExitStatus.STALLS_FOUND
-        counted_rows = take(report.columns("stalls"), confident(st, budget.min_confidence))
-        v.fixes = advice.fix_groups(report.columns("flows"), counted_rows,
-                                    report.columns("endpoints"),
-                                    [f.id for f in v.failing_flows])
-    if not chosen and not budget.allow_empty:
+        sure_rows = st if sure.all() else take(st, sure)  # no copy of every stall
+        v._fix_source = (fl, sure_rows, report.columns("endpoints"), failing)
+    if not chosen.any() and not budget.allow_empty:
+        nf = len(fl["id"])
         v.status = ExitStatus.EMPTY
-        v.reasons.append("no TCP flow in the capture" if not len(fl) else
-                         f"none of its {len(fl)} TCP flow{plural(len(fl))} selected by "
+        v.reasons.append("no TCP flow in the capture" if not nf else
+                         f"none of its {nf} TCP flow{plural(nf)} selected by "
                          f"{_selection(budget)}")
     step = report.capture.get("time_step_ns")
     if v.status == ExitStatus.OK and step is not None and step >= UNRESOLVED_NS:
@@ -200,17 +267,16 @@ def _selection(budget: Budget) -> str:
     return " and ".join(parts)
 
 
-def _evidence(stalls: Any, limit: int) -> dict[int, list[dict[str, Any]]]:
-    """Per flow, its first `limit` stalls in the JSON shape of `analyze`'s stalls (sender,
-    delay, frames, times, confidence), all flows in one pass (no pandas row access per
-    flow)."""
-    from .dataframes import columns_of
-
-    rows = columns_of(stalls.groupby("flow", sort=False).head(limit))
-    out: dict[int, list[dict[str, Any]]] = {}
-    for flow, doc in zip(rows["flow"].tolist(), stall_docs(rows, ("sender", "delay_ms"))):
-        out.setdefault(flow, []).append(doc)
-    return out
+def flow_program(t: FlowTable) -> Program:
+    """One flow verdict per row of `t`, as the "check" object's "flows"."""
+    codes, lists = t.reason_lists()
+    status = np.where(t.passed, "pass", "fail").astype(object)
+    return Program().obj([
+        ("id", lambda p: p.value(t.id)), ("client", lambda p: p.text(t.client)),
+        ("server", lambda p: p.text(t.server)), ("status", lambda p: p.text(status)),
+        ("stalls", lambda p: p.value(t.stalls)), ("stall_ms", lambda p: p.value(t.stall_ms)),
+        ("lost_share_pct", lambda p: p.value(t.lost_share_pct)),
+        ("reasons", lambda p: p.coded(codes, [encode(x) for x in lists]))])
 
 
 def check_capture(path: str | list[str], budget: Budget, with_document: bool = False,
@@ -233,10 +299,11 @@ def check_capture(path: str | list[str], budget: Budget, with_document: bool = F
         report = analyze(files, strict=strict, url_timeout=url_timeout)
         v = evaluate(report, budget, path, baseline)
         v.packets = int(report.capture.get("packets", 0))
-        if with_document:
-            v.document = json.loads(report.to_json())
+        if with_document:  # written when asked for (`json_pieces`, `document`)
+            v._report = report
         if with_tables:
-            v.tables = {name: report.columns(name) for name in ("flows", "stalls", "endpoints")}
+            v.tables = {name: report.table_columns(name)
+                        for name in ("flows", "stalls", "endpoints")}
     except CaptureError as e:
         v = CaptureVerdict(path=path, status=ExitStatus.BAD_CAPTURE, error=str(e))
     except MemoryError:
@@ -274,17 +341,24 @@ class CheckRun:
 
     def to_dict(self) -> dict[str, Any]:
         """{"budget", "config", "passed", "exit_status", "captures": [analyze doc + check]}."""
-        caps = []
-        for v in self.verdicts:
-            doc = dict(v.document) if v.document else {"capture": {"path": utf8_safe(v.path)}}
-            doc["check"] = v.to_dict()
-            caps.append(doc)
-        config = utf8_safe(self.config) if self.config else self.config
-        return {"budget": self.budget.to_dict(), "config": config, "passed": self.passed,
-                "exit_status": int(self.status), "captures": caps}
+        return json.loads(self.to_json())
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
+        return "".join(self.json_pieces())
+
+    def json_pieces(self) -> Iterator[str]:
+        """`to_json`'s text in pieces: each capture's document streamed from its report."""
+        config = utf8_safe(self.config) if self.config else self.config
+        head = json.dumps({"budget": self.budget.to_dict(), "config": config,
+                           "passed": self.passed, "exit_status": int(self.status),
+                           "captures": []}, separators=(",", ":"), allow_nan=False)
+        assert head.endswith('"captures":[]}')
+        yield head[:-2]
+        for j, v in enumerate(self.verdicts):
+            if j:
+                yield ","
+            yield from v.json_pieces()
+        yield "]}"
 
 
 def run_check(targets: Sequence[Target | str], budget: Budget, jobs: int | None = None,

@@ -3,9 +3,14 @@ Actions annotations (the JSON document is `CheckRun.to_dict`)."""
 
 from __future__ import annotations
 
-from xml.etree import ElementTree as ET
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any
 
-from .check import VERDICT_WORDS, CaptureVerdict, CheckRun, FlowVerdict
+import numpy as np
+
+from .check import VERDICT_WORDS, CaptureVerdict, CheckRun
+from .check_table import EVIDENCE_COLUMNS, FlowTable, FlowVerdict
 from .errors import ExitStatus, printable, printable_lines
 from .humanize import counted, flow_list, human_count, human_ms, plural
 
@@ -14,6 +19,12 @@ ANNOTATIONS = 10  # GitHub shows at most 10 error and 10 warning annotations per
 TEXT_WARNINGS = 5  # capture warnings shown per capture in the text verdict
 # the JUnit failure type of a capture that did not pass for want of evidence, not for stalls
 FAILURE_TYPES = {ExitStatus.EMPTY: "EmptyCapture", ExitStatus.UNRESOLVED: "UnresolvedTimes"}
+CASES_PER_PIECE = 2000  # flow test cases per piece of the JUnit text
+EVIDENCE_HEAD = ("evidence (Wireshark frame numbers; s since the first packet): sender, small "
+                 "segment S1, late pure ACK, released S2, stall ms, confidence")
+# what ElementTree writes for these characters in attribute values (the first three: in text)
+_ATTR_REFS = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\r", "&#13;"),
+              ("\n", "&#10;"), ("\t", "&#09;"))
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -40,15 +51,16 @@ def render_text(run: CheckRun) -> str:
         why = f" [{'; '.join(v.reasons)}]" if v.reasons else ""
         lines.append(f"{word} {printable(v.path)}: {found} in {sel}{extra}{why}")
         lines += _warning_lines(v)
-        worst = sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id))
-        for f in worst[:TEXT_FLOWS]:
+        t = v.flow_table()
+        worst = t.worst_order()
+        for f in map(t.verdict, worst[:TEXT_FLOWS].tolist()):
             state = f"over budget: {'; '.join(f.reasons)}" if not f.passed else "within budget"
             lines.append(f"  {f.name}: {counted(f.stalls, 'stall')}, "
                          f"{human_ms(f.stall_ms)} = "
                          f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s ({state})")
         if len(worst) > TEXT_FLOWS:
             rest = worst[TEXT_FLOWS:]
-            over = sum(not f.passed for f in rest)
+            over = int((~t.passed[rest]).sum())
             lines.append(f"  ... {counted(len(rest), 'more flow')} with stalls "
                          f"({human_count(over)} over budget); "
                          f"--junit and --format json list them all")
@@ -85,137 +97,186 @@ def _warning_lines(v: CaptureVerdict) -> list[str]:
 
 def flow_evidence_text(f: FlowVerdict) -> str:
     """A flow's stalls for people: budget reasons, the fix and the stall frames."""
-    lines = [f"{f.name}: {f.stalls} stall{plural(f.stalls)}, {f.stall_ms:.1f} ms lost = "
-             f"{f.lost_share_pct:.1f}% of {f.duration_s:.3f} s"]
-    lines += [f"over budget: {r}" for r in f.reasons]
-    if f.fix:
-        lines.append(f"held: {f.fix['side']} {f.fix['endpoint']}")
-        lines.append(f"fix ({f.fix['action']}): {f.fix['text']}")
-    lines.append("evidence (Wireshark frame numbers; s since the first packet): "
-                 "sender, small segment S1, late pure ACK, released S2, stall ms, confidence")
-    for s in f.evidence:
-        fr, t = s["frames"], s["times"]
-        lines.append(f"  {s['sender']} #{fr['small']} {t['small']:.6f}  #{fr['ack']} "
-                     f"{t['ack']:.6f}  #{fr['released']} {t['released']:.6f}  "
-                     f"{s['delay_ms']:.1f} ms  {s['confidence']:.2f}")
-    if f.stalls > len(f.evidence):
-        lines.append(f"  ... {f.stalls - len(f.evidence)} more (nagleprobe analyze lists all)")
-    return "\n".join(lines)
+    return _evidence_texts(FlowTable.of([f]), 0, 1, [f.reasons])[0]
 
 
 def render_junit(run: CheckRun) -> str:
     """JUnit XML: a test suite per capture, a test case for the capture and for each flow."""
-    root = ET.Element("testsuites", name="nagleprobe check")
-    total = {"tests": 0, "failures": 0, "errors": 0}
-    for v in run.verdicts:
-        suite = ET.SubElement(root, "testsuite", name=v.path)
-        cases = []
-        capture_case = ET.Element("testcase", name="capture", classname=_classname(v.path),
-                                  time=_secs(v.seconds))
-        cases.append(capture_case)
-        if v.error:
-            kind = "UnreadableCapture" if v.status == ExitStatus.BAD_CAPTURE else "InternalError"
-            ET.SubElement(capture_case, "error", message=v.error, type=kind).text = v.error
+    return "".join(junit_pieces(run))
+
+
+def junit_pieces(run: CheckRun) -> Iterator[str]:
+    """`render_junit`'s text in pieces, a test case at a time, written as ElementTree writes
+    the same tree indented (`ET.indent`): each attribute and text through `printable`."""
+    counts = [_suite_counts(v) for v in run.verdicts]
+    total = {k: sum(c[k] for c in counts) for k in ("tests", "failures", "errors")}
+    root = _tag("testsuites", name="nagleprobe check", **total)
+    yield '<?xml version="1.0" encoding="UTF-8"?>\n'
+    if not run.verdicts:
+        yield root + " />\n"
+        return
+    yield root + ">"
+    for v, c in zip(run.verdicts, counts):
+        yield "\n  " + _tag("testsuite", name=v.path, **c, time=_secs(v.seconds)) + ">"
+        yield from _suite_children(run, v)
+        yield "\n  </testsuite>"
+    yield "\n</testsuites>\n"
+
+
+def _suite_counts(v: CaptureVerdict) -> dict[str, int]:
+    """A suite's tests, failures and errors: the capture's case and one per flow listed."""
+    if v.error:
+        return {"tests": 1, "failures": 0, "errors": 1}
+    return {"tests": 1 + len(v.flows) + len(v.clean_flows),
+            "failures": int(bool(v.reasons)) + int((~v.flow_table().passed).sum()),
+            "errors": 0}
+
+
+def _suite_children(run: CheckRun, v: CaptureVerdict) -> Iterator[str]:
+    """A suite's elements, each on a line of its own: the count of flows not listed, the
+    capture's test case, then a case per flow."""
+    ind, inner = "\n    ", "\n      "
+    cls = _attr(_classname(v.path))
+    if not v.error and v.flows_selected - len(v.flows) > len(v.clean_flows):
+        more = v.flows_selected - len(v.flows) - len(v.clean_flows)
+        yield ind + _leaf("system-out", f"{more} more selected flows without stalls are "
+                                        "not listed")
+    case = f'{ind}<testcase name="capture" classname="{cls}" time="{_secs(v.seconds)}">'
+    if v.error:
+        kind = "UnreadableCapture" if v.status == ExitStatus.BAD_CAPTURE else "InternalError"
+        yield case + inner + _leaf("error", v.error, message=v.error, type=kind) + ind + \
+            "</testcase>"
+        return
+    parts, t = [case], v.flow_table()
+    if v.reasons:
+        if v.status == ExitStatus.EMPTY:
+            text = ("no TCP flow was checked: a wrong interface, port or filter when "
+                    "recording? (--allow-empty permits this)")
+        elif v.status == ExitStatus.UNRESOLVED:
+            text = ("the capture's time stamps are too coarse to show a stall: record with "
+                    "microsecond time stamps (tcpdump's default)")
         else:
-            if v.reasons:
-                empty = v.status == ExitStatus.EMPTY
-                failure = ET.SubElement(capture_case, "failure", message="; ".join(v.reasons),
-                                        type=FAILURE_TYPES.get(v.status, "NagleStallBudget"))
-                failure.text = "\n".join(
-                    f"{f.name}: {f.stalls} stall{plural(f.stalls)}, {f.stall_ms:.1f} ms; held: "
-                    f"{f.fix['side']} {f.fix['endpoint']}; fix: {f.fix['action']}"
-                    if f.fix else f"{f.name}: {f.stalls} stall{plural(f.stalls)}"
-                    for f in v.failing_flows)
-                if empty:
-                    failure.text = ("no TCP flow was checked: a wrong interface, port or filter "
-                                    "when recording? (--allow-empty permits this)")
-                elif v.status == ExitStatus.UNRESOLVED:
-                    failure.text = ("the capture's time stamps are too coarse to show a stall: "
-                                    "record with microsecond time stamps (tcpdump's default)")
-            out = ET.SubElement(capture_case, "system-out")
-            out.text = (f"{v.stalls} counted stalls, {v.stall_ms:.1f} ms, in "
-                        f"{v.flows_selected} of {v.flows_total} flows; budget: "
-                        f"{run.budget.describe()}")
-            if v.warnings:
-                ET.SubElement(capture_case, "system-err").text = "\n".join(
-                    f"warning: {w}" for w in v.warnings)
-            for f in v.flows:
-                case = ET.Element("testcase", name=f.name, classname=_classname(v.path),
-                                  time="0")
-                if not f.passed:
-                    fail = ET.SubElement(case, "failure", message="; ".join(f.reasons),
-                                         type="NagleStall")
-                    fail.text = flow_evidence_text(f)
-                else:
-                    ET.SubElement(case, "system-out").text = flow_evidence_text(f)
-                cases.append(case)
-            for i, c, s in v.clean_flows:
-                cases.append(ET.Element("testcase", name=f"flow {i} {c} -> {s}",
-                                        classname=_classname(v.path), time="0"))
-            if v.flows_selected - len(v.flows) > len(v.clean_flows):
-                more = v.flows_selected - len(v.flows) - len(v.clean_flows)
-                ET.SubElement(suite, "system-out").text = (
-                    f"{more} more selected flows without stalls are not listed")
-        counts = {"tests": len(cases),
-                  "failures": sum(1 for c in cases if c.find("failure") is not None),
-                  "errors": sum(1 for c in cases if c.find("error") is not None)}
-        for k, n in counts.items():
-            suite.set(k, str(n))
-            total[k] += n
-        suite.set("time", _secs(v.seconds))
-        suite.extend(cases)
-    for k, n in total.items():
-        root.set(k, str(n))
-    _printable_tree(root)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") \
-        + "\n"
+            text = "\n".join(_failure_lines(t, np.flatnonzero(~t.passed)))
+        parts.append(inner + _leaf("failure", text, message="; ".join(v.reasons),
+                                   type=FAILURE_TYPES.get(v.status, "NagleStallBudget")))
+    parts.append(inner + _leaf("system-out", f"{v.stalls} counted stalls, {v.stall_ms:.1f} ms, "
+                                             f"in {v.flows_selected} of {v.flows_total} flows; "
+                                             f"budget: {run.budget.describe()}"))
+    if v.warnings:
+        parts.append(inner + _leaf("system-err", "\n".join(f"warning: {w}" for w in v.warnings)))
+    yield "".join(parts) + ind + "</testcase>"
+    passed = t.passed.tolist()
+    codes, lists = t.reason_lists()
+    codes = codes.tolist()
+    messages = [_attr("; ".join(x)) for x in lists]
+    for a in range(0, len(t), CASES_PER_PIECE):
+        b = min(a + CASES_PER_PIECE, len(t))
+        texts = _texts(_evidence_texts(t, a, b, [lists[c] for c in codes[a:b]]))
+        out = []
+        for r, name, text in zip(range(a, b), t.names(a, b), texts):
+            case = f'{ind}<testcase name="{_attr(name)}" classname="{cls}" time="0">{inner}'
+            if passed[r]:
+                out.append(f'{case}<system-out>{text}</system-out>{ind}</testcase>')
+            else:
+                out.append(f'{case}<failure message="{messages[codes[r]]}" type="NagleStall">'
+                           f'{text}</failure>{ind}</testcase>')
+        yield "".join(out)
+    for i, c, s in v.clean_flows:
+        yield f'{ind}<testcase name="{_attr(f"flow {i} {c} -> {s}")}" classname="{cls}" time="0" />'
+
+
+def _failure_lines(t: FlowTable, rows: np.ndarray) -> list[str]:
+    """The capture's failure text on these rows: the flow, its stalls and its fix."""
+    fix = [t.fix[k][rows].tolist() for k in ("side", "endpoint", "action")]
+    return [f"{name}: {n} stall{plural(n)}" if side is None else
+            f"{name}: {n} stall{plural(n)}, {ms:.1f} ms; held: {side} {end}; fix: {act}"
+            for name, n, ms, side, end, act in zip(t.names(rows=rows), t.stalls[rows].tolist(),
+                                                   t.stall_ms[rows].tolist(), *fix)]
+
+
+def _evidence_texts(t: FlowTable, a: int, b: int, reasons: list[list[str]]) -> list[str]:
+    """`flow_evidence_text` of rows a..b-1 of a flow table (`reasons`: each row's), from
+    its columns, read as Python values a slice at a time."""
+    n, ms, share, dur = (t.stalls[a:b].tolist(), t.stall_ms[a:b].tolist(),
+                         t.lost_share_pct[a:b].tolist(), t.duration_s[a:b].tolist())
+    side, endpoint, action, fix = (t.fix[k][a:b].tolist()
+                                   for k in ("side", "endpoint", "action", "text"))
+    lo, hi = int(t.evidence_offsets[a]), int(t.evidence_offsets[b])
+    off = (t.evidence_offsets[a:b + 1] - lo).tolist()
+    e = [t.evidence[k][lo:hi].tolist() for k in EVIDENCE_COLUMNS]
+    stalls = [f"  {s} #{f1} {t1:.6f}  #{f2} {t2:.6f}  #{f3} {t3:.6f}  {d:.1f} ms  {c:.2f}"
+              for s, d, f1, f2, f3, t1, t2, t3, c in zip(*e)]
+    out = []
+    for i, name in enumerate(t.names(a, b)):
+        lines = [f"{name}: {n[i]} stall{plural(n[i])}, {ms[i]:.1f} ms lost = "
+                 f"{share[i]:.1f}% of {dur[i]:.3f} s"]
+        lines += [f"over budget: {x}" for x in reasons[i]]
+        if side[i] is not None:
+            lines.append(f"held: {side[i]} {endpoint[i]}")
+            lines.append(f"fix ({action[i]}): {fix[i]}")
+        lines.append(EVIDENCE_HEAD)
+        lines += stalls[off[i]:off[i + 1]]
+        if n[i] > off[i + 1] - off[i]:
+            lines.append(f"  ... {n[i] - (off[i + 1] - off[i])} more (nagleprobe analyze lists all)")
+        out.append("\n".join(lines))
+    return out
 
 
 def render_github(run: CheckRun) -> str:
     """GitHub Actions workflow commands: an error per failing flow, unreadable, empty or
     unresolved capture, a warning per flow whose stalls the budget tolerates and per warning
-    of a capture."""
+    of a capture. GitHub shows ANNOTATIONS of each kind: the rest are counted, not written."""
     found: dict[str, list[str]] = {"error": [], "warning": []}
+    count = {"error": 0, "warning": 0}
+
+    def add(kind: str, lines: Iterable[str], n: int) -> None:
+        found[kind] += islice(lines, max(0, ANNOTATIONS - len(found[kind])))
+        count[kind] += n
+
     for v in run.verdicts:
         if v.error:
             title = ("nagleprobe: unreadable capture" if v.status == ExitStatus.BAD_CAPTURE
                      else "nagleprobe: internal error")
-            found["error"].append(_workflow_command("error", v.path, title,
-                                                    printable(v.error)))
+            add("error", [_workflow_command("error", v.path, title, printable(v.error))], 1)
             continue
-        for w in v.warnings:
-            found["warning"].append(_workflow_command("warning", v.path,
-                                                      "nagleprobe: damaged capture", w))
+        add("warning", (_workflow_command("warning", v.path, "nagleprobe: damaged capture", w)
+                        for w in v.warnings), len(v.warnings))
         if v.status == ExitStatus.EMPTY:
-            found["error"].append(_workflow_command(
+            add("error", [_workflow_command(
                 "error", v.path, "nagleprobe: nothing checked",
                 f"{'; '.join(v.reasons)}: a wrong interface, port or filter when recording? "
-                f"(--allow-empty permits this)"))
+                f"(--allow-empty permits this)")], 1)
         if v.status == ExitStatus.UNRESOLVED:
-            found["error"].append(_workflow_command(
+            add("error", [_workflow_command(
                 "error", v.path, "nagleprobe: time stamps too coarse",
-                f"{'; '.join(v.reasons)}: no stall found proves nothing"))
-        for f in sorted(v.flows, key=lambda f: (f.passed, -f.stall_ms, f.id)):
-            msg = (f"{f.stalls} Nagle/delayed-ACK stall{plural(f.stalls)}, {f.stall_ms:.1f} ms "
-                   f"lost ({f.lost_share_pct:.1f}% of the flow)")
-            if f.reasons:
-                msg += f"; over budget: {'; '.join(f.reasons)}"
-            if f.fix:
-                msg += f"\nFix: {f.fix['text']}"
-            kind = "warning" if f.passed else "error"
-            title = f"Nagle stall{'s' if f.stalls != 1 else ''} in {f.name}"
-            found[kind].append(_workflow_command(kind, v.path, title, msg))
+                f"{'; '.join(v.reasons)}: no stall found proves nothing")], 1)
+        t = v.flow_table()
+        worst = t.worst_order()
+        for kind, rows in (("error", worst[~t.passed[worst]]), ("warning", worst[t.passed[worst]])):
+            add(kind, (_flow_annotation(v.path, t.verdict(r)) for r in rows.tolist()), len(rows))
     lines = []
     for kind, found_lines in found.items():
-        if len(found_lines) > ANNOTATIONS:  # the rest would be dropped: say how many
-            more = len(found_lines) - ANNOTATIONS + 1
+        if count[kind] > ANNOTATIONS:  # the rest would be dropped: say how many
+            more = count[kind] - ANNOTATIONS + 1
             found_lines = found_lines[:ANNOTATIONS - 1] + [_workflow_command(
                 kind, run.verdicts[0].path, f"nagleprobe: {more} more",
                 f"{more} more {kind}s (GitHub shows {ANNOTATIONS} per step); the job log and "
                 f"--junit list them all")]
         lines += found_lines
     return "".join(line + "\n" for line in lines)
+
+
+def _flow_annotation(path: str, f: FlowVerdict) -> str:
+    """The workflow command on one flow with stalls: an error when it fails the budget."""
+    msg = (f"{f.stalls} Nagle/delayed-ACK stall{plural(f.stalls)}, {f.stall_ms:.1f} ms "
+           f"lost ({f.lost_share_pct:.1f}% of the flow)")
+    if f.reasons:
+        msg += f"; over budget: {'; '.join(f.reasons)}"
+    if f.fix:
+        msg += f"\nFix: {f.fix['text']}"
+    kind = "warning" if f.passed else "error"
+    title = f"Nagle stall{'s' if f.stalls != 1 else ''} in {f.name}"
+    return _workflow_command(kind, path, title, msg)
 
 
 def _workflow_command(kind: str, path: str, title: str, message: str) -> str:
@@ -230,14 +291,42 @@ def _workflow_command(kind: str, path: str, title: str, message: str) -> str:
 
 
 # ------------------------------------------------------------------------------- helpers
-def _printable_tree(root: ET.Element) -> None:
-    """Every attribute and text under `root` through `printable` (texts keep their line
-    feeds): file names and whatever a capture holds end up as escapes, never as characters
-    XML 1.0 forbids."""
-    for el in root.iter():
-        el.attrib = {k: printable(v) for k, v in el.attrib.items()}
-        if el.text:
-            el.text = printable_lines(el.text)
+def _attr(value: str) -> str:
+    """An attribute's value as ElementTree writes it, after `printable`."""
+    text = printable(value)
+    for ch, ref in _ATTR_REFS:
+        if ch in text:
+            text = text.replace(ch, ref)
+    return text
+
+
+def _text(value: str) -> str:
+    """An element's text as ElementTree writes it, after `printable_lines`."""
+    plain = value.isascii() and value.replace("\n", "").isprintable()
+    text = value if plain else printable_lines(value)
+    for ch, ref in _ATTR_REFS[:3]:
+        if ch in text:
+            text = text.replace(ch, ref)
+    return text
+
+
+def _texts(values: list[str]) -> list[str]:
+    """`_text` of each value, looked at all at once where none needs a change."""
+    every = "\n".join(values)
+    if every.isascii() and every.replace("\n", "").isprintable() and not any(
+            ch in every for ch, _ in _ATTR_REFS[:3]):
+        return values
+    return list(map(_text, values))
+
+
+def _tag(element: str, **attrs: Any) -> str:
+    """The opening of an element, its attributes in the order given (not closed)."""
+    return f"<{element}" + "".join(f' {k}="{_attr(str(v))}"' for k, v in attrs.items())
+
+
+def _leaf(element: str, text: str, **attrs: Any) -> str:
+    """An element without children (" />" when its text is empty, as ElementTree has it)."""
+    return _tag(element, **attrs) + (f">{_text(text)}</{element}>" if text else " />")
 
 
 def _classname(path: str) -> str:

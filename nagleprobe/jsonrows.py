@@ -104,7 +104,11 @@ class Program:
 
     def raw(self, fragments: Sequence[str]) -> Program:
         """Per row, JSON text written as it is."""
-        self.ops.append((TEXT, np.arange(len(fragments), dtype=np.int64), list(fragments)))
+        return self.coded(np.arange(len(fragments), dtype=np.int64), fragments)
+
+    def coded(self, codes: np.ndarray, fragments: Sequence[str]) -> Program:
+        """Per row r, the JSON text fragments[codes[r]] written as it is."""
+        self.ops.append((TEXT, np.ascontiguousarray(codes, dtype=np.int64), list(fragments)))
         return self
 
     def maybe(self, null: np.ndarray, build: Callable[[Program], object]) -> Program:

@@ -92,19 +92,23 @@ class Report:
 
     def _frame(self, name: str) -> pd.DataFrame:
         if name not in self._frames:
-            import pandas as pd
+            from .dataframes import table
 
-            from .dataframes import TEXT_DTYPE, table
-
-            frame = table(self._columns[name])
-            if name == "stalls":  # the held messages of the stalls read (`held`)
-                said = self.held().stalls
-                for k in STALL_KEYS:
-                    frame[k] = pd.Series([said[r][k] if r in said else None
-                                          for r in range(len(frame))], index=frame.index,
-                                         dtype=TEXT_DTYPE)
-            self._frames[name] = frame
+            self._frames[name] = table(self.table_columns(name))
         return self._frames[name]
+
+    def table_columns(self, name: str) -> Columns:
+        """The columns of the DataFrame `name` ("flows", "stalls", "endpoints"): `columns`
+        and, for the stalls, the held messages read (`held`: text, None where not read)."""
+        cols = self.columns(name)
+        if name != "stalls":
+            return cols
+        said, n = self.held().stalls, len(cols["flow"])
+        held = {k: np.full(n, None, dtype=object) for k in STALL_KEYS}
+        for r, doc in said.items():
+            for k in STALL_KEYS:
+                held[k][r] = doc[k]
+        return {**cols, **held}
 
     @property
     def flows(self) -> pd.DataFrame:

@@ -91,13 +91,17 @@ def endpoint_hits(col: pd.Series, ports: tuple[int, ...], nets: list
 
 def flow_mask(flows: pd.DataFrame, ports: Iterable[int] = (), hosts: Iterable[str] = ()
               ) -> np.ndarray:
-    """The flows (rows of a flows table) with an endpoint on one of `ports` and an endpoint
-    at one of `hosts`; empty lists select all."""
+    """The flows (rows of a flows table, or its columns) with an endpoint on one of `ports`
+    and an endpoint at one of `hosts`; empty lists select all."""
     ports, nets = tuple(int(p) for p in ports), networks(hosts)
-    port_any = np.zeros(len(flows), dtype=bool)
-    host_any = np.zeros(len(flows), dtype=bool)
+    n = len(flows[SIDES[0]])
+    if not ports and not nets:
+        return np.ones(n, dtype=bool)
+    import pandas as pd
+    port_any = np.zeros(n, dtype=bool)
+    host_any = np.zeros(n, dtype=bool)
     for side in SIDES:
-        p, h = endpoint_hits(flows[side], ports, nets)
+        p, h = endpoint_hits(pd.Series(flows[side], dtype=object), ports, nets)
         port_any |= p
         host_any |= h
     return port_any & host_any
@@ -106,8 +110,8 @@ def flow_mask(flows: pd.DataFrame, ports: Iterable[int] = (), hosts: Iterable[st
 def confident(stalls: pd.DataFrame, min_confidence: float | None) -> np.ndarray:
     """The stalls counted at this confidence floor (stalls below it are ignored)."""
     if not min_confidence:
-        return np.ones(len(stalls), dtype=bool)
-    return (stalls["confidence"] >= min_confidence).to_numpy()
+        return np.ones(len(stalls["confidence"]), dtype=bool)
+    return np.asarray(stalls["confidence"]) >= min_confidence
 
 
 def selected_stalls(client: np.ndarray, server: np.ndarray, confidence: np.ndarray,

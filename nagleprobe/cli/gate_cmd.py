@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from ..errors import ExitStatus, printable
-from ..output import discard_stdout, refuse_report_file, to_stdout, write_output
+from ..output import discard_stdout, open_output, refuse_report_file, to_stdout
 from ..read import URL_TIMEOUT_S
 from . import common
 from .common import DEBUG_OPTION, URL_TIMEOUT_OPTION, host_option, one_line_errors, print_notes
@@ -191,7 +191,7 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
     from ..check import BudgetError, expand_targets, run_check
     from ..compare import Baseline
     from ..errors import CaptureError
-    from ..check_output import render_junit
+    from ..check_output import junit_pieces
 
     try:
         budget, source = command_budget(
@@ -238,8 +238,9 @@ def _run_gate(captures: list[str], ports: tuple[int, ...], opts: dict, jobs: int
             if v.error:
                 click.echo(f"nagleprobe: debug: {v.error}", err=True)
     if opts["junit"]:
-        write_output(opts["junit"], render_junit(run), "the JUnit report",
-                     [t.path for t in targets])
+        with open_output(opts["junit"], "the JUnit report", [t.path for t in targets]) as out:
+            for piece in junit_pieces(run):
+                out.write(piece.encode("utf-8"))
     _print_run(run, opts)
     return run.status
 
@@ -255,7 +256,9 @@ def _print_run(run: CheckRun, opts: dict) -> None:
             if opts["github"]:
                 click.echo(render_github(run), nl=False, err=opts["fmt"] == "json")
             if opts["fmt"] == "json":
-                click.echo(run.to_json())
+                for piece in run.json_pieces():
+                    sys.stdout.write(piece)
+                sys.stdout.write("\n")
             elif common.stdout_is_terminal():
                 from ..text_report import fit_lines
 
