@@ -18,7 +18,7 @@ COALESCE, NODELAY = "coalesce", "nodelay"
 class Message:
     """What a stall's outstanding and held bytes were, and the fix in the protocol's terms."""
 
-    protocol: str  # "tls", "http/1.1", "dns", "postgresql", "smtp", "mqtt"
+    protocol: str  # "tls", "http/1.1", "http/2", "dns", "postgresql", "smtp", "mqtt"
     held: str  # what the held segment carried, e.g. "the 36-byte DNS query"
     before: str  # what was outstanding, e.g. "its 2-byte length prefix"
     split: str  # the boundary the writes fell on, e.g. "prefix/body"

@@ -11,14 +11,15 @@ the cut separated; None when no protocol known here frames the bytes consistentl
 The advice follows the boundary: parts of one message written apart (a length prefix and
 its body, headers and body, a TLS record's header and body) call for one write per message
 ("coalesce"); whole independent messages written one after another call for TCP_NODELAY
-("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL (the client's
-messages), SMTP, MQTT.
+("nodelay"). Protocols: TLS records, HTTP/1.x, HTTP/2 (`http2`), DNS over TCP, PostgreSQL
+(the client's messages), SMTP, MQTT.
 """
 
 from __future__ import annotations
 
 import re
 
+from . import http2
 from .framing import COALESCE, NODELAY, NOT_CAPTURED, Message, Say, Unit, Walker, count, within
 
 __all__ = ["COALESCE", "NODELAY", "NOT_CAPTURED", "Message", "recognise"]
@@ -359,6 +360,7 @@ _PROTOCOLS: list[tuple[str, Walker, Say]] = [
     ("dns", _dns_units, _dns_say),
     ("postgresql", _pg_units, _pg_say),
     ("smtp", _smtp_units, _smtp_say),
+    ("http/2", http2.walk, http2.say),
     ("mqtt", _mqtt_units, _mqtt_say),  # last: its framing fits the most byte strings
 ]
 
