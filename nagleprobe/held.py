@@ -212,7 +212,7 @@ def group_message(said: dict[int, dict[str, Any]], ids: list[int]) -> dict[str, 
 
 
 PROTOCOL_NAMES = {"dns": "DNS", "tls": "TLS", "http/1.1": "HTTP/1", "postgresql": "PostgreSQL",
-                  "smtp": "SMTP", "mqtt": "MQTT"}
+                  "smtp": "SMTP", "mqtt": "MQTT", "http/2": "HTTP/2"}
 
 
 def fix_line(message: dict[str, Any], side: str, action: str) -> str:

@@ -11,43 +11,18 @@ the cut separated; None when no protocol known here frames the bytes consistentl
 The advice follows the boundary: parts of one message written apart (a length prefix and
 its body, headers and body, a TLS record's header and body) call for one write per message
 ("coalesce"); whole independent messages written one after another call for TCP_NODELAY
-("nodelay"). Protocols: TLS records, HTTP/1.x, DNS over TCP, PostgreSQL (the client's
-messages), SMTP, MQTT.
+("nodelay"). Protocols: TLS records, HTTP/1.x, HTTP/2 (`http2`), DNS over TCP, PostgreSQL
+(the client's messages), SMTP, MQTT.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
-NOT_CAPTURED = "payload not captured"  # said where the capture holds none of the payload
-COALESCE, NODELAY = "coalesce", "nodelay"
+from . import http2
+from .framing import COALESCE, NODELAY, NOT_CAPTURED, Message, Say, Unit, Walker, count, within
 
-
-@dataclass(frozen=True)
-class Message:
-    """What a stall's outstanding and held bytes were, and the fix in the protocol's terms."""
-
-    protocol: str  # "tls", "http/1.1", "dns", "postgresql", "smtp", "mqtt"
-    held: str  # what the held segment carried, e.g. "the 36-byte DNS query"
-    before: str  # what was outstanding, e.g. "its 2-byte length prefix"
-    split: str  # the boundary the writes fell on, e.g. "prefix/body"
-    fix: str  # the sentence an engineer acts on
-    advice: str  # COALESCE or NODELAY
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One protocol message in a stream: bytes [start, end), its header ending at `body`."""
-
-    start: int
-    body: int
-    end: int
-    name: str  # e.g. "TLS application-data record", "DNS query", "response"
-
-
-Walker = Callable[[bytes], "list[Unit] | None"]  # a stream's units from offset 0, or None
+__all__ = ["COALESCE", "NODELAY", "NOT_CAPTURED", "Message", "recognise"]
 
 
 def recognise(outstanding: bytes, held: bytes, earlier: bytes = b"") -> Message | None:
@@ -80,28 +55,6 @@ def _locate(units: list[Unit], s1: int, cut: int) -> tuple[list[Unit], list[Unit
     return before, after, inside
 
 
-def _within(protocol: str, inside: Unit, cut: int, what: str) -> Message:
-    """The cut fell inside one message (`what`: "record", "packet"...): one write each."""
-    size = inside.end - inside.start
-    return Message(protocol, f"the last {inside.end - cut} bytes of the {size}-byte "
-                   f"{inside.name}", f"its first {cut - inside.start} bytes", f"within a {what}",
-                   f"the {inside.name} ({size} B) was written in pieces: write each {what} in "
-                   "one call", COALESCE)
-
-
-def _count(units: list[Unit], drop: str = "") -> str:
-    """'the 214-byte TLS handshake record' or '2 TLS application-data records (214 B, 46 B)'
-    (`drop`: a prefix of the names left out, e.g. "PostgreSQL ")."""
-    if len(units) == 1:
-        return f"the {units[0].end - units[0].start}-byte {units[0].name.removeprefix(drop)}"
-    names = {u.name.removeprefix(drop) for u in units}
-    one = len(names) == 1
-    sizes = ", ".join(f"{u.end - u.start} B" if one else f"{u.name.removeprefix(drop)} "
-                      f"{u.end - u.start} B" for u in units[:4])
-    more = ", ..." if len(units) > 4 else ""
-    return f"{len(units)} {names.pop() + 's' if one else 'messages'} ({sizes}{more})"
-
-
 # ---------------------------------------------------------------------- TLS
 TLS_TYPES = {20: "change-cipher-spec", 21: "alert", 22: "handshake", 23: "application-data",
              24: "heartbeat"}
@@ -129,9 +82,9 @@ def _tls_say(before: list[Unit], after: list[Unit], inside: Unit | None,
                            "its 5-byte record header", "header/body",
                            f"the {inside.name}'s 5-byte header and its {size - 5}-byte body "
                            "were written apart: write each record in one call", COALESCE)
-        return _within("tls", inside, cut, "record")
-    return Message("tls", _count(after), _count(before), "record/record",
-                   f"{_count(before)} and {_count(after)} went out in separate writes (each "
+        return within("tls", inside, cut, "record")
+    return Message("tls", count(after), count(before), "record/record",
+                   f"{count(before)} and {count(after)} went out in separate writes (each "
                    "write to a TLS socket is its own record): write what one message needs "
                    "in one call", COALESCE)
 
@@ -210,7 +163,7 @@ def _http_say(before: list[Unit], after: list[Unit], inside: Unit | None,
                        f"the {kind} headers were written in pieces: write them in one call",
                        COALESCE)
     return Message("http/1.1", f"the next {after[0].name} ({after[0].end - after[0].start} B)",
-                   _count(before), "message/message", "whole HTTP messages were written one "
+                   count(before), "message/message", "whole HTTP messages were written one "
                    "after another and each waited for the previous one's ACK: set TCP_NODELAY "
                    "(or write pipelined messages together)", NODELAY)
 
@@ -260,7 +213,7 @@ def _dns_say(before: list[Unit], after: list[Unit], inside: Unit | None,
                        "bytes", "within a message", f"a {size}-byte {inside.name} was written "
                        "in pieces: write the length prefix and the message in one call",
                        COALESCE)
-    return Message("dns", _count(after), _count(before), "message/message",
+    return Message("dns", count(after), count(before), "message/message",
                    "independent DNS messages waited for each other's ACK: set TCP_NODELAY "
                    "(or send pipelined queries in one write)", NODELAY)
 
@@ -292,13 +245,13 @@ def _pg_units(data: bytes) -> list[Unit] | None:
 def _pg_say(before: list[Unit], after: list[Unit], inside: Unit | None,
             cut: int) -> Message | None:
     if inside is not None:
-        return _within("postgresql", inside, cut, "message")
+        return within("postgresql", inside, cut, "message")
     kinds = ", ".join(_pg_kind(u) for u in after[:6]) + (", ..." if len(after) > 6 else "")
     held_bytes = sum(u.end - u.start for u in after)
     held = (f"the {kinds} messages ({held_bytes} B)" if len(after) > 1
-            else _count(after, "PostgreSQL "))
-    return Message("postgresql", held, _count(before, "PostgreSQL "), "message/message",
-                   f"the messages of one query ({_count(before, 'PostgreSQL ')}, then "
+            else count(after, "PostgreSQL "))
+    return Message("postgresql", held, count(before, "PostgreSQL "), "message/message",
+                   f"the messages of one query ({count(before, 'PostgreSQL ')}, then "
                    f"{kinds}) were sent in separate writes: write the whole query, through "
                    "its Sync, in one call", COALESCE)
 
@@ -346,7 +299,7 @@ def _smtp_say(before: list[Unit], after: list[Unit], inside: Unit | None,
                        f"line and its {n}-byte chunk were written separately: write them in "
                        "one call", COALESCE)
     return Message("smtp", f"the next {first.name[5:]} ({first.end - first.start} B)",
-                   _count(before), "command/command", "SMTP commands waited for each "
+                   count(before), "command/command", "SMTP commands waited for each "
                    "other's ACK: set TCP_NODELAY (or send pipelined commands in one write)",
                    NODELAY)
 
@@ -395,19 +348,19 @@ def _mqtt_body_ok(kind: int, flags: int, n: int, first: bytes) -> bool:
 def _mqtt_say(before: list[Unit], after: list[Unit], inside: Unit | None,
               cut: int) -> Message | None:
     if inside is not None:
-        return _within("mqtt", inside, cut, "packet")
-    return Message("mqtt", _count(after), _count(before), "packet/packet",
-                   f"independent MQTT packets ({_count(before)}, then {_count(after)}) waited "
+        return within("mqtt", inside, cut, "packet")
+    return Message("mqtt", count(after), count(before), "packet/packet",
+                   f"independent MQTT packets ({count(before)}, then {count(after)}) waited "
                    "for each other's ACK: set TCP_NODELAY", NODELAY)
 
 
-Say = Callable[[list[Unit], list[Unit], "Unit | None", int], "Message | None"]
 _PROTOCOLS: list[tuple[str, Walker, Say]] = [
     ("tls", _tls_units, _tls_say),
     ("http/1.1", _http_units, _http_say),
     ("dns", _dns_units, _dns_say),
     ("postgresql", _pg_units, _pg_say),
     ("smtp", _smtp_units, _smtp_say),
+    ("http/2", http2.walk, http2.say),
     ("mqtt", _mqtt_units, _mqtt_say),  # last: its framing fits the most byte strings
 ]
 

@@ -283,7 +283,7 @@ class Report:
     def messages(self) -> pd.DataFrame:
         """Per stall (the rows of `stalls`, same index), the held message in the
         application's own terms where its protocol is recognised (`nagleprobe.messages`:
-        TLS, HTTP/1.x, DNS over TCP, PostgreSQL, SMTP, MQTT): protocol, held_message,
+        TLS, HTTP/1.x, HTTP/2, DNS over TCP, PostgreSQL, SMTP, MQTT): protocol, held_message,
         before_message, split, fix, advice (coalesce or nodelay). Read from the capture file
         again on first access (the payloads are not kept): one file, not standard input or
         a file set."""

@@ -26,7 +26,8 @@ from nagleprobe.messages import NOT_CAPTURED
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 MESSAGES = SAMPLES / "messages"
-NAMED = {"dns_lo": "dns", "http1_lo": "http/1.1", "tls_lo": "tls", "postgres_lo": "postgresql"}
+NAMED = {"dns_lo": "dns", "http1_lo": "http/1.1", "tls_lo": "tls", "postgres_lo": "postgresql",
+         "http2_lo": "http/2"}
 
 
 def run_json(*args: str, input: bytes | None = None) -> dict:
@@ -89,6 +90,16 @@ def test_text_report_has_a_held_line_and_the_fix_in_the_protocols_terms():
     assert "  held: the 36-byte DNS query behind its 2-byte length prefix (dns)\n" in text
     fix = " ".join(re.search(r"\n  In DNS terms.*?\n\n", text, re.DOTALL).group(0).split())
     assert "the 2-byte DNS length prefix and the 36-byte query were written in two" in fix
+    assert "says coalesce too" in fix
+    assert max(map(len, text.splitlines())) <= 80
+
+
+def test_text_report_names_http2_frames_in_the_fix():
+    text = run_text(str(MESSAGES / "http2_lo.pcap"))
+    assert re.search(r"\n  held: 2 DATA frames of stream \d+ \(39 B, 9 B\)", text)
+    fix = " ".join(re.search(r"\n  In HTTP/2 terms.*?\n\n", text, re.DOTALL).group(0).split())
+    assert re.search(r"the 15-byte HEADERS frame and the 39-byte DATA frame of stream \d+ "
+                     r"were flushed separately: flush once per request", fix)
     assert "says coalesce too" in fix
     assert max(map(len, text.splitlines())) <= 80
 

@@ -117,6 +117,33 @@ def test_postgres_query_messages_written_after_a_large_bind():
         assert m["advice"] == COALESCE
 
 
+def test_http2_data_frames_flushed_apart_from_the_headers():
+    """httpcore wrote each POST's HEADERS frame (with a WINDOW_UPDATE of its stream) and
+    then its two DATA frames (the body, then the empty END_STREAM one) in separate writes."""
+    report, named_ = named("http2_lo")
+    log = writes("http2_lo")
+    requests = [(log[i]["bytes"], log[i + 1]["bytes"], log[i + 2]["bytes"])
+                for i in range(len(log) - 2) if log[i]["what"] == "HEADERS+WINDOWUPDATE"
+                and log[i + 1]["what"] == log[i + 2]["what"] == "DATA"]
+    assert len(requests) == 6 and len(named_) == report.stall_count <= len(requests)
+    window_update = 9 + 4  # RFC 9113 6.9: a frame header and a 4-byte increment
+    streams = []
+    for (_, stall), (_, m) in zip(report.stalls.iterrows(), named_.iterrows()):
+        stream = int(re.search(r"of stream (\d+)", m["held_message"]).group(1))
+        streams.append(stream)
+        heads, body, end = requests[(stream - 1) // 2]  # client streams: 1, 3, 5...
+        headers = heads - window_update
+        assert stall["sender"] == "client" and m["protocol"] == "http/2"
+        assert stall["held_bytes"] == body + end
+        assert m["held_message"] == f"2 DATA frames of stream {stream} ({body} B, {end} B)"
+        assert m["before_message"] == (f"2 frames of stream {stream} (HEADERS {headers} B, "
+                                       f"WINDOW_UPDATE {window_update} B)")
+        assert m["split"] == "HEADERS/DATA" and m["advice"] == COALESCE
+        assert m["fix"].startswith(f"the {headers}-byte HEADERS frame and the {body}-byte DATA "
+                                   f"frame of stream {stream} were flushed separately")
+    assert streams == sorted(set(streams)) and all(s % 2 for s in streams)
+
+
 # ---------------------------------------------------------------------- field captures
 FIELD = Path("/work/shared/field")  # third-party captures, read in place
 
@@ -361,6 +388,60 @@ def test_synthetic_postgres_frontend_split_inside_a_message():
     assert m.held == f"the last {len(q) - 7} bytes of the {len(q)}-byte PostgreSQL Query message"
 
 
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(
+        4, "big") + payload
+
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+H2_SETTINGS = h2_frame(4, 0, 0, bytes(12))  # two settings
+H2_HEADERS = h2_frame(1, 0x04, 1, bytes(49))  # END_HEADERS, a body follows
+H2_DATA = h2_frame(0, 0x01, 1, b'{"n": 1}')  # END_STREAM
+
+
+def test_synthetic_http2_headers_flushed_apart_from_their_data():
+    m = recognise(H2_HEADERS, H2_DATA, earlier=H2_PREFACE + H2_SETTINGS)
+    assert m is not None and m.protocol == "http/2" and m.split == "HEADERS/DATA"
+    assert m.held == "the 17-byte DATA frame of stream 1"
+    assert m.before == "the 58-byte HEADERS frame of stream 1" and m.advice == COALESCE
+    assert m.fix == ("the 58-byte HEADERS frame and the 17-byte DATA frame of stream 1 were "
+                     "flushed separately: flush once per request (or response)")
+
+
+def test_synthetic_http2_body_in_pieces_wants_coalescing():
+    a, b = h2_frame(0, 0, 5, bytes(100)), h2_frame(0, 0x01, 5, bytes(20))
+    m = recognise(a, b, earlier=h2_frame(8, 0, 0, bytes(4)))
+    assert m is not None and m.split == "DATA/DATA" and m.advice == COALESCE
+
+
+def test_synthetic_http2_frames_of_other_streams_want_nodelay():
+    """A GET's HEADERS (END_STREAM) then the next request's: independent frames."""
+    get1, get3 = h2_frame(1, 0x05, 1, bytes(30)), h2_frame(1, 0x05, 3, bytes(12))
+    m = recognise(H2_PREFACE + H2_SETTINGS + get1, get3)
+    assert m is not None and m.protocol == "http/2" and m.split == "frame/frame"
+    assert m.held == "the 21-byte HEADERS frame of stream 3" and m.advice == NODELAY
+    assert m.before == ("the connection preface and 2 frames (SETTINGS 21 B, HEADERS 39 B)")
+
+
+def test_synthetic_http2_cut_inside_a_frame():
+    m = recognise(H2_DATA[:9], H2_DATA[9:], earlier=H2_HEADERS)
+    assert m is not None and m.protocol == "http/2" and m.split == "within a frame"
+    assert m.held == "the last 8 bytes of the 17-byte HTTP/2 DATA frame of stream 1"
+
+
+@pytest.mark.parametrize("bad", [
+    h2_frame(4, 0, 1, bytes(6)),  # SETTINGS on a stream
+    h2_frame(0, 0, 0, bytes(8)),  # DATA on the connection
+    h2_frame(8, 0, 0, bytes(5)),  # WINDOW_UPDATE of 5 bytes
+    h2_frame(0, 0x02, 1, bytes(8)),  # a flag DATA does not define
+    h2_frame(1, 0x04, 1 | 1 << 31, bytes(8)),  # the reserved bit set
+    h2_frame(12, 0, 1, bytes(8)),  # no such type here
+])
+def test_synthetic_http2_header_breaking_its_types_rules_is_not_http2(bad):
+    m = recognise(H2_HEADERS, bad)
+    assert m is None or m.protocol != "http/2"
+
+
 @pytest.mark.parametrize("outstanding, held", [
     (b"hello world\n", b"and more\n"),
     (bytes(range(40)), bytes(range(40, 200))),
@@ -373,7 +454,8 @@ def test_synthetic_unknown_bytes_are_not_named(outstanding, held):
 
 FRAMED = st.sampled_from([b"\x16\x03\x03\x00\x05", b"\x00\x1d", b"GET / HTTP/1.1\r\n",
                           b"HTTP/1.1 200 OK\r\n", b"Q\x00\x00\x00\x05", b"BDAT 3\r\n",
-                          b"\x30\x02", b"\r\n\r\n", b"Content-Length: 9\r\n"])
+                          b"\x30\x02", b"\r\n\r\n", b"Content-Length: 9\r\n",
+                          b"\x00\x00\x04\x08\x00\x00\x00\x00\x01", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"])
 PIECES = st.lists(st.one_of(st.binary(max_size=40), FRAMED), max_size=6).map(b"".join)
 
 

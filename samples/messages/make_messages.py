@@ -2,7 +2,7 @@
 """Make the real captures of application protocols stalled by Nagle + delayed ACK.
 
 Run as root from the repository root (needs iproute2, tcpdump, openssl,
-dnsmasq, dnspython, PostgreSQL, pg8000):
+dnsmasq, dnspython, PostgreSQL, pg8000, hypercorn, httpcore, h2):
 
     sudo python3 samples/messages/make_messages.py             # all scenarios
     sudo python3 samples/messages/make_messages.py http1_lo    # some of them
@@ -186,6 +186,73 @@ def postgres_lo(log: Log, tmp: str) -> None:
         pg.wait(10)
 
 
+_H2_APP = """
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        event = await receive()
+        body += event.get("body", b"")
+        if not event.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 201,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"stored": %d}' % len(body)})
+"""
+
+
+def http2_lo(log: Log, tmp: str) -> None:
+    """hypercorn serves 6 HTTP/2 (prior knowledge, cleartext) POSTs of a 30-byte JSON body
+    from httpcore's HTTP2Connection, the HTTP/2 client of httpx: it writes each request's
+    HEADERS frame and its DATA frame in separate socket writes. httpcore's own socket
+    backend sets TCP_NODELAY (httpcore/_backends/sync.py); here its SyncStream wraps a
+    plain socket (Nagle on, the socket default), so nothing else differs."""
+    import hyperframe.frame
+    import httpcore
+    from httpcore._backends.sync import SyncStream
+
+    class LoggedStream(SyncStream):
+        def write(self, buffer: bytes, timeout: float | None = None) -> None:
+            if buffer:  # httpcore also writes b"" when h2 has nothing to send
+                log.add("client", len(buffer), _h2_frames(buffer, hyperframe.frame.Frame))
+            super().write(buffer, timeout)
+
+    Path(tmp, "app.py").write_text(_H2_APP)
+    srv = subprocess.Popen([sys.executable, "-m", "hypercorn", "--bind", f"{HOST}:8000",
+                            "app:app"], cwd=tmp, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                sock = socket.create_connection((HOST, 8000))
+                break
+            except OSError:
+                time.sleep(0.1)  # the server is still starting
+        origin = httpcore.Origin(b"http", HOST.encode(), 8000)
+        with httpcore.HTTP2Connection(origin, LoggedStream(sock)) as conn:
+            for i in range(REQUESTS):
+                body = b'{"note": "hello", "seq": %04d}' % i
+                conn.request("POST", f"http://{HOST}:8000/notes", content=body,
+                             headers={"content-type": "application/json"})
+    finally:
+        srv.terminate()
+        srv.wait(10)
+
+
+def _h2_frames(data: bytes, frame: type) -> str:
+    """The frames of one write, e.g. "HEADERS" or "DATA+DATA" (the preface as PREFACE)."""
+    names, at = [], 0
+    if data.startswith(b"PRI * HTTP/2.0"):
+        names.append("PREFACE")
+        at = 24
+    while at + 9 <= len(data):
+        f, n = frame.parse_frame_header(memoryview(data[at:at + 9]))
+        names.append(type(f).__name__.removesuffix("Frame").upper())
+        at += 9 + n
+    return "+".join(names)
+
+
 def _recv(s: socket.socket, n: int) -> bytes:
     out = b""
     while len(out) < n:
@@ -196,7 +263,7 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (http1_lo, tls_lo, dns_lo, postgres_lo)}
+SCENARIOS = {f.__name__: f for f in (http1_lo, tls_lo, dns_lo, postgres_lo, http2_lo)}
 
 
 def inside(name: str) -> None:
