@@ -51,3 +51,9 @@ class Columns(dict[str, np.ndarray]):
 
 
 take = Columns.take  # the same selection for callers that hold a plain mapping of columns
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """np.unique(a) for integers, sorted (numpy's own imports numpy.ma on first use)."""
+    a = np.sort(a)
+    return a[np.flatnonzero(np.r_[True, a[1:] != a[:-1]])] if len(a) else a

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import Columns
-from .tuples import group_starts
+from .columns import Columns, distinct
 
 # `tcpdump -i any` on a host with bridges, veth pairs or tunnels sees each packet on two (or
 # more) interfaces, microseconds apart. A row identical to an earlier one of its 4-tuple and
@@ -47,12 +46,6 @@ def find_copies(cols: Columns, order: np.ndarray | None, tup: np.ndarray,
         found.append(_copies(cols, order, tup, from_low, key,
                              range(DUPLICATE_FIRST + 1, min(DUPLICATE_LOOKBACK, n - 1) + 1)))
     return distinct(np.concatenate(found)), len(distinct(found[0]))
-
-
-def distinct(a: np.ndarray) -> np.ndarray:
-    """np.unique(a) for integers (numpy's imports numpy.ma on first use)."""
-    a = np.sort(a)
-    return a[group_starts(a)]
 
 
 def _copies(cols: Columns, order: np.ndarray | None, tup: np.ndarray,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from .columns import Columns
+from .columns import Columns, distinct
 from .decode import TCP_COLUMNS, decode
 from .messages import NOT_CAPTURED, Message, recognise
 from .read import CaptureReader, FrameIndex, RecordBatch
@@ -48,7 +48,7 @@ def segments(path: str, frames: Iterable[int], index: FrameIndex | None = None,
     pass from the start (of `path`, a file or URL, or of `stream` from where it stands,
     named `path`) that stops after the last frame asked for; ReadTooFar once that pass has
     read more than `limit` bytes of its input."""
-    wanted = np.unique(np.fromiter((int(f) for f in frames), np.int64))
+    wanted = distinct(np.fromiter((int(f) for f in frames), np.int64))
     skipped: collections.Counter = collections.Counter()
     if not len(wanted):
         return Columns.empty(TCP_COLUMNS), {}

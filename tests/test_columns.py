@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nagleprobe.columns import Columns, take
+from nagleprobe.columns import Columns, distinct, take
 from nagleprobe.decode import TCP_COLUMNS
 
 
@@ -69,3 +69,10 @@ def test_empty_like_keeps_columns_and_dtypes_without_rows():
     got = Columns.empty_like({"a": np.ones(3, np.int8), "b": np.ones(3, np.float32)})
     assert got.schema == {"a": np.dtype(np.int8), "b": np.dtype(np.float32)}
     assert got.row_count == 0
+
+
+def test_distinct_is_numpys_unique_of_integers():
+    rng = np.random.default_rng(7)
+    for a in (np.zeros(0, np.int64), rng.integers(-5, 50, 1000), np.arange(10)[::-1]):
+        assert np.array_equal(distinct(a), np.unique(a))
+    assert distinct(np.zeros(0, np.int64)).dtype == np.int64

@@ -13,6 +13,7 @@ import struct
 
 import numpy as np
 
+from ..columns import distinct
 from .formats import RecordBatch
 
 STEP = 256  # records between checkpoints: 10 M records keep 40,000 (frame, offset) pairs
@@ -48,13 +49,13 @@ class FrameIndex:
         """The records of `frames` (those the index can place), read from the file by
         seeking; OSError if the file cannot be opened."""
         marks, offsets = self._checkpoints()
-        wanted = np.unique(np.asarray(frames, np.int64))
+        wanted = distinct(np.asarray(frames, np.int64))
         cp = np.searchsorted(marks, wanted, side="right") - 1
         ok = (cp >= 0) & (wanted - marks[np.maximum(cp, 0)] < STEP)  # else in no batch read
         wanted, cp = wanted[ok], cp[ok]
         chunks, got, heads = [], [], []
         with open(self.path, "rb") as f:
-            for c in np.unique(cp).tolist():
+            for c in distinct(cp).tolist():
                 mine = wanted[cp == c].tolist()
                 f.seek(int(offsets[c]))
                 for frame, head, data in self._walk(f, int(marks[c]), mine):
