@@ -102,7 +102,8 @@ class CaptureVerdict:
     def document(self) -> dict[str, Any] | None:
         """The analyze JSON document, when asked for (`check_capture(with_document=True)`)."""
         if self._document is None and (self._report is not None or self._document_text):
-            self._document = json.loads(self._document_text or self._report.to_json())
+            self._document = (json.loads(self._document_text) if self._document_text
+                              else self._report.to_dict())
             self._report = self._document_text = None
         return self._document
 
